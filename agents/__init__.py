@@ -1,0 +1,110 @@
+"""Agent strategies: one file each, registered by name with ``@register_agent``.
+
+A strategy turns one sample into an answer by calling ``ctx.generate`` (which counts calls and
+tokens, and goes through the response cache) as often as it likes. Each setting names its
+default strategy; ``--agent NAME`` picks another.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from harness.cache import ResponseCache, cache_key, is_cacheable
+from harness.config import RunConfig
+from harness.datasets.base import Sample
+from harness.errors import ConfigError
+from harness.models.base import GenerationParams, ModelBackend, ModelResponse, Usage
+from harness.registry import Registry
+
+
+@dataclass
+class SampleResult:
+    answer: str | None
+    messages: list[dict[str, Any]]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class AgentContext:
+    """What a strategy may use for one sample; tallies what it spent."""
+
+    def __init__(self, model: ModelBackend, params: GenerationParams, cache: ResponseCache | None):
+        self.model = model
+        self.params = params
+        self.cache = cache
+        self.model_calls = 0  # requests actually sent to the model (cache hits excluded)
+        self.cache_hits = 0
+        self.usage = Usage()
+        self.finish_reasons: list[str | None] = []
+
+    async def generate(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: Any = None,
+        params: GenerationParams | None = None,
+    ) -> ModelResponse:
+        params = params or self.params
+        key = None
+        if self.cache is not None and is_cacheable(params):
+            key = cache_key(self.model.cache_identity(), messages, params, tools, tool_choice)
+            hit = self.cache.get(key)
+            if hit is not None:
+                self.cache_hits += 1
+                self._tally(hit)
+                return hit
+        self.model_calls += 1
+        response = await self.model.generate(messages, params, tools, tool_choice)
+        if key is not None:
+            self.cache.put(key, response)
+        self._tally(response)
+        return response
+
+    def _tally(self, response: ModelResponse) -> None:
+        self.usage.prompt_tokens += response.usage.prompt_tokens
+        self.usage.completion_tokens += response.usage.completion_tokens
+        self.finish_reasons.append(response.finish_reason)
+
+
+class Agent(ABC):
+    name: ClassVar[str]
+
+    def __init__(self, config: RunConfig):
+        self.config = config
+
+    def identity(self) -> dict[str, Any]:
+        """Facts that change the prompts (hashed into the run directory key)."""
+        return {}
+
+    def describe(self) -> dict[str, Any]:
+        """Knobs recorded in results.json."""
+        return {"name": self.name, **self.identity()}
+
+    @abstractmethod
+    async def solve(self, sample: Sample, ctx: AgentContext) -> SampleResult: ...
+
+
+AGENTS: Registry[type[Agent]] = Registry("agent")
+
+# setting -> its default strategy
+SETTINGS: dict[str, str] = {"closed-book": "closed-book"}
+
+_AGENT_MODULES = ("agents.closed_book",)
+
+
+def register_agent(name: str):
+    def decorator(cls: type[Agent]) -> type[Agent]:
+        cls.name = name
+        return AGENTS.register(name)(cls)
+
+    return decorator
+
+
+def create_agent(config: RunConfig) -> Agent:
+    for module in _AGENT_MODULES:
+        importlib.import_module(module)
+    if config.setting not in SETTINGS:
+        raise ConfigError(f"unknown setting {config.setting!r} (known: {', '.join(sorted(SETTINGS))})")
+    return AGENTS.get(config.agent or SETTINGS[config.setting])(config)

@@ -1,0 +1,67 @@
+"""SQLite response cache keyed by backend identity, messages, tools and generation parameters.
+
+The key never includes an API key: ``cache_identity()`` of a backend names the backend, model
+and base URL only. Requests that are not repeatable (sampling without a seed) are not cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from harness.models.base import GenerationParams, ModelResponse
+
+
+def default_cache_path() -> Path:
+    root = os.environ.get("HARNESS_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "harness")
+    return Path(root) / "responses.sqlite"
+
+
+def cache_key(
+    identity: dict[str, Any],
+    messages: list[dict[str, Any]],
+    params: GenerationParams,
+    tools: list[dict[str, Any]] | None,
+    tool_choice: Any,
+) -> str:
+    payload = {
+        "identity": identity,
+        "messages": messages,
+        "params": params.model_dump(mode="json"),
+        "tools": tools,
+        "tool_choice": tool_choice,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def is_cacheable(params: GenerationParams) -> bool:
+    return params.temperature == 0 or params.seed is not None
+
+
+class ResponseCache:
+    def __init__(self, path: str | Path | None = None):
+        self.path = Path(path) if path else default_cache_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, response TEXT NOT NULL)")
+
+    def get(self, key: str) -> ModelResponse | None:
+        row = self._db.execute("SELECT response FROM responses WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        response = ModelResponse.model_validate_json(row[0])
+        response.cached = True
+        return response
+
+    def put(self, key: str, response: ModelResponse) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO responses (key, response) VALUES (?, ?)", (key, response.model_dump_json())
+        )
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,231 @@
+"""``harness`` command line: run, score."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness import __version__
+from harness.errors import HarnessError
+
+EXIT_BAD_INPUT = 2
+
+
+def _run_parser(sub) -> None:
+    p = sub.add_parser(
+        "run",
+        help="generate answers for a dataset and score them",
+        description=(
+            "Run a model on a dataset in one setting. Writes DIR/samples.jsonl (one line per finished "
+            "sample, appended as it finishes) and DIR/results.json. Running the same command again "
+            "continues the run: finished samples are skipped, failed ones retried."
+        ),
+        argument_default=argparse.SUPPRESS,
+    )
+    g = p.add_argument_group("what to run")
+    g.add_argument("--model", help="PREFIX/NAME: local/smollm2 (default), local/PATH.gguf, llamacpp-server/PATH.gguf, "
+                   "vllm/HF_ID, openai/MODEL, anthropic/MODEL")
+    g.add_argument("--setting", help="closed-book (default)")
+    g.add_argument("--agent", help="strategy name; default: the setting's own")
+    g.add_argument("--dataset", help="NAME[:SPLIT][@VERSION]; default fanoutqa:dev (version nov23: the answers "
+                   "every published score used; @2026 for the corrected answers)")
+    g.add_argument("--data-path", help="read the dataset from this file (its official format) instead of the vendored copy")
+    g.add_argument("--limit", type=int, help="only the first N samples (after --sample-id)")
+    g.add_argument("--sample-id", dest="sample_ids", help="comma-separated sample ids to run")
+    g.add_argument("--out", help="run directory (default: results/<dataset>-<model>-<setting>-<config hash>)")
+    g.add_argument("--config", help="YAML file of options (keys are these long flag names); flags override it")
+    g = p.add_argument_group("prompt")
+    g.add_argument("--current-date", help="'Current date' in the FanOutQA prompts (default 11-20-2023, the paper's)")
+    g.add_argument("--prompt-template", help="template name in prompts/ or a .txt file (default: the setting's)")
+    g = p.add_argument_group("generation (greedy by default)")
+    g.add_argument("--temperature", type=float, help="default 0")
+    g.add_argument("--top-p", type=float, help="default 1")
+    g.add_argument("--max-tokens", type=int, help="answer length limit in tokens (default 512)")
+    g.add_argument("--seed", type=int, help="default 0")
+    g = p.add_argument_group("backend")
+    g.add_argument("--base-url", help="OpenAI-compatible server to talk to (openai/, vllm/: attach instead of launching)")
+    g.add_argument("--context-size", type=int, help="context window in tokens (llama.cpp n_ctx, vLLM --max-model-len); "
+                   "default: what the model file or server reports")
+    g.add_argument("--n-threads", type=int, help="CPU threads for llama.cpp (default: all cores)")
+    g.add_argument("--server-arg", dest="server_args", action="append", help="extra flag for a launched server "
+                   "(repeat; e.g. --server-arg=--gpu-memory-utilization=0.8)")
+    g = p.add_argument_group("runner")
+    g.add_argument("--max-connections", type=int, help="samples in flight at once (default 4)")
+    g.add_argument("--request-timeout", type=float, help="seconds per model request (default 600)")
+    g.add_argument("--sample-timeout", type=float, help="seconds per sample (default 600, the paper's)")
+    g.add_argument("--max-attempts", type=int, help="tries per request on 429/5xx/timeouts (default 6)")
+    g.add_argument("--retry-max-wait", type=float, help="longest back-off between tries, seconds (default 120)")
+    g.add_argument("--startup-timeout", type=float, help="seconds to wait for a launched server (default 300)")
+    g.add_argument("--no-cache", dest="cache", action="store_false", help="do not read or write the response cache")
+    g.add_argument("--cache-path", help="SQLite response cache (default $HARNESS_CACHE_DIR or ~/.cache/harness)")
+
+
+def _score_parser(sub) -> None:
+    p = sub.add_parser(
+        "score",
+        help="score saved generations (no model call)",
+        description=(
+            "Score generations without calling any model. Either re-score a finished run "
+            "(harness score RUN_DIR), or score a file in FanOutQA's official submission format, one "
+            '{"id", "answer"} object per line (harness score --dataset fanoutqa:dev@nov23 --generations FILE.jsonl).'
+        ),
+    )
+    p.add_argument("run_dir", nargs="?", help="a run directory to re-score (rewrites its results.json scores)")
+    p.add_argument("--dataset", help="NAME[:SPLIT][@VERSION] the generations answer")
+    p.add_argument("--data-path", help="read the dataset from this file instead of the vendored copy")
+    p.add_argument("--generations", help='JSONL file of {"id", "answer"} lines')
+    p.add_argument("--out", help="write the scores JSON here (default: print it)")
+    p.add_argument("--metrics", help="comma-separated metric names (default: the dataset's)")
+    p.add_argument(
+        "--only-answered",
+        action="store_true",
+        help="score only questions that have an answer (official only_score_answered); default counts them as 0",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="harness",
+        description="Evaluate LLMs and agents on many-answer, many-document QA over Wikipedia (FanOutQA, ...).",
+    )
+    parser.add_argument("--version", action="version", version=f"harness {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log retries and server activity")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _run_parser(sub)
+    _score_parser(sub)
+    return parser
+
+
+# commands -------------------------------------------------------------------------
+def cmd_run(args: argparse.Namespace) -> int:
+    from harness.config import build_config, load_yaml
+    from harness.runner import Run
+
+    given = {k: v for k, v in vars(args).items() if k not in ("command", "verbose", "config")}
+    flat: dict[str, Any] = load_yaml(args.config) if getattr(args, "config", None) else {}
+    flat = {k.replace("-", "_"): v for k, v in flat.items()}
+    flat.update(given)
+    config = build_config(flat)
+
+    async def main() -> dict[str, Any]:
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        # A kill (SIGTERM) unwinds like Ctrl-C: servers stopped, results.json written.
+        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+        return await Run(config).execute()
+
+    try:
+        results = asyncio.run(main())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("interrupted: run the same command again to resume", file=sys.stderr)
+        return 130
+    _print_summary(results)
+    return 0 if results["counts"]["failed"] == 0 else 1
+
+
+def _print_summary(results: dict[str, Any]) -> None:
+    c = results["counts"]
+    line = f"finished {c['finished']}/{c['selected']}, failed {c['failed']}"
+    scores = results.get("scores")
+    if scores and "acc" in scores:
+        line += (
+            f" | acc loose {scores['acc']['loose']:.4f} strict {scores['acc']['strict']:.4f}"
+            f" | ROUGE-1/2/L F {scores['rouge']['rouge1']['fscore']:.4f}/"
+            f"{scores['rouge']['rouge2']['fscore']:.4f}/{scores['rouge']['rougeL']['fscore']:.4f}"
+        )
+    print(line)
+    if c["failed"]:
+        first = next(iter(results.get("failures", {}).values()), {})
+        print(
+            f"{c['failed']} sample(s) failed (e.g. {first.get('type')}: {first.get('error')}); "
+            "see failures.jsonl; rerun the same command to retry them",
+            file=sys.stderr,
+        )
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from harness.datasets import load_dataset
+    from harness.records import iter_jsonl, read_json, write_json_atomic
+    from harness.runner import RESULTS_FILE, SAMPLES_FILE, load_finished
+    from harness.scoring.metrics import score_answers
+
+    metrics = [m for m in args.metrics.split(",") if m] if args.metrics else None
+    if args.run_dir:
+        if args.generations:
+            raise HarnessError("give either a run directory or --generations, not both")
+        run_dir = Path(args.run_dir)
+        results = read_json(run_dir / RESULTS_FILE)
+        cfg = results.get("config") or {}
+        dataset = load_dataset(results["dataset"]["spec"], cfg.get("data_path"))
+        if dataset.info.sha256 != results["dataset"]["sha256"]:
+            raise HarnessError(f"{results['dataset']['spec']} changed since the run (sha256 differs)")
+        if not (run_dir / SAMPLES_FILE).exists():
+            raise HarnessError(f"{run_dir / SAMPLES_FILE} not found")
+        finished = load_finished(run_dir)
+        by_id = dataset.by_id()
+        ids = results.get("sample_ids") or list(finished)
+        questions = [by_id[i] for i in ids if i in by_id]
+        answers = [{"id": i, "answer": finished[i]["answer"]} for i in ids if i in finished]
+        scores = score_answers(dataset, questions, answers, metrics, args.only_answered)
+        results["scores"] = scores
+        write_json_atomic(run_dir / RESULTS_FILE, results)
+    else:
+        if not args.dataset or not args.generations:
+            raise HarnessError("score needs a RUN_DIR, or --dataset and --generations")
+        dataset = load_dataset(args.dataset, args.data_path)
+        answers = []
+        seen: set[str] = set()
+        for lineno, record in iter_jsonl(args.generations):
+            if not isinstance(record.get("id"), str) or "answer" not in record:
+                raise HarnessError(f"{args.generations}:{lineno}: each line needs 'id' (string) and 'answer'")
+            if record["id"] in seen:
+                raise HarnessError(f"{args.generations}:{lineno}: duplicate id {record['id']!r}")
+            seen.add(record["id"])
+            answers.append({"id": record["id"], "answer": record["answer"]})
+        known = dataset.by_id()
+        unknown = [a["id"] for a in answers if a["id"] not in known]
+        if unknown:
+            print(f"warning: {len(unknown)} id(s) not in {dataset.info.spec()} ignored (e.g. {unknown[0]})", file=sys.stderr)
+        scores = score_answers(dataset, dataset.samples, answers, metrics, args.only_answered)
+    if args.out:
+        write_json_atomic(args.out, scores)
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        print(json.dumps(scores, indent=2))
+    _print_summary({"counts": {"finished": scores["meta"]["n_answered"], "selected": scores["meta"]["n_questions"],
+                               "failed": 0}, "scores": scores})
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if not args.command:
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    handlers = {"run": cmd_run, "score": cmd_score}
+    try:
+        return handlers[args.command](args)
+    except HarnessError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - last resort: one line, traceback only on request
+        if os.environ.get("HARNESS_DEBUG"):
+            raise
+        print(f"internal error: {type(exc).__name__}: {exc} (set HARNESS_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,119 @@
+"""Run configuration: every policy knob in one pydantic model, recorded in every results file.
+
+Sources, weakest first: the defaults below (the FanOutQA paper's values), a YAML file
+(``--config run.yaml``, keys are the long flag names), then command-line flags.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harness.errors import ConfigError
+from harness.models.base import BackendOptions, GenerationParams
+
+DEFAULT_MODEL = "local/smollm2"
+
+# Fields that do not change what the model is asked or how it answers: a run can be
+# extended (--limit), resumed or sped up without starting a new run directory.
+NOT_HASHED = frozenset({"limit", "sample_ids", "out", "max_connections", "cache", "cache_path", "sample_timeout"})
+BACKEND_NOT_HASHED = frozenset({"request_timeout", "max_attempts", "retry_max_wait", "startup_timeout", "n_threads"})
+
+
+class RunConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    model: str = DEFAULT_MODEL
+    setting: str = "closed-book"
+    agent: str | None = Field(None, description="strategy; default: the setting's own")
+    dataset: str = "fanoutqa:dev"
+    data_path: str | None = None
+    limit: int | None = Field(None, ge=1)
+    sample_ids: list[str] | None = None
+    out: str | None = None
+    max_connections: int = Field(4, ge=1)
+    sample_timeout: float = Field(600.0, gt=0, description="seconds per sample (paper: 600)")
+    current_date: str = Field("11-20-2023", description="'Current date' in the FanOutQA prompts")
+    prompt_template: str | None = Field(None, description="template name in prompts/ or a file path")
+    cache: bool = True
+    cache_path: str | None = None
+    generation: GenerationParams = Field(default_factory=GenerationParams)
+    backend: BackendOptions = Field(default_factory=BackendOptions)
+
+    def identity(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        data = self.model_dump(mode="json")
+        for key in NOT_HASHED:
+            data.pop(key, None)
+        for key in BACKEND_NOT_HASHED:
+            data["backend"].pop(key, None)
+        if extra:
+            data.update(extra)
+        return data
+
+    def config_hash(self, extra: dict[str, Any] | None = None) -> str:
+        """``extra`` adds resolved facts (dataset version and sha256, prompt sha256)."""
+        canonical = json.dumps(self.identity(extra), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+# Flat flag name -> path in RunConfig. YAML files use the same flat names.
+GENERATION_KEYS = {"temperature", "top_p", "max_tokens", "seed"}
+BACKEND_KEYS = {
+    "base_url",
+    "context_size",
+    "request_timeout",
+    "max_attempts",
+    "retry_max_wait",
+    "startup_timeout",
+    "n_threads",
+    "server_args",
+}
+
+
+def build_config(flat: dict[str, Any]) -> RunConfig:
+    """Turn flat knobs (flags or YAML) into a validated RunConfig; errors are one line."""
+    top: dict[str, Any] = {}
+    generation: dict[str, Any] = {}
+    backend: dict[str, Any] = {}
+    for key, value in flat.items():
+        key = key.replace("-", "_")
+        if value is None:
+            continue
+        if key in GENERATION_KEYS:
+            generation[key] = value
+        elif key in BACKEND_KEYS:
+            backend[key] = value
+        elif key in ("generation", "backend") and isinstance(value, dict):
+            (generation if key == "generation" else backend).update(value)
+        else:
+            top[key] = value
+    if isinstance(top.get("sample_ids"), str):
+        top["sample_ids"] = [s for s in top["sample_ids"].split(",") if s]
+    try:
+        return RunConfig(**top, generation=GenerationParams(**generation), backend=BackendOptions(**backend))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "config"
+        raise ConfigError(f"invalid configuration: {where}: {first['msg']}") from None
+    except TypeError as exc:
+        raise ConfigError(f"invalid configuration: {exc}") from None
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of option names to values")
+    return data

@@ -1,0 +1,80 @@
+"""Dataset interface: a loader is one file with one registered class."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from harness.errors import DatasetError
+from harness.registry import Registry
+
+
+@dataclass
+class Sample:
+    id: str
+    question: str
+    answer: Any  # the reference; None where the split has no answers (test sets)
+    raw: dict[str, Any] = field(default_factory=dict)  # the dataset's own record, untouched
+
+
+@dataclass
+class DatasetInfo:
+    name: str
+    split: str
+    version: str
+    path: str
+    sha256: str
+    license: str
+    has_answers: bool
+
+    def spec(self) -> str:
+        return f"{self.name}:{self.split}@{self.version}"
+
+
+@dataclass
+class Dataset:
+    info: DatasetInfo
+    samples: list[Sample]
+    metrics: list[str]  # default metrics for this dataset
+
+    def by_id(self) -> dict[str, Sample]:
+        return {s.id: s for s in self.samples}
+
+
+class DatasetLoader:
+    """Subclasses set the class attributes and implement ``load``."""
+
+    name: ClassVar[str]
+    splits: ClassVar[tuple[str, ...]]
+    default_split: ClassVar[str]
+    versions: ClassVar[tuple[str, ...]]
+    default_version: ClassVar[str]
+    license: ClassVar[str]
+    metrics: ClassVar[list[str]]
+
+    def load(self, split: str, version: str, data_path: str | None = None) -> Dataset:
+        raise NotImplementedError
+
+
+DATASETS: Registry[type[DatasetLoader]] = Registry("dataset")
+
+_SPEC = re.compile(r"^(?P<name>[A-Za-z0-9_\-]+)(?::(?P<split>[A-Za-z0-9_\-]+))?(?:@(?P<version>[A-Za-z0-9_.\-]+))?$")
+
+
+def parse_spec(spec: str) -> tuple[str, str | None, str | None]:
+    """``NAME[:SPLIT][@VERSION]`` -> (name, split, version)."""
+    m = _SPEC.match(spec.strip())
+    if not m:
+        raise DatasetError(f"dataset {spec!r} must look like NAME[:SPLIT][@VERSION], e.g. fanoutqa:dev@nov23")
+    return m["name"], m["split"], m["version"]
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

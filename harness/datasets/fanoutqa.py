@@ -1,0 +1,63 @@
+"""FanOutQA (Zhu et al., ACL 2024), vendored in both answer versions (CC BY-SA 4.0).
+
+Default version ``nov23``: the answers in the PyPI package fanoutqa 1.1.1, which every score
+published so far was computed against, so new numbers stay comparable with the paper and the
+leaderboard. ``@2026`` selects the upstream 2026 corrections (82 top-level answers fixed).
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+from harness.datasets.base import DATASETS, Dataset, DatasetInfo, DatasetLoader, Sample, sha256_file
+from harness.errors import DatasetError
+
+
+@DATASETS.register("fanoutqa")
+class FanOutQA(DatasetLoader):
+    name = "fanoutqa"
+    splits = ("dev", "test")
+    default_split = "dev"
+    versions = ("nov23", "2026")
+    default_version = "nov23"
+    license = "CC BY-SA 4.0"
+    metrics = ["fanoutqa-string"]  # acc (loose/strict) + ROUGE-1/2/L
+
+    def load(self, split: str, version: str, data_path: str | None = None) -> Dataset:
+        if data_path:
+            path = Path(data_path)
+        else:
+            path = Path(str(resources.files("harness.datasets") / "data" / "fanoutqa" / version / f"fanout-final-{split}.json"))
+        try:
+            records = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise DatasetError(f"dataset file not found: {path}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise DatasetError(f"{path}: not valid JSON ({exc})") from None
+        if not isinstance(records, list):
+            raise DatasetError(f"{path}: expected a JSON list of questions")
+        has_answers = split != "test"
+        samples = []
+        seen = set()
+        for i, rec in enumerate(records):
+            where = f"{path}: question #{i + 1}"
+            if not isinstance(rec, dict) or not isinstance(rec.get("id"), str) or not isinstance(rec.get("question"), str):
+                raise DatasetError(f"{where}: needs string fields 'id' and 'question'")
+            if rec["id"] in seen:
+                raise DatasetError(f"{where}: duplicate id {rec['id']!r}")
+            seen.add(rec["id"])
+            if has_answers and "answer" not in rec:
+                raise DatasetError(f"{where}: dev questions need an 'answer'")
+            samples.append(Sample(id=rec["id"], question=rec["question"], answer=rec.get("answer"), raw=rec))
+        info = DatasetInfo(
+            name=self.name,
+            split=split,
+            version=version if not data_path else f"{version}+file",
+            path=str(path),
+            sha256=sha256_file(path),
+            license=self.license,
+            has_answers=has_answers,
+        )
+        return Dataset(info=info, samples=samples, metrics=list(self.metrics))

@@ -1,0 +1,33 @@
+"""User-facing errors: the CLI prints their message on one line and exits with code 2."""
+
+
+class HarnessError(Exception):
+    """Bad input or an unusable environment; the message is shown to the user as is."""
+
+
+class ConfigError(HarnessError):
+    pass
+
+
+class DatasetError(HarnessError):
+    pass
+
+
+class ModelError(HarnessError):
+    """A backend cannot be created or reached (missing key, unreachable server, bad model)."""
+
+
+class TransientModelError(Exception):
+    """A request failed in a way worth retrying (429, 5xx, timeout, dropped connection).
+
+    ``retry_after`` carries the server's Retry-After hint in seconds, when it sent one.
+    """
+
+    def __init__(self, message: str, retry_after: float | None = None, status: int | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.status = status
+
+
+class ContextOverflowError(ModelError):
+    """The prompt does not fit the model's context window. Recorded per sample, never truncated."""

@@ -1,0 +1,367 @@
+"""``anthropic/MODEL``: Anthropic's Messages API through the official ``anthropic`` SDK.
+
+The harness speaks the OpenAI chat format; it is converted here (``to_anthropic_request``):
+system messages -> ``system``; function tools -> ``{name, description, input_schema}``; assistant
+``tool_calls`` -> ``tool_use`` blocks; ``role: "tool"`` messages -> ``tool_result`` blocks in a user
+turn; a named ``tool_choice`` -> ``{"type": "tool", "name": ...}``. Consecutive turns of one role are
+merged (the API wants them alternating).
+
+Sampling: the Messages API has no ``seed`` (ignored). ``anthropic`` >= 1.0 dropped ``temperature``
+and ``top_p`` from its signature and recent models reject them, so they are sent via ``extra_body``
+and, when a model answers 400 "`temperature` ... not supported/deprecated", dropped for the rest of
+the run (recorded in ``describe()["dropped_params"]``). ``top_p`` is only sent when it is not 1.0
+(some models refuse both together).
+
+``count_tokens`` calls the API's ``/v1/messages/count_tokens`` (a user message holding the text; it
+includes a few tokens of message framing), so it needs ``ANTHROPIC_API_KEY`` and network access.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from typing import Any, Mapping
+
+from harness.errors import ModelError
+from harness.models.base import GenerationParams, ModelBackend, ModelResponse, ToolCall, Usage, register_backend
+from harness.models.openai_compat import map_api_error
+
+API_KEY_ENV = "ANTHROPIC_API_KEY"
+DEFAULT_CONTEXT = 200_000
+
+STOP_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+    "model_context_window_exceeded": "length",
+}
+
+_SAMPLING_REJECTED = re.compile(r"`?(temperature|top_p|top_k)`?[^.]*\b(deprecated|not supported|unsupported|cannot)", re.I)
+
+
+# --------------------------------------------------------------------------- conversion
+def _text_of(content: Any) -> str:
+    """OpenAI content (a string or a list of parts) -> plain text."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, Mapping):
+                if part.get("type") in (None, "text") and "text" in part:
+                    parts.append(str(part["text"]))
+            elif isinstance(part, str):
+                parts.append(part)
+        return "\n".join(parts)
+    return str(content)
+
+
+def _tool_input(arguments: Any) -> dict[str, Any]:
+    """Tool-call arguments (JSON text) -> the object Anthropic wants as ``input``."""
+    if isinstance(arguments, Mapping):
+        return dict(arguments)
+    if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
+        return {}
+    try:
+        value = json.loads(arguments)
+    except (TypeError, ValueError):
+        return {"_raw_arguments": str(arguments)}  # the model wrote invalid JSON; keep it visible
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def to_anthropic_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    out = []
+    for tool in tools or []:
+        fn = tool.get("function", tool) if tool.get("type", "function") == "function" else None
+        if fn is None:
+            continue
+        entry: dict[str, Any] = {
+            "name": fn["name"],
+            "input_schema": fn.get("parameters") or {"type": "object", "properties": {}},
+        }
+        if fn.get("description"):
+            entry["description"] = fn["description"]
+        out.append(entry)
+    return out
+
+
+def to_anthropic_tool_choice(tool_choice: Any) -> dict[str, Any] | None:
+    """OpenAI ``tool_choice`` -> Anthropic's (None: leave it to the API's default, auto)."""
+    if tool_choice is None:
+        return None
+    if isinstance(tool_choice, str):
+        return {"auto": {"type": "auto"}, "required": {"type": "any"}, "none": {"type": "none"}}.get(tool_choice)
+    if isinstance(tool_choice, Mapping):
+        if tool_choice.get("type") == "function":
+            return {"type": "tool", "name": tool_choice["function"]["name"]}
+        if tool_choice.get("type") in ("auto", "any", "tool", "none"):
+            return dict(tool_choice)  # already Anthropic's shape
+    raise ModelError(f"unsupported tool_choice for Anthropic: {tool_choice!r}")
+
+
+def to_anthropic_messages(messages: list[dict[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
+    """OpenAI chat messages -> (system text or None, Anthropic messages with content blocks)."""
+    system_parts: list[str] = []
+    out: list[dict[str, Any]] = []
+
+    def add(role: str, blocks: list[dict[str, Any]]) -> None:
+        if not blocks:
+            return
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+
+    for msg in messages:
+        role = msg.get("role")
+        if role in ("system", "developer"):
+            text = _text_of(msg.get("content"))
+            if text:
+                system_parts.append(text)
+        elif role == "user":
+            text = _text_of(msg.get("content"))
+            add("user", [{"type": "text", "text": text}] if text else [])
+        elif role == "assistant":
+            blocks: list[dict[str, Any]] = []
+            text = _text_of(msg.get("content"))
+            if text:
+                blocks.append({"type": "text", "text": text})
+            for call in msg.get("tool_calls") or []:
+                fn = call.get("function", {})
+                blocks.append(
+                    {
+                        "type": "tool_use",
+                        "id": call.get("id") or f"toolu_{uuid.uuid4().hex[:20]}",
+                        "name": fn.get("name", ""),
+                        "input": _tool_input(fn.get("arguments")),
+                    }
+                )
+            add("assistant", blocks)
+        elif role == "tool":
+            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": msg.get("tool_call_id", "")}
+            result = _text_of(msg.get("content"))
+            if result:  # an empty text is rejected; no content is fine
+                block["content"] = result
+            if msg.get("is_error"):
+                block["is_error"] = True
+            add("user", [block])
+        else:
+            raise ModelError(f"cannot convert a message with role {role!r} for Anthropic")
+    # The API wants tool results first in their user turn, before any text that follows them.
+    for m in out:
+        if m["role"] == "user" and any(b["type"] == "tool_result" for b in m["content"]):
+            m["content"].sort(key=lambda b: b["type"] != "tool_result")
+    return ("\n\n".join(system_parts) or None), out
+
+
+def to_anthropic_request(
+    model: str,
+    messages: list[dict[str, Any]],
+    params: GenerationParams,
+    tools: list[dict[str, Any]] | None = None,
+    tool_choice: Any = None,
+    dropped: set[str] | frozenset[str] = frozenset(),
+) -> dict[str, Any]:
+    """Keyword arguments for ``client.messages.create`` (``seed`` has no equivalent: ignored)."""
+    system, converted = to_anthropic_messages(messages)
+    kwargs: dict[str, Any] = {"model": model, "max_tokens": params.max_tokens, "messages": converted}
+    if system:
+        kwargs["system"] = system
+    if tools:
+        kwargs["tools"] = to_anthropic_tools(tools)
+        choice = to_anthropic_tool_choice(tool_choice)
+        if choice is not None:
+            kwargs["tool_choice"] = choice
+    extra: dict[str, Any] = {}
+    if "temperature" not in dropped:
+        extra["temperature"] = params.temperature
+    if params.top_p != 1.0 and "top_p" not in dropped:
+        extra["top_p"] = params.top_p
+    if extra:
+        kwargs["extra_body"] = extra
+    return kwargs
+
+
+def from_anthropic_message(message: Any) -> ModelResponse:
+    """An Anthropic ``Message`` (object or dict) -> ``ModelResponse``."""
+
+    def get(obj: Any, key: str, default: Any = None) -> Any:
+        return obj.get(key, default) if isinstance(obj, Mapping) else getattr(obj, key, default)
+
+    texts, calls = [], []
+    for block in get(message, "content") or []:
+        kind = get(block, "type")
+        if kind == "text":
+            texts.append(get(block, "text") or "")
+        elif kind == "tool_use":
+            calls.append(ToolCall(id=get(block, "id"), name=get(block, "name"), arguments=json.dumps(get(block, "input") or {})))
+    usage = get(message, "usage")
+    prompt = (
+        (get(usage, "input_tokens") or 0)
+        + (get(usage, "cache_creation_input_tokens") or 0)
+        + (get(usage, "cache_read_input_tokens") or 0)
+    )
+    reason = get(message, "stop_reason")
+    return ModelResponse(
+        content="".join(texts) if texts else None,
+        tool_calls=calls,
+        finish_reason=STOP_REASONS.get(reason, reason),
+        usage=Usage(prompt_tokens=prompt, completion_tokens=get(usage, "output_tokens") or 0),
+        model=get(message, "model"),
+    )
+
+
+# --------------------------------------------------------------------------- backend
+@register_backend("anthropic")
+class AnthropicBackend(ModelBackend):
+    def __init__(self, model, options):
+        super().__init__(model, options)
+        self._clients: dict[int, tuple[Any, Any]] = {}
+        self._sync_client: Any = None
+        self.dropped_params: set[str] = set()
+        self._token_cache: dict[str, int] = {}
+
+    # setup ---------------------------------------------------------------------
+    def api_key(self) -> str:
+        key = os.environ.get(API_KEY_ENV)
+        if not key:
+            raise ModelError(f"{API_KEY_ENV} is not set: export it to use anthropic/ models")
+        return key
+
+    def _sdk(self) -> Any:
+        try:
+            import anthropic
+        except ImportError:
+            raise ModelError("the anthropic backend needs the anthropic package: pip install anthropic") from None
+        return anthropic
+
+    def where(self) -> str:
+        return f"Anthropic API at {self.options.base_url}" if self.options.base_url else "Anthropic API"
+
+    def client(self) -> Any:
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        entry = self._clients.get(id(loop))
+        if entry is not None and entry[0] is loop:
+            return entry[1]
+        anthropic = self._sdk()
+        self._clients = {k: v for k, v in self._clients.items() if not v[0].is_closed()}
+        client = anthropic.AsyncAnthropic(
+            api_key=self.api_key(),
+            base_url=self.options.base_url,
+            max_retries=0,  # retries are ours
+            timeout=self.options.request_timeout,
+        )
+        self._clients[id(loop)] = (loop, client)
+        return client
+
+    async def start(self) -> None:
+        self.api_key()
+        self._sdk()
+
+    async def close(self) -> None:
+        import asyncio
+
+        clients, self._clients = self._clients, {}
+        for loop, client in clients.values():
+            try:
+                if loop is asyncio.get_running_loop():
+                    await client.close()
+            except Exception:
+                pass
+        sync, self._sync_client = self._sync_client, None
+        if sync is not None:
+            try:
+                sync.close()
+            except Exception:
+                pass
+
+    # generation ----------------------------------------------------------------
+    async def _generate(self, messages, params: GenerationParams, tools=None, tool_choice=None) -> ModelResponse:
+        anthropic = self._sdk()
+        client = self.client()
+        for _ in range(3):  # at most: drop temperature, then top_p
+            kwargs = to_anthropic_request(self.model, messages, params, tools, tool_choice, self.dropped_params)
+            try:
+                message = await client.messages.create(**kwargs)
+            except anthropic.APIError as exc:
+                rejected = self._rejected_param(exc, kwargs)
+                if rejected:
+                    self.dropped_params.add(rejected)
+                    continue
+                raise map_api_error(exc, anthropic, self.where(), self.model) from exc
+            return from_anthropic_message(message)
+        raise ModelError(f"{self.where()} rejected the sampling parameters of {self.model}")
+
+    @staticmethod
+    def _rejected_param(exc: Exception, kwargs: dict[str, Any]) -> str | None:
+        """``temperature``/``top_p`` when a 400 says the model does not take it (and we sent it)."""
+        if getattr(exc, "status_code", None) != 400:
+            return None
+        from harness.models.openai_compat import error_message
+
+        message, sent = error_message(exc), kwargs.get("extra_body", {})
+        if "top_p" in sent and "temperature" in message and "top_p" in message and "both" in message:
+            return "top_p"  # "temperature and top_p cannot both be specified": keep the temperature
+        match = _SAMPLING_REJECTED.search(message)
+        if match and match.group(1).lower() in sent:
+            return match.group(1).lower()
+        return None
+
+    # facts ---------------------------------------------------------------------
+    def context_size(self) -> int | None:
+        if self.options.context_size:
+            return self.options.context_size
+        return DEFAULT_CONTEXT if self.model.startswith("claude") else None
+
+    def count_tokens(self, text: str) -> int:
+        """Input tokens of one user message holding ``text`` (``/v1/messages/count_tokens``)."""
+        if text in self._token_cache:
+            return self._token_cache[text]
+        if not os.environ.get(API_KEY_ENV):
+            raise ModelError(
+                f"token counting for Anthropic models needs the API (no offline tokenizer): set {API_KEY_ENV}"
+            )
+        anthropic = self._sdk()
+        if self._sync_client is None:
+            self._sync_client = anthropic.Anthropic(
+                api_key=self.api_key(), base_url=self.options.base_url, max_retries=2, timeout=60.0
+            )
+        try:
+            result = self._sync_client.messages.count_tokens(
+                model=self.model, messages=[{"role": "user", "content": text or " "}]
+            )
+        except anthropic.APIError as exc:
+            err = map_api_error(exc, anthropic, self.where(), self.model)
+            raise ModelError(f"cannot count tokens: {err}") from exc
+        if len(self._token_cache) < 10_000:
+            self._token_cache[text] = result.input_tokens
+        return result.input_tokens
+
+    def tokenizer_name(self) -> str:
+        return f"anthropic-api:{self.model}"
+
+    def describe(self) -> dict[str, Any]:
+        info = super().describe()
+        info["ignored_params"] = ["seed"]
+        if self.dropped_params:
+            info["dropped_params"] = sorted(self.dropped_params)
+        return info
+
+
+__all__ = [
+    "API_KEY_ENV",
+    "AnthropicBackend",
+    "from_anthropic_message",
+    "to_anthropic_messages",
+    "to_anthropic_request",
+    "to_anthropic_tool_choice",
+    "to_anthropic_tools",
+]

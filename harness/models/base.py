@@ -1,0 +1,173 @@
+"""The model backend interface: one file per backend, registered by name prefix.
+
+A model is named ``PREFIX/REST`` (``local/smollm2``, ``openai/gpt-4o``, ``vllm/Qwen/Qwen2.5-7B``);
+the prefix picks the backend class, ``REST`` is handed to it as ``model``.
+Messages use the OpenAI chat format (role/content/tool_calls/tool_call_id) throughout; a backend
+with another wire format converts at its edge.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, Field
+
+from harness.errors import TransientModelError
+from harness.registry import Registry
+
+
+class GenerationParams(BaseModel):
+    """Decoding knobs. Greedy by default so runs are repeatable."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 512
+    seed: int | None = 0
+
+
+class BackendOptions(BaseModel):
+    """How to reach or start a backend; recorded in results (never the API key itself)."""
+
+    base_url: str | None = None
+    context_size: int | None = Field(None, description="override the context size (tokens); llama.cpp n_ctx")
+    request_timeout: float = 600.0
+    max_attempts: int = 6
+    retry_max_wait: float = 120.0
+    startup_timeout: float = 300.0
+    n_threads: int | None = None
+    server_args: list[str] = Field(default_factory=list, description="extra flags passed to a launched server")
+
+
+class ToolCall(BaseModel):
+    id: str
+    name: str
+    arguments: str  # JSON text, as the OpenAI protocol carries it
+
+
+class Usage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class ModelResponse(BaseModel):
+    content: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    finish_reason: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+    model: str | None = None
+    latency_s: float = 0.0
+    attempts: int = 1
+    cached: bool = False
+
+    def as_message(self) -> dict[str, Any]:
+        """The assistant message to append to a transcript (content "" not None with tool calls:
+        llama.cpp's server rejects null content)."""
+        msg: dict[str, Any] = {"role": "assistant", "content": self.content or ""}
+        if self.tool_calls:
+            msg["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in self.tool_calls
+            ]
+        return msg
+
+
+class ModelBackend(ABC):
+    """Subclasses implement ``_generate``; ``generate`` adds retries and timing."""
+
+    prefix: ClassVar[str]
+
+    def __init__(self, model: str, options: BackendOptions):
+        self.model = model
+        self.options = options
+
+    # lifecycle -----------------------------------------------------------------
+    async def start(self) -> None:
+        """Load the model or launch/contact the server; raise ModelError if impossible."""
+
+    async def close(self) -> None:
+        """Release the model or stop a launched server. Must be safe to call twice."""
+
+    # generation ----------------------------------------------------------------
+    @abstractmethod
+    async def _generate(
+        self,
+        messages: list[dict[str, Any]],
+        params: GenerationParams,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: Any = None,
+    ) -> ModelResponse:
+        """One request. Raise TransientModelError for failures worth retrying."""
+
+    async def generate(
+        self,
+        messages: list[dict[str, Any]],
+        params: GenerationParams,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: Any = None,
+    ) -> ModelResponse:
+        from harness.models.retry import retrying
+
+        start = time.monotonic()
+        attempts = 0
+
+        async def once() -> ModelResponse:
+            nonlocal attempts
+            attempts += 1
+            return await self._generate(messages, params, tools, tool_choice)
+
+        response = await retrying(once, self.options.max_attempts, self.options.retry_max_wait)
+        response.latency_s = time.monotonic() - start
+        response.attempts = attempts
+        return response
+
+    # facts ---------------------------------------------------------------------
+    @abstractmethod
+    def context_size(self) -> int | None:
+        """Context window in tokens, from the server or model file when known."""
+
+    @abstractmethod
+    def count_tokens(self, text: str) -> int:
+        """Tokens in ``text`` by this model's own tokenizer (or the closest documented one)."""
+
+    def tokenizer_name(self) -> str:
+        return f"{self.prefix}:{self.model}"
+
+    def cache_identity(self) -> dict[str, Any]:
+        """What distinguishes this backend's answers in the response cache (never a key)."""
+        return {"backend": self.prefix, "model": self.model, "base_url": self.options.base_url}
+
+    def describe(self) -> dict[str, Any]:
+        """Recorded in results.json."""
+        return {
+            "backend": self.prefix,
+            "model": self.model,
+            "base_url": self.options.base_url,
+            "context_size": self.context_size(),
+            "tokenizer": self.tokenizer_name(),
+        }
+
+
+BACKENDS: Registry[type[ModelBackend]] = Registry("model backend")
+
+
+def register_backend(prefix: str):
+    def decorator(cls: type[ModelBackend]) -> type[ModelBackend]:
+        cls.prefix = prefix
+        return BACKENDS.register(prefix)(cls)
+
+    return decorator
+
+
+__all__ = [
+    "BACKENDS",
+    "BackendOptions",
+    "GenerationParams",
+    "ModelBackend",
+    "ModelResponse",
+    "ToolCall",
+    "TransientModelError",
+    "Usage",
+    "register_backend",
+]

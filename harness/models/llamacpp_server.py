@@ -1,0 +1,273 @@
+"""``llamacpp-server/PATH.gguf`` (or ``llamacpp-server/smollm2``): llama-cpp-python's OpenAI-compatible
+server, launched as a child process on a free loopback port and stopped on close.
+
+The server is ``python -m llama_cpp.server`` from this interpreter (``pip install
+'llama-cpp-python[server]'``). ``n_ctx`` is ``--context-size`` when given, else the context length the
+model was trained with, read from the GGUF header (pure Python, no weights loaded). The model's own
+chat template is used unless ``--server-arg=--chat_format --server-arg=NAME`` says otherwise.
+Tokens are counted by the server itself (``POST /extras/tokenize``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import secrets
+import struct
+import sys
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import httpx
+
+from harness.errors import ModelError
+from harness.models.base import register_backend
+from harness.models.launcher import ServerLauncher
+from harness.models.openai_compat import OpenAICompatibleBackend
+
+FALLBACK_N_CTX = 4096
+
+# --------------------------------------------------------------------------- GGUF header
+_GGUF_SCALARS = {
+    0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d",
+}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+
+def _read(fh: BinaryIO, n: int) -> bytes:
+    data = fh.read(n)
+    if len(data) != n:
+        raise ValueError("truncated GGUF header")
+    return data
+
+
+def _read_string(fh: BinaryIO) -> str:
+    (length,) = struct.unpack("<Q", _read(fh, 8))
+    return _read(fh, length).decode("utf-8", errors="replace")
+
+
+def _skip_value(fh: BinaryIO, vtype: int) -> None:
+    if vtype == _GGUF_STRING:
+        (length,) = struct.unpack("<Q", _read(fh, 8))
+        fh.seek(length, os.SEEK_CUR)
+    elif vtype == _GGUF_ARRAY:
+        itype, count = struct.unpack("<IQ", _read(fh, 12))
+        if itype in _GGUF_SCALARS:
+            fh.seek(struct.calcsize(_GGUF_SCALARS[itype]) * count, os.SEEK_CUR)
+        else:
+            for _ in range(count):
+                _skip_value(fh, itype)
+    elif vtype in _GGUF_SCALARS:
+        fh.seek(struct.calcsize(_GGUF_SCALARS[vtype]), os.SEEK_CUR)
+    else:
+        raise ValueError(f"unknown GGUF value type {vtype}")
+
+
+def read_gguf_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The scalar and string key/values of a GGUF file's header (arrays are skipped).
+
+    Reads only the header, so it is fast even for large models. Raises ModelError if the file is
+    not GGUF.
+    """
+    meta: dict[str, Any] = {}
+    try:
+        with open(path, "rb") as fh:
+            if _read(fh, 4) != b"GGUF":
+                raise ModelError(f"{path} is not a GGUF model file")
+            (version,) = struct.unpack("<I", _read(fh, 4))
+            if version == 1:
+                _, kv_count = struct.unpack("<II", _read(fh, 8))
+            else:
+                _, kv_count = struct.unpack("<QQ", _read(fh, 16))
+            for _ in range(kv_count):
+                key = _read_string(fh)
+                (vtype,) = struct.unpack("<I", _read(fh, 4))
+                if vtype == _GGUF_STRING:
+                    meta[key] = _read_string(fh)
+                elif vtype in _GGUF_SCALARS:
+                    fmt = _GGUF_SCALARS[vtype]
+                    (meta[key],) = struct.unpack(fmt, _read(fh, struct.calcsize(fmt)))
+                else:
+                    _skip_value(fh, vtype)
+    except OSError as exc:
+        raise ModelError(f"cannot read model file {path}: {exc.strerror or exc}") from None
+    except (ValueError, struct.error) as exc:
+        raise ModelError(f"cannot read the GGUF header of {path}: {exc}") from None
+    return meta
+
+
+def gguf_trained_context(path: str | os.PathLike[str]) -> int | None:
+    """``<arch>.context_length`` from the GGUF header (the context the model was trained with)."""
+    meta = read_gguf_metadata(path)
+    arch = meta.get("general.architecture", "llama")
+    value = meta.get(f"{arch}.context_length")
+    return int(value) if value else None
+
+
+def resolve_model_file(model: str) -> Path:
+    """A ``.gguf`` path (resolved) or a packaged alias such as ``smollm2``."""
+    if model.endswith(".gguf") or os.sep in model or model.startswith((".", "~")):
+        path = Path(model).expanduser()
+        if not path.is_file():
+            raise ModelError(f"model file not found: {path} (llamacpp-server wants a .gguf file or 'smollm2')")
+        return path.resolve()
+    from harness.models.local import packaged_model_path
+
+    return packaged_model_path(model).resolve()
+
+
+def _flag_value(args: list[str], flag: str) -> str | None:
+    """The value given to ``flag`` (``--flag V`` or ``--flag=V``; the last one wins, as in argparse)."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+# --------------------------------------------------------------------------- backend
+@register_backend("llamacpp-server")
+class LlamaCppServerBackend(OpenAICompatibleBackend):
+    """llama-cpp-python's server, launched here. ``options.base_url`` is not used: the server is
+    always ours (use the ``vllm`` or ``openai`` backend with ``--base-url`` to attach elsewhere)."""
+
+    label = "llama.cpp server"
+
+    def __init__(self, model, options):
+        super().__init__(model, options)
+        self.path = resolve_model_file(model)
+        self.base_url = None  # set once launched
+        self.launcher: ServerLauncher | None = None
+        self._api_key = secrets.token_hex(16)  # keeps other local users off our server
+        self._n_ctx: int | None = None
+        self._tokenize_overhead: int | None = None
+        self.log_dir: Path | None = None  # set before start() to keep the server log in a run dir
+
+    # facts ---------------------------------------------------------------------
+    def n_ctx(self) -> int:
+        """The ``--n_ctx`` the server gets (explicit override, server arg, trained length, 4096)."""
+        if self._n_ctx is None:
+            from_args = _flag_value(list(self.options.server_args), "--n_ctx")
+            if from_args is not None:
+                self._n_ctx = int(from_args)
+            elif self.options.context_size:
+                self._n_ctx = int(self.options.context_size)
+            else:
+                self._n_ctx = gguf_trained_context(self.path) or FALLBACK_N_CTX
+        return self._n_ctx
+
+    def context_size(self) -> int | None:
+        return self.n_ctx()
+
+    def api_key(self) -> str:
+        return self._api_key
+
+    def request_model(self) -> str:
+        return str(self.path)
+
+    def command(self, port: int) -> list[str]:
+        argv = [
+            sys.executable, "-m", "llama_cpp.server",
+            "--model", str(self.path),
+            "--host", "127.0.0.1",
+            "--port", str(port),
+            "--n_ctx", str(self.n_ctx()),
+            "--api_key", self._api_key,
+        ]  # fmt: skip
+        if self.options.n_threads:
+            argv += ["--n_threads", str(self.options.n_threads)]
+        return argv + list(self.options.server_args)
+
+    # lifecycle -----------------------------------------------------------------
+    async def start(self) -> None:
+        if self.launcher is not None and self.launcher.running():
+            return
+        # Fail here with a clear message rather than in the child (without importing llama_cpp here).
+        missing = [m for m in ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "pydantic_settings",
+                               "starlette_context") if importlib.util.find_spec(m) is None]  # fmt: skip
+        if missing:
+            raise ModelError(
+                f"llamacpp-server needs llama-cpp-python with its server extra "
+                f"(missing: {', '.join(missing)}): pip install 'llama-cpp-python[server]'"
+            )
+        self.launcher = ServerLauncher(
+            self.command,
+            name="llama-cpp-server",
+            log_dir=self.log_dir,
+            ready_path="/v1/models",
+            startup_timeout=self.options.startup_timeout,
+            headers={"Authorization": f"Bearer {self._api_key}"},
+            unset_env=("HOST", "PORT", "CONFIG_FILE", "API_KEY", "MODEL"),
+            grace_period=10.0,
+            redact=(self._api_key,),
+        )
+        await self.launcher.start()
+        self.base_url = self.launcher.base_url
+
+    async def close(self) -> None:
+        await super().close()
+        launcher, self.launcher = self.launcher, None
+        if launcher is not None:
+            await launcher.close()
+
+    # tokens --------------------------------------------------------------------
+    def _tokenize(self, text: str) -> list[int]:
+        if self.launcher is None or not self.launcher.running():
+            raise ModelError("llamacpp-server: count_tokens needs the server; call start() first")
+        url = self.launcher.url + "/extras/tokenize"
+        try:
+            resp = httpx.post(
+                url,
+                json={"input": text},
+                headers={"Authorization": f"Bearer {self._api_key}"},
+                timeout=self.options.request_timeout,
+                trust_env=False,
+            )
+            resp.raise_for_status()
+            return list(resp.json()["tokens"])
+        except (httpx.HTTPError, KeyError, ValueError) as exc:
+            raise ModelError(f"cannot tokenize with the llama.cpp server at {url}: {exc}") from None
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` by the model's tokenizer, without the BOS/EOS the server adds."""
+        if self._tokenize_overhead is None:
+            self._tokenize_overhead = len(self._tokenize(""))
+        return max(len(self._tokenize(text)) - self._tokenize_overhead, 0)
+
+    def tokenizer_name(self) -> str:
+        return f"gguf:{self.path.name}"
+
+    def cache_identity(self) -> dict[str, Any]:
+        return {
+            "backend": self.prefix,
+            "model": str(self.path),
+            "size": self.path.stat().st_size,
+            "server_args": list(self.options.server_args),
+        }
+
+    def describe(self) -> dict[str, Any]:
+        info = super().describe()
+        info.update(
+            {
+                "model_path": str(self.path),
+                "base_url": self.base_url,
+                "server": "llama_cpp.server",
+                "n_ctx": self.n_ctx(),
+                "server_args": list(self.options.server_args),
+            }
+        )
+        if self.launcher is not None:
+            info["pid"] = self.launcher.pid
+            info["log"] = str(self.launcher.log_path) if self.launcher.log_path else None
+        try:
+            import importlib.metadata
+
+            info["llama_cpp_python"] = importlib.metadata.version("llama-cpp-python")
+        except Exception:
+            pass
+        return info
+
+
+__all__ = ["LlamaCppServerBackend", "gguf_trained_context", "read_gguf_metadata", "resolve_model_file"]

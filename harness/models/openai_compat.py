@@ -1,0 +1,314 @@
+"""Shared base for every backend that speaks the OpenAI chat-completions protocol.
+
+``OpenAICompatibleBackend`` drives the official ``openai`` SDK with its own retries turned off
+(``max_retries=0``): ``ModelBackend.generate`` retries ``TransientModelError`` itself, honouring
+the server's ``Retry-After``. SDK errors are mapped here:
+
+* 429 (except OpenAI's ``insufficient_quota``), 408, 409, 5xx, timeouts, dropped connections
+  -> ``TransientModelError`` (with ``retry_after`` from ``retry-after-ms`` / ``Retry-After``);
+* a 400/413/422 saying the prompt exceeds the context -> ``ContextOverflowError``;
+* 401/403/404/other 4xx -> ``ModelError`` with a one-line message.
+
+The SDK is imported lazily, so only the backends that use it need it installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import re
+import time
+import uuid
+from typing import Any, ClassVar, Mapping
+
+from harness.errors import ModelError, TransientModelError
+from harness.models.base import GenerationParams, ModelBackend, ModelResponse, ToolCall, Usage
+
+try:  # the runner catches this class; it lives in harness.errors
+    from harness.errors import ContextOverflowError
+except ImportError:  # pragma: no cover - older harness.errors
+
+    class ContextOverflowError(ModelError):  # type: ignore[no-redef]
+        """The prompt does not fit the model's context window."""
+
+
+_OVERFLOW_RE = re.compile(
+    r"context[ _-]?length|context window|maximum context|max_model_len|prompt is too long|"
+    r"too many tokens|exceeds? the (model'?s? )?(maximum|context)|input is too long|"
+    r"reduce the length of the (messages|prompt)",
+    re.IGNORECASE,
+)
+
+
+# --------------------------------------------------------------------------- errors
+def parse_retry_after(headers: Mapping[str, str] | None, now: float | None = None) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date)."""
+    if not headers:
+        return None
+    try:
+        ms = headers.get("retry-after-ms")
+    except Exception:  # pragma: no cover - exotic header containers
+        ms = None
+    if ms:
+        try:
+            return max(float(ms) / 1000.0, 0.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(when.timestamp() - (time.time() if now is None else now), 0.0)
+
+
+def _one_line(text: Any, limit: int = 500) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def error_message(exc: Exception) -> str:
+    """The server's own error message (``error.message`` in the body) or the exception text."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        if isinstance(inner, Mapping) and inner.get("message"):
+            return _one_line(inner["message"])
+        if isinstance(inner, str) and inner:
+            return _one_line(inner)
+        if body.get("detail"):
+            return _one_line(body["detail"])
+        if body.get("message"):
+            return _one_line(body["message"])
+    elif isinstance(body, str) and body.strip():
+        return _one_line(body)
+    return _one_line(getattr(exc, "message", None) or str(exc) or type(exc).__name__)
+
+
+def _error_code(exc: Exception) -> str | None:
+    code = getattr(exc, "code", None)
+    if isinstance(code, str):
+        return code
+    body = getattr(exc, "body", None)
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        if isinstance(inner, Mapping):
+            for key in ("code", "type"):
+                if isinstance(inner.get(key), str):
+                    return inner[key]
+    return None
+
+
+def is_context_overflow(exc: Exception) -> bool:
+    if _error_code(exc) == "context_length_exceeded":
+        return True
+    return bool(_OVERFLOW_RE.search(error_message(exc)))
+
+
+def map_api_error(exc: Exception, sdk: Any, where: str, model: str | None = None) -> Exception:
+    """Map an ``openai``/``anthropic`` SDK exception (same Stainless layout) to ours.
+
+    ``sdk`` is the SDK module; ``where`` names the server in messages (e.g. "OpenAI API at URL").
+    """
+    if isinstance(exc, sdk.APITimeoutError):
+        return TransientModelError(f"request to {where} timed out", status=None)
+    if isinstance(exc, sdk.APIConnectionError):
+        cause = exc.__cause__ or exc.__context__
+        detail = f": {_one_line(cause)}" if cause else ""
+        return TransientModelError(f"connection to {where} failed{detail}", status=None)
+    if isinstance(exc, sdk.APIStatusError):
+        status = exc.status_code
+        headers = getattr(exc.response, "headers", None)
+        msg = error_message(exc)
+        if status == 429:
+            if _error_code(exc) == "insufficient_quota":
+                return ModelError(f"{where}: quota exceeded (429 insufficient_quota): {msg}")
+            return TransientModelError(
+                f"{where} rate limited the request (429): {msg}", retry_after=parse_retry_after(headers), status=429
+            )
+        if status in (408, 409) or status >= 500:
+            return TransientModelError(
+                f"{where} answered {status}: {msg}", retry_after=parse_retry_after(headers), status=status
+            )
+        if status in (400, 413, 422) and is_context_overflow(exc):
+            return ContextOverflowError(f"prompt exceeds the context of {model or 'the model'} ({status}): {msg}")
+        if status == 401:
+            return ModelError(f"{where} rejected the API key (401): {msg}")
+        if status == 403:
+            return ModelError(f"{where} denied access (403): {msg}")
+        if status == 404:
+            return ModelError(f"{where}: model {model!r} or endpoint not found (404): {msg}")
+        return ModelError(f"{where} rejected the request ({status}): {msg}")
+    if isinstance(exc, getattr(sdk, "APIResponseValidationError", ())):
+        return ModelError(f"{where} returned a response that does not follow the API: {error_message(exc)}")
+    return ModelError(f"{where}: {type(exc).__name__}: {error_message(exc)}")
+
+
+# --------------------------------------------------------------------------- messages
+def clean_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Copies fit for any OpenAI-compatible server: ``content: ""`` (not null) on assistant
+    messages that carry tool calls (llama.cpp rejects null)."""
+    out = []
+    for msg in messages:
+        msg = dict(msg)
+        if msg.get("role") == "assistant" and msg.get("content") is None:
+            msg["content"] = ""
+        out.append(msg)
+    return out
+
+
+def _get(obj: Any, key: str, default: Any = None) -> Any:
+    if obj is None:
+        return default
+    if isinstance(obj, Mapping):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def response_from_completion(completion: Any, where: str = "server") -> ModelResponse:
+    """An OpenAI ``ChatCompletion`` (object or dict) -> ``ModelResponse``."""
+    choices = _get(completion, "choices") or []
+    if not choices:
+        # Some servers answer 200 with an error object instead of choices: worth another try.
+        err = _get(completion, "error")
+        raise TransientModelError(f"{where} returned no choices{': ' + _one_line(err) if err else ''}")
+    choice = choices[0]
+    message = _get(choice, "message")
+    calls = []
+    for call in _get(message, "tool_calls") or []:
+        fn = _get(call, "function")
+        if fn is None:  # custom (non-function) tool calls are not used by the harness
+            continue
+        arguments = _get(fn, "arguments")
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments if arguments is not None else {})
+        calls.append(
+            ToolCall(id=_get(call, "id") or f"call_{uuid.uuid4().hex[:12]}", name=_get(fn, "name") or "", arguments=arguments)
+        )
+    usage = _get(completion, "usage")
+    return ModelResponse(
+        content=_get(message, "content"),
+        tool_calls=calls,
+        finish_reason=_get(choice, "finish_reason"),
+        usage=Usage(
+            prompt_tokens=_get(usage, "prompt_tokens") or 0,
+            completion_tokens=_get(usage, "completion_tokens") or 0,
+        ),
+        model=_get(completion, "model"),
+    )
+
+
+# --------------------------------------------------------------------------- backend
+class OpenAICompatibleBackend(ModelBackend):
+    """A chat-completions backend over the ``openai`` SDK.
+
+    Subclasses set ``self.base_url`` (``http://host:port/v1``) before the first request and may
+    override ``api_key()``, ``request_model()``, ``request_kwargs()`` and ``server_label()``.
+    """
+
+    api_key_env: ClassVar[str | None] = None  # checked by api_key() when set
+    label: ClassVar[str] = "server"  # used in messages: "<label> at <url>"
+
+    def __init__(self, model, options):
+        super().__init__(model, options)
+        self.base_url: str | None = options.base_url
+        self._clients: dict[int, tuple[asyncio.AbstractEventLoop, Any]] = {}
+
+    # hooks ---------------------------------------------------------------------
+    def api_key(self) -> str:
+        """The key sent as ``Authorization: Bearer``; local servers accept anything."""
+        return "EMPTY"
+
+    def request_model(self) -> str:
+        """The ``model`` field sent to the server."""
+        return self.model
+
+    def server_label(self) -> str:
+        return f"{self.label} at {self.base_url}" if self.base_url else self.label
+
+    def request_kwargs(
+        self,
+        messages: list[dict[str, Any]],
+        params: GenerationParams,
+        tools: list[dict[str, Any]] | None,
+        tool_choice: Any,
+    ) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "model": self.request_model(),
+            "messages": clean_messages(messages),
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "max_tokens": params.max_tokens,
+        }
+        if params.seed is not None:
+            kwargs["seed"] = params.seed
+        if tools:
+            kwargs["tools"] = tools
+            if tool_choice is not None:
+                kwargs["tool_choice"] = tool_choice
+        return kwargs
+
+    # client --------------------------------------------------------------------
+    def client(self) -> Any:
+        """An ``AsyncOpenAI`` for the running event loop (an httpx client cannot cross loops)."""
+        try:
+            import openai
+        except ImportError:
+            raise ModelError(f"the {self.prefix} backend needs the openai package: pip install openai") from None
+        loop = asyncio.get_running_loop()
+        entry = self._clients.get(id(loop))
+        if entry is not None and entry[0] is loop:
+            return entry[1]
+        # Drop clients of loops that are gone (their connections died with them).
+        self._clients = {k: v for k, v in self._clients.items() if not v[0].is_closed()}
+        client = openai.AsyncOpenAI(
+            base_url=self.base_url,
+            api_key=self.api_key(),
+            max_retries=0,  # retries are ours (harness.models.retry)
+            timeout=self.options.request_timeout,
+        )
+        self._clients[id(loop)] = (loop, client)
+        return client
+
+    async def close(self) -> None:
+        clients, self._clients = self._clients, {}
+        for loop, client in clients.values():
+            try:
+                if loop is asyncio.get_running_loop():
+                    await client.close()
+            except Exception:  # closing is best effort
+                pass
+
+    # generation ----------------------------------------------------------------
+    async def _generate(self, messages, params: GenerationParams, tools=None, tool_choice=None) -> ModelResponse:
+        import openai
+
+        client = self.client()
+        kwargs = self.request_kwargs(messages, params, tools, tool_choice)
+        try:
+            completion = await client.chat.completions.create(**kwargs)
+        except openai.APIError as exc:
+            raise map_api_error(exc, openai, self.server_label(), self.model) from exc
+        return response_from_completion(completion, self.server_label())
+
+
+__all__ = [
+    "ContextOverflowError",
+    "OpenAICompatibleBackend",
+    "clean_messages",
+    "error_message",
+    "is_context_overflow",
+    "map_api_error",
+    "parse_retry_after",
+    "response_from_completion",
+]

@@ -1,0 +1,174 @@
+"""``vllm/HF_ID_OR_PATH``: a vLLM OpenAI-compatible server, launched here or attached to.
+
+With ``--base-url URL`` the harness attaches to a running server (API key from ``VLLM_API_KEY``,
+else none). Otherwise it runs ``vllm serve MODEL --host 127.0.0.1 --port P [--max-model-len N]
+--seed 0 [server args]`` through the shared launcher (needs vLLM and a GPU here).
+
+The context size is the ``max_model_len`` the server reports in ``/v1/models``; tokens are counted
+by the server's ``POST /tokenize`` (the model's own tokenizer, without special tokens).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from harness.errors import ModelError
+from harness.models.base import register_backend
+from harness.models.launcher import ServerLauncher, api_base, attach, server_root
+from harness.models.openai_compat import OpenAICompatibleBackend
+
+NOT_INSTALLED = (
+    "vLLM is not installed here: pip install vllm on a machine with a GPU, "
+    "or pass --base-url URL to attach to a running server"
+)
+
+
+def find_vllm_executable() -> str | None:
+    """``vllm`` on PATH, or next to this interpreter (a virtualenv that is not activated)."""
+    found = shutil.which("vllm")
+    if found:
+        return found
+    candidate = Path(sys.executable).parent / "vllm"
+    return str(candidate) if candidate.is_file() and os.access(candidate, os.X_OK) else None
+
+
+@register_backend("vllm")
+class VLLMBackend(OpenAICompatibleBackend):
+    label = "vLLM server"
+
+    def __init__(self, model, options):
+        super().__init__(model, options)
+        self.launcher: ServerLauncher | None = None
+        self.base_url = api_base(options.base_url) if options.base_url else None
+        self._key = os.environ.get("VLLM_API_KEY") if options.base_url else secrets.token_hex(16)
+        self._served_id: str | None = None
+        self._max_model_len: int | None = None
+        self._version: str | None = None
+        self.log_dir: Path | None = None  # set before start() to keep the server log in a run dir
+
+    # hooks ---------------------------------------------------------------------
+    def api_key(self) -> str:
+        return self._key or "EMPTY"
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._key}"} if self._key else {}
+
+    def request_model(self) -> str:
+        return self._served_id or self.model
+
+    def command(self, port: int, executable: str) -> list[str]:
+        argv = [executable, "serve", self.model, "--host", "127.0.0.1", "--port", str(port), "--api-key", self._key]
+        if self.options.context_size:
+            argv += ["--max-model-len", str(self.options.context_size)]
+        if "--seed" not in self.options.server_args:
+            argv += ["--seed", "0"]  # the engine seed, for repeatable sampling
+        return argv + list(self.options.server_args)
+
+    # lifecycle -----------------------------------------------------------------
+    async def start(self) -> None:
+        if self._served_id is not None and (self.launcher is None or self.launcher.running()):
+            return
+        if self.options.base_url:
+            url = self.options.base_url
+        else:
+            executable = find_vllm_executable()
+            if executable is None:
+                raise ModelError(NOT_INSTALLED)
+            self.launcher = ServerLauncher(
+                lambda port: self.command(port, executable),
+                name="vllm",
+                log_dir=self.log_dir,
+                ready_path="/v1/models",
+                startup_timeout=self.options.startup_timeout,
+                headers=self._headers(),
+                unset_env=("VLLM_API_KEY", "VLLM_PORT", "VLLM_HOST_IP"),
+                grace_period=30.0,  # vLLM frees GPU memory on SIGTERM; give it time
+                redact=(self._key or "",),
+            )
+            await self.launcher.start()
+            url = self.launcher.url
+            self.base_url = self.launcher.base_url
+        models = await attach(url, api_key=self._key, timeout=30.0, what="vLLM server")
+        self._pick_model(models, url)
+        self._version = await self._fetch_version(url)
+
+    def _pick_model(self, listing: dict[str, Any], url: str) -> None:
+        entries = [m for m in (listing.get("data") or []) if isinstance(m, dict)]
+        # vLLM lists the served name as ``id`` and the weights it loaded as ``root``.
+        match = next((m for m in entries if m.get("id") == self.model), None) or next(
+            (m for m in entries if m.get("root") == self.model), None
+        )
+        if match is None:
+            served = ", ".join(str(m.get("id")) for m in entries) or "nothing"
+            raise ModelError(f"the vLLM server at {url} serves {served}, not {self.model!r}; use vllm/NAME with one of those")
+        self._served_id = str(match["id"])
+        value = match.get("max_model_len")
+        self._max_model_len = int(value) if value else None
+
+    async def _fetch_version(self, url: str) -> str | None:
+        try:
+            async with httpx.AsyncClient(timeout=5.0, headers=self._headers(), trust_env=False) as client:
+                resp = await client.get(server_root(url) + "/version")
+            return resp.json().get("version") if resp.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+
+    async def close(self) -> None:
+        await super().close()
+        launcher, self.launcher = self.launcher, None
+        if launcher is not None:
+            await launcher.close()
+            self._served_id = None
+
+    # facts ---------------------------------------------------------------------
+    def context_size(self) -> int | None:
+        return self._max_model_len or self.options.context_size
+
+    def count_tokens(self, text: str) -> int:
+        if self.base_url is None or self._served_id is None:
+            raise ModelError("vllm: count_tokens needs the server; call start() first")
+        url = server_root(self.base_url) + "/tokenize"
+        try:
+            resp = httpx.post(
+                url,
+                json={"model": self._served_id, "prompt": text, "add_special_tokens": False},
+                headers=self._headers(),
+                timeout=self.options.request_timeout,
+                trust_env=False,
+            )
+            resp.raise_for_status()
+            data = resp.json()
+            return int(data["count"]) if "count" in data else len(data["tokens"])
+        except (httpx.HTTPError, KeyError, ValueError, TypeError) as exc:
+            raise ModelError(f"cannot tokenize with the vLLM server at {url}: {exc}") from None
+
+    def tokenizer_name(self) -> str:
+        return f"hf:{self.model}"
+
+    def cache_identity(self) -> dict[str, Any]:
+        identity: dict[str, Any] = {"backend": self.prefix, "model": self.model}
+        if self.options.base_url:
+            identity["base_url"] = self.options.base_url
+        else:
+            identity["server_args"] = list(self.options.server_args)
+        return identity
+
+    def describe(self) -> dict[str, Any]:
+        info = super().describe()
+        info.update({"base_url": self.base_url, "served_model": self._served_id, "vllm_version": self._version})
+        info["mode"] = "attached" if self.options.base_url else "launched"
+        if self.launcher is not None:
+            info["pid"] = self.launcher.pid
+            info["log"] = str(self.launcher.log_path) if self.launcher.log_path else None
+            info["server_args"] = list(self.options.server_args)
+        return info
+
+
+__all__ = ["NOT_INSTALLED", "VLLMBackend", "find_vllm_executable"]

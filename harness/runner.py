@@ -1,0 +1,377 @@
+"""The run loop: select samples, skip those already finished, solve the rest concurrently,
+append each finished sample as it finishes, then score and write results.json.
+
+Re-running the same command continues the run: the run directory is keyed by a hash of the
+configuration, finished samples are never re-run or duplicated, failed ones are tried again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import subprocess
+import sys
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import harness
+from agents import AgentContext, create_agent
+from harness.cache import ResponseCache
+from harness.config import RunConfig
+from harness.datasets import Dataset, Sample, load_dataset
+from harness.errors import ConfigError, ContextOverflowError, HarnessError, ModelError, TransientModelError
+from harness.models import create_backend
+from harness.records import JsonlAppender, iter_jsonl, read_json, repair_jsonl_tail, write_json_atomic
+from harness.scoring.metrics import score_answers
+
+log = logging.getLogger(__name__)
+
+SAMPLES_FILE = "samples.jsonl"
+FAILURES_FILE = "failures.jsonl"
+RESULTS_FILE = "results.json"
+CONFIG_FILE = "config.json"
+ERROR_LOG = "errors.log"
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(harness.__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    dirty = subprocess.run(["git", "status", "--porcelain"], cwd=Path(harness.__file__).parent, capture_output=True, text=True)
+    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def select_samples(dataset: Dataset, config: RunConfig) -> list[Sample]:
+    samples = dataset.samples
+    if config.sample_ids:
+        by_id = dataset.by_id()
+        unknown = [i for i in config.sample_ids if i not in by_id]
+        if unknown:
+            raise ConfigError(f"unknown sample id(s) in {dataset.info.spec()}: {', '.join(unknown[:5])}")
+        samples = [by_id[i] for i in dict.fromkeys(config.sample_ids)]
+    if config.limit:
+        samples = samples[: config.limit]
+    return samples
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:60]
+
+
+def load_finished(run_dir: Path) -> dict[str, dict[str, Any]]:
+    path = run_dir / SAMPLES_FILE
+    if not path.exists():
+        return {}
+    repair_jsonl_tail(path)
+    finished: dict[str, dict[str, Any]] = {}
+    for _, record in iter_jsonl(path, strict=False):
+        if record.get("status") == "ok" and isinstance(record.get("id"), str):
+            finished.setdefault(record["id"], record)
+    return finished
+
+
+class Run:
+    """One invocation of ``harness run`` over a run directory."""
+
+    def __init__(self, config: RunConfig, *, show_progress: bool = True):
+        self.config = config
+        self.show_progress = show_progress
+        self.dataset = load_dataset(config.dataset, config.data_path)
+        self.samples = select_samples(self.dataset, config)
+        self.agent = create_agent(config)
+        info = self.dataset.info
+        self.hash_extra = {
+            "dataset_resolved": info.spec(),
+            "dataset_sha256": info.sha256,
+            "agent_identity": self.agent.identity(),
+        }
+        self.config_hash = config.config_hash(self.hash_extra)
+        self.run_id = self.config_hash[:12]
+        if config.out:
+            self.run_dir = Path(config.out)
+        else:
+            name = f"{info.name}-{info.split}-{info.version}-{_slug(config.model)}-{config.setting}-{self.run_id}"
+            self.run_dir = Path("results") / name
+        # Constructed now (cheap: no model load, no server) so a bad model name or a missing
+        # API key is reported before anything is written.
+        self.backend = create_backend(config.model, config.backend)
+        self.invocation: dict[str, Any] = {}
+
+    # run directory ---------------------------------------------------------------
+    def _check_run_dir(self) -> dict[str, Any] | None:
+        """Refuse a directory that holds another configuration's run; return its old results."""
+        cfg_path = self.run_dir / CONFIG_FILE
+        if cfg_path.exists():
+            old = read_json(cfg_path)
+            if old.get("config_hash") != self.config_hash:
+                raise ConfigError(
+                    f"{self.run_dir} holds a run with a different configuration "
+                    f"(run {str(old.get('config_hash'))[:12]}, this one {self.run_id}); choose another --out"
+                )
+        elif (self.run_dir / SAMPLES_FILE).exists():
+            raise ConfigError(f"{self.run_dir} has samples but no {CONFIG_FILE}; choose another --out")
+        results = self.run_dir / RESULTS_FILE
+        return read_json(results) if results.exists() else None
+
+    def _claim_run_dir(self) -> None:
+        cfg_path = self.run_dir / CONFIG_FILE
+        if not cfg_path.exists():
+            write_json_atomic(
+                cfg_path,
+                {"config_hash": self.config_hash, "config": self.config.model_dump(mode="json"), **self.hash_extra},
+            )
+
+    # the loop --------------------------------------------------------------------
+    async def execute(self) -> dict[str, Any]:
+        previous = self._check_run_dir()
+        finished = load_finished(self.run_dir)
+        todo = [s for s in self.samples if s.id not in finished]
+        invocations = list((previous or {}).get("invocations", []))
+        self.invocation = {
+            "number": len(invocations) + 1,
+            "started_at": now_iso(),
+            "already_finished": len(self.samples) - len(todo),
+            "attempted": 0,
+            "finished": 0,
+            "failed": 0,
+            "model_calls": 0,
+            "cache_hits": 0,
+            "attempted_ids": [s.id for s in todo],
+        }
+        status = "complete"
+        model_info = (previous or {}).get("model")
+        failures: dict[str, dict[str, Any]] = {}
+        try:
+            if todo:
+                await self.backend.start()
+                model_info = self.backend.describe()
+            self._claim_run_dir()
+            print(
+                f"run {self.run_id}: {len(todo)} of {len(self.samples)} samples to do -> {self.run_dir}",
+                file=sys.stderr,
+            )
+            if todo:
+                await self._solve_all(todo, finished, failures)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            status = "interrupted"
+            raise
+        except BaseException:
+            status = "error"
+            raise
+        finally:
+            await self.backend.close()
+            # A run that failed before it began (no config.json yet) leaves no files behind.
+            if (self.run_dir / CONFIG_FILE).exists():
+                if status == "complete" and failures:
+                    status = "incomplete"
+                self.invocation["ended_at"] = now_iso()
+                self.invocation["status"] = status
+                invocations.append(self.invocation)
+                results = self._results(finished, failures, status, model_info, invocations, previous)
+                write_json_atomic(self.run_dir / RESULTS_FILE, results)
+        return results
+
+    async def _solve_all(self, todo, finished, failures) -> None:
+        cache = None if not self.config.cache else ResponseCache(self.config.cache_path)
+        samples_out = JsonlAppender(self.run_dir / SAMPLES_FILE)
+        failures_out = JsonlAppender(self.run_dir / FAILURES_FILE)
+        semaphore = asyncio.Semaphore(self.config.max_connections)
+        progress = _Progress(len(todo), enabled=self.show_progress)
+
+        async def one(sample: Sample) -> None:
+            async with semaphore:
+                record = await self._solve_one(sample, cache)
+            if record["status"] == "ok":
+                samples_out.append(record)
+                finished[sample.id] = record
+                progress.advance(ok=True)
+            else:
+                failures_out.append(record)
+                failures[sample.id] = record
+                progress.advance(ok=False)
+
+        try:
+            with progress:
+                tasks = [asyncio.create_task(one(s)) for s in todo]
+                try:
+                    await asyncio.gather(*tasks)
+                except BaseException:
+                    for t in tasks:
+                        t.cancel()
+                    await asyncio.gather(*tasks, return_exceptions=True)
+                    raise
+        finally:
+            samples_out.close()
+            failures_out.close()
+            if cache is not None:
+                cache.close()
+
+    async def _solve_one(self, sample: Sample, cache: ResponseCache | None) -> dict[str, Any]:
+        ctx = AgentContext(self.backend, self.config.generation, cache)
+        started = time.monotonic()
+        started_at = now_iso()
+        self.invocation["attempted"] += 1
+        error_type = error = None
+        result = None
+        try:
+            result = await asyncio.wait_for(self.agent.solve(sample, ctx), self.config.sample_timeout)
+        except asyncio.TimeoutError:
+            error_type, error = "timeout", f"no answer within {self.config.sample_timeout:g} s"
+        except ContextOverflowError as exc:
+            error_type, error = "context_overflow", str(exc)
+        except TransientModelError as exc:
+            error_type, error = "model_unavailable", f"gave up after retries: {exc}"
+        except ModelError:
+            raise  # a broken backend (bad key, server gone) fails every sample: stop the run
+        except Exception as exc:  # a bug or malformed response must not sink the whole run
+            error_type, error = "exception", f"{type(exc).__name__}: {exc}"
+            with open(self.run_dir / ERROR_LOG, "a", encoding="utf-8") as f:
+                f.write(f"--- {now_iso()} sample {sample.id}\n{traceback.format_exc()}\n")
+        finally:
+            self.invocation["model_calls"] += ctx.model_calls
+            self.invocation["cache_hits"] += ctx.cache_hits
+        common = {
+            "id": sample.id,
+            "invocation": self.invocation["number"],
+            "started_at": started_at,
+            "finished_at": now_iso(),
+            "latency_s": round(time.monotonic() - started, 3),
+            "model_calls": ctx.model_calls,
+            "cache_hits": ctx.cache_hits,
+            "usage": ctx.usage.model_dump(),
+        }
+        if error_type is not None:
+            self.invocation["failed"] += 1
+            return {**common, "status": "error", "error_type": error_type, "error": error}
+        self.invocation["finished"] += 1
+        last_finish = ctx.finish_reasons[-1] if ctx.finish_reasons else None
+        return {
+            **common,
+            "status": "ok",
+            "question": sample.question,
+            "answer": result.answer,
+            "finish_reason": last_finish,
+            # The answer hit max_tokens: kept, but flagged rather than passed off as complete.
+            "truncated_output": last_finish == "length",
+            "messages": result.messages,
+            "extra": result.extra,
+        }
+
+    # results ---------------------------------------------------------------------
+    def _results(self, finished, failures, status, model_info, invocations, previous) -> dict[str, Any]:
+        selected = self.samples
+        done = [finished[s.id] for s in selected if s.id in finished]
+        failed_now = [s.id for s in selected if s.id in failures and s.id not in finished]
+        scores = None
+        scoring_note = None
+        if self.dataset.info.has_answers:
+            answers = [{"id": r["id"], "answer": r["answer"]} for r in done]
+            scores = score_answers(self.dataset, selected, answers)
+        else:
+            scoring_note = f"{self.dataset.info.spec()} has no reference answers; export the generations to score them"
+        tokens_prompt = sum(r["usage"]["prompt_tokens"] for r in done)
+        tokens_completion = sum(r["usage"]["completion_tokens"] for r in done)
+        info = self.dataset.info
+        return {
+            "run_id": self.run_id,
+            "config_hash": self.config_hash,
+            "status": status,
+            "harness": {"version": harness.__version__, "git_commit": git_commit(), "python": sys.version.split()[0]},
+            "dataset": {
+                "name": info.name,
+                "split": info.split,
+                "version": info.version,
+                "spec": info.spec(),
+                "path": info.path,
+                "sha256": info.sha256,
+                "license": info.license,
+                "n_total": len(self.dataset.samples),
+                "n_selected": len(selected),
+            },
+            "setting": self.config.setting,
+            "agent": self.agent.describe(),
+            "model": model_info,
+            "generation": self.config.generation.model_dump(),
+            "config": self.config.model_dump(mode="json"),
+            "started_at": (previous or {}).get("started_at") or invocations[0]["started_at"],
+            "ended_at": now_iso(),
+            "counts": {
+                "selected": len(selected),
+                "finished": len(done),
+                "failed": len(failed_now),
+                "pending": len(selected) - len(done) - len(failed_now),
+                "truncated_output": sum(1 for r in done if r.get("truncated_output")),
+            },
+            "tokens": {
+                "prompt": tokens_prompt,
+                "completion": tokens_completion,
+                "total": tokens_prompt + tokens_completion,
+            },
+            "model_calls": sum(r.get("model_calls", 0) for r in done),
+            "failures": {sid: {"type": failures[sid]["error_type"], "error": failures[sid]["error"]} for sid in failed_now},
+            "sample_ids": [s.id for s in selected],
+            "invocations": invocations,
+            "scores": scores,
+            "scoring_note": scoring_note,
+            "files": {"samples": SAMPLES_FILE, "failures": FAILURES_FILE, "config": CONFIG_FILE},
+        }
+
+
+class _Progress:
+    """done/failed/ETA on stderr (rich) when it is a terminal; a final line otherwise."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.total = total
+        self.ok = 0
+        self.failed = 0
+        self.enabled = enabled and sys.stderr.isatty()
+        self._progress = None
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self._progress = Progress(
+                TextColumn("[bold]samples"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("failed {task.fields[failed]}"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+            )
+            self._progress.start()
+            self._task = self._progress.add_task("run", total=self.total, failed=0)
+        return self
+
+    def advance(self, ok: bool) -> None:
+        if ok:
+            self.ok += 1
+        else:
+            self.failed += 1
+        if self._progress is not None:
+            self._progress.update(self._task, advance=1, failed=self.failed)
+
+    def __exit__(self, *exc):
+        if self._progress is not None:
+            self._progress.stop()
+        return False

@@ -1,0 +1,169 @@
+"""FanOutQA string metrics (accuracy loose/strict, ROUGE-1/2/L), equal to fanoutqa 1.1.1.
+
+Mirrors ``fanoutqa.eval.string.answer_in_text``, ``fanoutqa.eval.utils.str_answer`` and
+``Scorer.score_accuracy`` / ``Scorer.score_rouge`` value for value, including int/float types and
+summation order, so averages are bit-identical. Speed comes from normalizing each candidate once
+(the official code re-normalizes it for every reference item) and from batched, memoized
+normalization (harness.scoring.normalize).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections import namedtuple
+from functools import lru_cache
+from typing import Any, Iterable, Iterator
+
+from harness.errors import HarnessError
+from harness.scoring.normalize import normalize, normalize_many
+
+ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
+AccuracyResult = namedtuple("AccuracyResult", "found score missing")
+
+_rouge = None
+
+
+def str_answer(ans: Any) -> str:
+    """An answer as text for ROUGE (not normalized); same as the official ``str_answer``."""
+    if isinstance(ans, list):
+        return "\n".join(map(str_answer, ans))
+    elif isinstance(ans, dict):
+        return "\n".join(f"{k} - {str_answer(v)}" for k, v in ans.items())
+    elif isinstance(ans, bool):
+        return "yes" if ans else "no"
+    elif ans is None:
+        return ""
+    return str(ans)
+
+
+def answer_in_text(reference: Any, candidate: Any) -> AccuracyResult:
+    """(found, score, missing): the share of reference strings found in the candidate.
+
+    Lists score per item, dicts per key and per value (n = 2 * len), bools as "yes"/"no",
+    primitives by a word-bounded search of the normalized reference in the normalized candidate.
+    """
+    return _answer_in(reference, normalize(candidate))
+
+
+def _answer_in(reference: Any, norm_cand: str) -> AccuracyResult:
+    if isinstance(reference, list):
+        missing = []
+        for a in reference:
+            missing.extend(_answer_in(a, norm_cand).missing)
+        n_found = len(reference) - len(missing)
+        return AccuracyResult(found=n_found == len(reference), score=n_found / len(reference), missing=missing)
+    if isinstance(reference, dict):
+        missing = []
+        for a in itertools.chain(reference.keys(), reference.values()):
+            missing.extend(_answer_in(a, norm_cand).missing)
+        n_ref = len(reference) * 2
+        n_found = n_ref - len(missing)  # nested lists can make this differ from the item count; as official
+        return AccuracyResult(found=n_found == n_ref, score=n_found / n_ref, missing=missing)
+    if isinstance(reference, bool):
+        reference = "yes" if reference else "no"
+    norm_ans = normalize(reference)
+    if not _bounded(norm_ans).search(norm_cand):
+        return AccuracyResult(found=False, score=0, missing=[norm_ans])
+    return AccuracyResult(found=True, score=1, missing=[])
+
+
+@lru_cache(maxsize=8192)
+def _bounded(norm_ans: str) -> re.Pattern:
+    # Same pattern as the official re.search; compiled once instead of thrashing re's 512-entry cache.
+    return re.compile(rf"\b{re.escape(norm_ans)}\b")
+
+
+def _primitives(reference: Any) -> Iterator[Any]:
+    """The strings _answer_in will normalize for this reference, in order."""
+    if isinstance(reference, list):
+        for a in reference:
+            yield from _primitives(a)
+    elif isinstance(reference, dict):
+        for a in itertools.chain(reference.keys(), reference.values()):
+            yield from _primitives(a)
+    elif isinstance(reference, bool):
+        yield "yes" if reference else "no"
+    else:
+        yield reference
+
+
+def _field(obj: Any, name: str) -> Any:
+    return obj[name] if isinstance(obj, dict) else getattr(obj, name)
+
+
+def _rouge_scorer():
+    global _rouge
+    if _rouge is None:
+        from rouge_score.rouge_scorer import RougeScorer
+
+        _rouge = RougeScorer(list(ROUGE_TYPES), use_stemmer=True)
+    return _rouge
+
+
+def score_fanoutqa(questions: Iterable[Any], answers: Iterable[dict], only_score_answered: bool = False) -> dict:
+    """Official FanOutQA accuracy and ROUGE for ``answers`` (``{"id", "answer"}`` dicts).
+
+    ``questions`` are dicts or objects with ``id`` and ``answer`` (the reference). Unanswered
+    questions score 0 unless ``only_score_answered``, which scores exactly the given answers
+    (as the official Scorer). Returns ``{"acc": {"loose", "strict"}, "rouge": {type: {"precision",
+    "recall", "fscore"}}, "raw": [{"question_id", "acc", "rouge"}]}`` with raw in scoring order.
+    """
+    questions, answers = list(questions), list(answers)
+    if only_score_answered:
+        refs = {_field(q, "id"): _field(q, "answer") for q in questions}
+        pairs = []
+        for a in answers:
+            if a["id"] not in refs:
+                raise HarnessError(f"answer for unknown question id {a['id']!r}")
+            pairs.append((a["id"], refs[a["id"]], a))
+        eval_len = len(answers)
+    else:
+        by_id = {a["id"]: a for a in answers}  # a repeated id: the last one wins, as official
+        pairs = [(_field(q, "id"), _field(q, "answer"), by_id.get(_field(q, "id"))) for q in questions]
+        eval_len = len(questions)
+    if not pairs:
+        raise HarnessError("no questions to score")
+    if len({qid for qid, _, _ in pairs}) != len(pairs):
+        raise HarnessError("each question id must be scored once (duplicate question or answer ids)")
+
+    # Warm the memo in one nlp.pipe batch; the loops below then only hit the cache.
+    normalize_many(
+        itertools.chain.from_iterable(
+            itertools.chain(_primitives(ref), [a["answer"]]) for _, ref, a in pairs if a is not None
+        )
+    )
+
+    rouge = _rouge_scorer()
+    accs, rouges, raw = [], [], []
+    n_perfect = 0
+    for qid, ref, a in pairs:
+        if a is None:
+            acc, parts = 0, {k: (0, 0, 0) for k in ROUGE_TYPES}
+        else:
+            result = answer_in_text(ref, a["answer"])
+            acc = result.score  # int 0/1 for primitives, float for containers, as official
+            if result.found:
+                n_perfect += 1
+            scores = rouge.score(str_answer(ref), str_answer(a["answer"]))
+            parts = {k: (s.precision, s.recall, s.fmeasure) for k, s in scores.items()}
+        accs.append(acc)
+        rouges.append(parts)
+        raw.append({
+            "question_id": qid,
+            "acc": float(acc),
+            "rouge": {k: {"precision": float(p), "recall": float(r), "fscore": float(f)} for k, (p, r, f) in parts.items()},
+        })
+
+    # Same left-to-right sums over the same int/float values as the official code.
+    return {
+        "acc": {"loose": sum(accs) / eval_len, "strict": n_perfect / eval_len},
+        "rouge": {
+            k: {
+                name: sum(parts[k][i] for parts in rouges) / eval_len
+                for i, name in enumerate(("precision", "recall", "fscore"))
+            }
+            for k in ROUGE_TYPES
+        },
+        "raw": raw,
+    }

@@ -1,0 +1,83 @@
+"""Metric registry. A metric is one function registered by name that scores saved answers
+against a dataset's references with no model call, and returns keys to merge into the official
+score shape: aggregates at the top level, per-question values under ``raw``."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from harness.datasets.base import Dataset, Sample
+from harness.errors import HarnessError
+from harness.registry import Registry
+
+# fn(questions, answers, only_score_answered) -> {"aggregate": {...}, "raw": {qid: {...}}, "info": {...}}
+MetricFn = Callable[[list[Sample], list[dict[str, Any]], bool], dict[str, Any]]
+METRICS: Registry[MetricFn] = Registry("metric")
+
+
+@METRICS.register("fanoutqa-string")
+def fanoutqa_string(questions: list[Sample], answers: list[dict[str, Any]], only_answered: bool) -> dict[str, Any]:
+    """FanOutQA loose/strict string accuracy and ROUGE-1/2/L, equal to fanoutqa 1.1.1."""
+    import rouge_score
+
+    from harness.scoring.fanoutqa_metrics import score_fanoutqa
+    from harness.scoring.normalize import normalizer_info
+
+    refs = [{"id": q.id, "answer": q.answer} for q in questions]
+    scores = score_fanoutqa(refs, answers, only_score_answered=only_answered)
+    raw = {r["question_id"]: {k: v for k, v in r.items() if k != "question_id"} for r in scores["raw"]}
+    info = {
+        "normalizer": normalizer_info(),
+        "rouge_score": getattr(rouge_score, "__version__", None) or _dist_version("rouge-score"),
+        "rouge_stemmer": True,
+        "reference": "fanoutqa==1.1.1 eval.scorer (acc, rouge)",
+    }
+    return {"aggregate": {"acc": scores["acc"], "rouge": scores["rouge"]}, "raw": raw, "info": info}
+
+
+def _dist_version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def score_answers(
+    dataset: Dataset,
+    questions: list[Sample],
+    answers: list[dict[str, Any]],
+    metrics: list[str] | None = None,
+    only_answered: bool = False,
+) -> dict[str, Any]:
+    """Score ``answers`` ({"id", "answer"}) on ``questions``; unanswered questions count 0
+    unless ``only_answered`` (mirrors the official Scorer's ``only_score_answered``)."""
+    if not dataset.info.has_answers:
+        raise HarnessError(f"{dataset.info.spec()} has no reference answers; it cannot be scored here")
+    names = metrics or dataset.metrics
+    out: dict[str, Any] = {}
+    raw: dict[str, dict[str, Any]] = {}
+    info: dict[str, Any] = {}
+    for name in names:
+        result = METRICS.get(name)(questions, answers, only_answered)
+        out.update(result["aggregate"])
+        for qid, values in result["raw"].items():
+            raw.setdefault(qid, {}).update(values)
+        info[name] = result.get("info", {})
+    if only_answered:  # the official scorer walks the answers in their order
+        known = {q.id for q in questions}
+        order = [a["id"] for a in answers if a["id"] in known]
+    else:
+        order = [q.id for q in questions]
+    out["raw"] = [{"question_id": qid, **raw.get(qid, {})} for qid in order]
+    out["meta"] = {
+        "metrics": names,
+        "n_questions": len(order),
+        "n_answered": sum(1 for a in answers if a.get("answer") is not None),
+        "only_score_answered": only_answered,
+        "dataset": dataset.info.spec(),
+        "dataset_sha256": dataset.info.sha256,
+        "metric_info": info,
+    }
+    return out

@@ -1,0 +1,118 @@
+"""End to end on the real embedded model (SmolLM2-135M GGUF in process) on real FanOutQA questions."""
+
+import json
+
+from conftest import run_harness
+
+from harness.datasets import load_dataset
+from harness.scoring.fanoutqa_metrics import score_fanoutqa
+
+# FanOutQA's closed-book prompt, as in the paper (appendix H.4) and its benchmark code.
+PAPER_PROMPT = (
+    "Answer the following question, and output only your answer. If the answer is a list, output one on"
+    " each line. Current date: 11-20-2023.\n\n[Question]: {question}"
+)
+
+
+def read_samples(run_dir):
+    return [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+
+
+def test_closed_book_run_real_model(tmp_path):
+    out = tmp_path / "run"
+    proc = run_harness("run", "--limit", "3", "--out", str(out), "--max-tokens", "48")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+    samples = read_samples(out)
+    dataset = load_dataset("fanoutqa:dev@nov23")
+    assert [s["id"] for s in samples] == [q.id for q in dataset.samples[:3]]
+    for sample, question in zip(samples, dataset.samples[:3]):
+        user, assistant = sample["messages"]
+        assert user == {"role": "user", "content": PAPER_PROMPT.format(question=question.question)}
+        assert assistant["role"] == "assistant" and assistant["content"] == sample["answer"]
+        assert sample["answer"].strip(), "the real model produced no text"
+        assert sample["usage"]["prompt_tokens"] > 20 and 0 < sample["usage"]["completion_tokens"] <= 48
+        assert sample["model_calls"] == 1
+        assert sample["truncated_output"] == (sample["finish_reason"] == "length")
+
+    results = json.loads((out / "results.json").read_text())
+    assert results["status"] == "complete"
+    assert results["dataset"]["version"] == "nov23"
+    assert results["dataset"]["sha256"] == dataset.info.sha256
+    assert results["model"]["backend"] == "local" and results["model"]["context_size"] == 8192
+    assert results["generation"]["temperature"] == 0.0
+    assert len(results["agent"]["prompt_sha256"]) == 64
+    assert results["counts"] == {"selected": 3, "finished": 3, "failed": 0, "pending": 0,
+                                 "truncated_output": sum(s["truncated_output"] for s in samples)}
+    assert results["tokens"]["completion"] == sum(s["usage"]["completion_tokens"] for s in samples)
+    # The run's scores are the official-shape scores of exactly these answers.
+    expected = score_fanoutqa(
+        [{"id": q.id, "answer": q.answer} for q in dataset.samples[:3]],
+        [{"id": s["id"], "answer": s["answer"]} for s in samples],
+    )
+    assert results["scores"]["acc"] == expected["acc"]
+    assert results["scores"]["rouge"] == expected["rouge"]
+    assert [r["question_id"] for r in results["scores"]["raw"]] == [q.id for q in dataset.samples[:3]]
+    assert results["scores"]["meta"]["metric_info"]["fanoutqa-string"]["normalizer"]["model_version"]
+
+
+def test_rescore_run_and_score_generations_file(tmp_path):
+    out = tmp_path / "run"
+    assert run_harness("run", "--limit", "2", "--out", str(out), "--max-tokens", "16").returncode == 0
+    before = json.loads((out / "results.json").read_text())["scores"]
+
+    proc = run_harness("score", str(out))
+    assert proc.returncode == 0, proc.stderr
+    after = json.loads((out / "results.json").read_text())["scores"]
+    assert after["acc"] == before["acc"] and after["rouge"] == before["rouge"]
+
+    # The official submission format: answers for 2 questions, the other 308 count as 0.
+    gens = tmp_path / "gens.jsonl"
+    dataset = load_dataset("fanoutqa:dev@2026")
+    q0, q1 = dataset.samples[:2]
+    gens.write_text(json.dumps({"id": q0.id, "answer": str(q0.answer)}) + "\n" + json.dumps({"id": q1.id, "answer": "no idea"}) + "\n")
+    proc = run_harness("score", "--dataset", "fanoutqa:dev@2026", "--generations", str(gens), "--out", str(tmp_path / "s.json"))
+    assert proc.returncode == 0, proc.stderr
+    scores = json.loads((tmp_path / "s.json").read_text())
+    assert len(scores["raw"]) == 310
+    assert scores["meta"]["dataset"] == "fanoutqa:dev@2026"
+    assert scores["raw"][1]["acc"] == 0 and scores["raw"][2]["acc"] == 0
+    assert scores["acc"]["loose"] == scores["raw"][0]["acc"] / 310
+
+
+def test_closed_book_through_llamacpp_server_openai_protocol(tmp_path):
+    """The OpenAI-protocol path for real: llama.cpp's server launched as a child, the openai client."""
+    out = tmp_path / "run"
+    proc = run_harness("run", "--model", "llamacpp-server/smollm2", "--limit", "3", "--out", str(out),
+                       "--max-tokens", "48", "--max-connections", "2")
+    assert proc.returncode == 0, proc.stderr
+    samples = read_samples(out)
+    dataset = load_dataset("fanoutqa:dev")
+    assert sorted(s["id"] for s in samples) == sorted(q.id for q in dataset.samples[:3])
+    by_id = dataset.by_id()
+    for sample in samples:
+        assert sample["messages"][0]["content"] == PAPER_PROMPT.format(question=by_id[sample["id"]].question)
+        assert sample["messages"][1]["content"] == sample["answer"] and sample["answer"].strip()
+        assert 0 < sample["usage"]["completion_tokens"] <= 48
+    results = json.loads((out / "results.json").read_text())
+    assert results["model"]["backend"] == "llamacpp-server"
+    assert results["model"]["context_size"] == 8192
+    assert results["model"]["base_url"].startswith("http://127.0.0.1:")
+    assert results["scores"]["raw"] and results["counts"]["finished"] == 3
+
+
+def test_response_cache_answers_a_repeat_run(tmp_path):
+    first = tmp_path / "a"
+    second = tmp_path / "b"
+    args = ["run", "--limit", "2", "--max-tokens", "24"]
+    assert run_harness(*args, "--out", str(first)).returncode == 0
+    assert run_harness(*args, "--out", str(second)).returncode == 0
+    a, b = read_samples(first), read_samples(second)
+    assert [s["answer"] for s in a] == [s["answer"] for s in b]
+    assert all(s["model_calls"] == 0 and s["cache_hits"] == 1 for s in b)
+    results = json.loads((second / "results.json").read_text())
+    assert results["invocations"][0]["model_calls"] == 0
+    # the cache lives outside the run and holds no secrets
+    cache_files = list((tmp_path / "cache").glob("responses.sqlite*"))
+    assert cache_files

