@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError
-from harness.scoring import answer_in_text, normalize, normalize_many, normalizer_info, score_fanoutqa, str_answer
+from harness.scoring import answer_in_text, score_fanoutqa, str_answer
+from harness.scoring.normalize import normalize, normalize_many, normalizer_info
 
 norm_mod = importlib.import_module("harness.scoring.normalize")  # the package attribute is the function
 
