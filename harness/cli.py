@@ -30,13 +30,21 @@ def _run_parser(sub) -> None:
         argument_default=argparse.SUPPRESS,
     )
     g = p.add_argument_group("what to run")
-    g.add_argument("--model", help="PREFIX/NAME: local/smollm2 (default), local/PATH.gguf, llamacpp-server/PATH.gguf, "
-                   "vllm/HF_ID, openai/MODEL, anthropic/MODEL")
+    g.add_argument(
+        "--model",
+        help="PREFIX/NAME: local/smollm2 (default), local/PATH.gguf, llamacpp-server/PATH.gguf, "
+        "vllm/HF_ID, openai/MODEL, anthropic/MODEL",
+    )
     g.add_argument("--setting", help="closed-book (default)")
     g.add_argument("--agent", help="strategy name; default: the setting's own")
-    g.add_argument("--dataset", help="NAME[:SPLIT][@VERSION]; default fanoutqa:dev (version nov23: the answers "
-                   "every published score used; @2026 for the corrected answers)")
-    g.add_argument("--data-path", help="read the dataset from this file (its official format) instead of the vendored copy")
+    g.add_argument(
+        "--dataset",
+        help="NAME[:SPLIT][@VERSION]; default fanoutqa:dev (version nov23: the answers "
+        "every published score used; @2026 for the corrected answers)",
+    )
+    g.add_argument(
+        "--data-path", help="read the dataset from this file (its official format) instead of the vendored copy"
+    )
     g.add_argument("--limit", type=int, help="only the first N samples (after --sample-id)")
     g.add_argument("--sample-id", dest="sample_ids", help="comma-separated sample ids to run")
     g.add_argument("--out", help="run directory (default: results/<dataset>-<model>-<setting>-<config hash>)")
@@ -50,12 +58,22 @@ def _run_parser(sub) -> None:
     g.add_argument("--max-tokens", type=int, help="answer length limit in tokens (default 512)")
     g.add_argument("--seed", type=int, help="default 0")
     g = p.add_argument_group("backend")
-    g.add_argument("--base-url", help="OpenAI-compatible server to talk to (openai/, vllm/: attach instead of launching)")
-    g.add_argument("--context-size", type=int, help="context window in tokens (llama.cpp n_ctx, vLLM --max-model-len); "
-                   "default: what the model file or server reports")
+    g.add_argument(
+        "--base-url", help="OpenAI-compatible server to talk to (openai/, vllm/: attach instead of launching)"
+    )
+    g.add_argument(
+        "--context-size",
+        type=int,
+        help="context window in tokens (llama.cpp n_ctx, vLLM --max-model-len); "
+        "default: what the model file or server reports",
+    )
     g.add_argument("--n-threads", type=int, help="CPU threads for llama.cpp (default: all cores)")
-    g.add_argument("--server-arg", dest="server_args", action="append", help="extra flag for a launched server "
-                   "(repeat; e.g. --server-arg=--gpu-memory-utilization=0.8)")
+    g.add_argument(
+        "--server-arg",
+        dest="server_args",
+        action="append",
+        help="extra flag for a launched server (repeat; e.g. --server-arg=--gpu-memory-utilization=0.8)",
+    )
     g = p.add_argument_group("runner")
     g.add_argument("--max-connections", type=int, help="samples in flight at once (default 4)")
     g.add_argument("--request-timeout", type=float, help="seconds per model request (default 600)")
@@ -192,22 +210,35 @@ def cmd_score(args: argparse.Namespace) -> int:
         known = dataset.by_id()
         unknown = [a["id"] for a in answers if a["id"] not in known]
         if unknown:
-            print(f"warning: {len(unknown)} id(s) not in {dataset.info.spec()} ignored (e.g. {unknown[0]})", file=sys.stderr)
+            print(
+                f"warning: {len(unknown)} id(s) not in {dataset.info.spec()} ignored (e.g. {unknown[0]})",
+                file=sys.stderr,
+            )
         scores = score_answers(dataset, dataset.samples, answers, metrics, args.only_answered)
     if args.out:
         write_json_atomic(args.out, scores)
         print(f"wrote {args.out}", file=sys.stderr)
     else:
         print(json.dumps(scores, indent=2))
-    _print_summary({"counts": {"finished": scores["meta"]["n_answered"], "selected": scores["meta"]["n_questions"],
-                               "failed": 0}, "scores": scores})
+    _print_summary(
+        {
+            "counts": {
+                "finished": scores["meta"]["n_answered"],
+                "selected": scores["meta"]["n_questions"],
+                "failed": 0,
+            },
+            "scores": scores,
+        }
+    )
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     if not args.command:
         parser.print_help()
         return EXIT_BAD_INPUT

@@ -23,9 +23,20 @@ from agents import AgentContext, create_agent
 from harness.cache import ResponseCache
 from harness.config import RunConfig
 from harness.datasets import Dataset, Sample, load_dataset
-from harness.errors import ConfigError, ContextOverflowError, HarnessError, ModelError, TransientModelError
+from harness.errors import (
+    ConfigError,
+    ContextOverflowError,
+    ModelError,
+    TransientModelError,
+)
 from harness.models import create_backend
-from harness.records import JsonlAppender, iter_jsonl, read_json, repair_jsonl_tail, write_json_atomic
+from harness.records import (
+    JsonlAppender,
+    iter_jsonl,
+    read_json,
+    repair_jsonl_tail,
+    write_json_atomic,
+)
 from harness.scoring.metrics import score_answers
 
 log = logging.getLogger(__name__)
@@ -54,7 +65,9 @@ def git_commit() -> str | None:
         return None
     if out.returncode != 0:
         return None
-    dirty = subprocess.run(["git", "status", "--porcelain"], cwd=Path(harness.__file__).parent, capture_output=True, text=True)
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain"], cwd=Path(harness.__file__).parent, capture_output=True, text=True
+    )
     return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
@@ -325,7 +338,9 @@ class Run:
                 "total": tokens_prompt + tokens_completion,
             },
             "model_calls": sum(r.get("model_calls", 0) for r in done),
-            "failures": {sid: {"type": failures[sid]["error_type"], "error": failures[sid]["error"]} for sid in failed_now},
+            "failures": {
+                sid: {"type": failures[sid]["error_type"], "error": failures[sid]["error"]} for sid in failed_now
+            },
             "sample_ids": [s.id for s in selected],
             "invocations": invocations,
             "scores": scores,
@@ -347,7 +362,14 @@ class _Progress:
     def __enter__(self):
         if self.enabled:
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
             self._progress = Progress(
                 TextColumn("[bold]samples"),

@@ -283,7 +283,9 @@ def test_anthropic_against_fake_api(monkeypatch):
         return 200, {}, anthropic_message("Paris")
 
     with FakeServer(handler) as server:
-        backend = create_backend("anthropic/claude-x", BackendOptions(base_url=server.url, max_attempts=3, retry_max_wait=0.1))
+        backend = create_backend(
+            "anthropic/claude-x", BackendOptions(base_url=server.url, max_attempts=3, retry_max_wait=0.1)
+        )
 
         async def go():
             await backend.start()
@@ -310,7 +312,9 @@ def test_anthropic_auth_error_is_not_retried(monkeypatch):
         return 401, {}, {"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}}
 
     with FakeServer(handler) as server:
-        backend = create_backend("anthropic/claude-x", BackendOptions(base_url=server.url, max_attempts=4, retry_max_wait=0.1))
+        backend = create_backend(
+            "anthropic/claude-x", BackendOptions(base_url=server.url, max_attempts=4, retry_max_wait=0.1)
+        )
         with pytest.raises(ModelError, match="401.*invalid x-api-key"):
             asyncio.run(backend.generate([{"role": "user", "content": "hi"}], GenerationParams()))
     assert len(server.requests) == 1
@@ -343,7 +347,18 @@ def vllm_handler(method, path, headers, body):
     if path == "/v1/chat/completions":
         choice = {"index": 0, "message": {"role": "assistant", "content": "Paris"}, "finish_reason": "stop"}
         usage = {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}
-        return 200, {}, {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"], "choices": [choice], "usage": usage}
+        return (
+            200,
+            {},
+            {
+                "id": "c",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [choice],
+                "usage": usage,
+            },
+        )
     return 404, {}, {"error": {"message": "not found"}}
 
 

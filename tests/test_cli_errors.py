@@ -41,8 +41,17 @@ def test_bad_run_arguments(tmp_path, args, needles):
 
 def test_unreachable_server(tmp_path):
     proc = run_harness(
-        "run", "--limit", "1", "--out", str(tmp_path / "run"), "--model", "openai/gpt-4o",
-        "--base-url", "http://127.0.0.1:9/v1", "--max-attempts", "1",
+        "run",
+        "--limit",
+        "1",
+        "--out",
+        str(tmp_path / "run"),
+        "--model",
+        "openai/gpt-4o",
+        "--base-url",
+        "http://127.0.0.1:9/v1",
+        "--max-attempts",
+        "1",
         env={"OPENAI_API_KEY": "sk-test-not-real"},
     )
     assert proc.returncode != 0
@@ -56,7 +65,9 @@ def test_unreachable_server(tmp_path):
 def test_malformed_generations_names_the_line(tmp_path):
     gens = tmp_path / "gens.jsonl"
     gens.write_text('{"id": "7dcbbbdc7f1120cd", "answer": "x"}\n{"id": oops}\n')
-    proc = run_harness("score", "--dataset", "fanoutqa:dev", "--generations", str(gens), "--out", str(tmp_path / "s.json"))
+    proc = run_harness(
+        "score", "--dataset", "fanoutqa:dev", "--generations", str(gens), "--out", str(tmp_path / "s.json")
+    )
     assert_clean_error(proc, f"{gens}:2", "not valid JSON")
     assert not (tmp_path / "s.json").exists()
 
@@ -93,7 +104,21 @@ def test_out_dir_of_another_configuration_is_refused(tmp_path):
 def test_help_explains_every_option():
     proc = run_harness("run", "--help")
     assert proc.returncode == 0
-    for flag in ("--model", "--setting", "--dataset", "--limit", "--sample-id", "--max-connections", "--config",
-                 "--out", "--current-date", "--temperature", "--seed", "--max-tokens", "--base-url", "--no-cache"):
+    for flag in (
+        "--model",
+        "--setting",
+        "--dataset",
+        "--limit",
+        "--sample-id",
+        "--max-connections",
+        "--config",
+        "--out",
+        "--current-date",
+        "--temperature",
+        "--seed",
+        "--max-tokens",
+        "--base-url",
+        "--no-cache",
+    ):
         assert flag in proc.stdout
     assert "--generations" in run_harness("score", "--help").stdout

@@ -43,8 +43,13 @@ def test_closed_book_run_real_model(tmp_path):
     assert results["model"]["backend"] == "local" and results["model"]["context_size"] == 8192
     assert results["generation"]["temperature"] == 0.0
     assert len(results["agent"]["prompt_sha256"]) == 64
-    assert results["counts"] == {"selected": 3, "finished": 3, "failed": 0, "pending": 0,
-                                 "truncated_output": sum(s["truncated_output"] for s in samples)}
+    assert results["counts"] == {
+        "selected": 3,
+        "finished": 3,
+        "failed": 0,
+        "pending": 0,
+        "truncated_output": sum(s["truncated_output"] for s in samples),
+    }
     assert results["tokens"]["completion"] == sum(s["usage"]["completion_tokens"] for s in samples)
     # The run's scores are the official-shape scores of exactly these answers.
     expected = score_fanoutqa(
@@ -71,8 +76,15 @@ def test_rescore_run_and_score_generations_file(tmp_path):
     gens = tmp_path / "gens.jsonl"
     dataset = load_dataset("fanoutqa:dev@2026")
     q0, q1 = dataset.samples[:2]
-    gens.write_text(json.dumps({"id": q0.id, "answer": str(q0.answer)}) + "\n" + json.dumps({"id": q1.id, "answer": "no idea"}) + "\n")
-    proc = run_harness("score", "--dataset", "fanoutqa:dev@2026", "--generations", str(gens), "--out", str(tmp_path / "s.json"))
+    gens.write_text(
+        json.dumps({"id": q0.id, "answer": str(q0.answer)})
+        + "\n"
+        + json.dumps({"id": q1.id, "answer": "no idea"})
+        + "\n"
+    )
+    proc = run_harness(
+        "score", "--dataset", "fanoutqa:dev@2026", "--generations", str(gens), "--out", str(tmp_path / "s.json")
+    )
     assert proc.returncode == 0, proc.stderr
     scores = json.loads((tmp_path / "s.json").read_text())
     assert len(scores["raw"]) == 310
@@ -84,8 +96,19 @@ def test_rescore_run_and_score_generations_file(tmp_path):
 def test_closed_book_through_llamacpp_server_openai_protocol(tmp_path):
     """The OpenAI-protocol path for real: llama.cpp's server launched as a child, the openai client."""
     out = tmp_path / "run"
-    proc = run_harness("run", "--model", "llamacpp-server/smollm2", "--limit", "3", "--out", str(out),
-                       "--max-tokens", "48", "--max-connections", "2")
+    proc = run_harness(
+        "run",
+        "--model",
+        "llamacpp-server/smollm2",
+        "--limit",
+        "3",
+        "--out",
+        str(out),
+        "--max-tokens",
+        "48",
+        "--max-connections",
+        "2",
+    )
     assert proc.returncode == 0, proc.stderr
     samples = read_samples(out)
     dataset = load_dataset("fanoutqa:dev")

@@ -20,8 +20,14 @@ def test_yaml_then_flags_override(tmp_path):
 def test_hash_ignores_operational_knobs_only():
     base = build_config({})
     assert base.config_hash() == build_config({"limit": 5, "max_connections": 9, "out": "x"}).config_hash()
-    for knob in ({"max_tokens": 9}, {"current_date": "x"}, {"model": "local/x.gguf"}, {"temperature": 0.5},
-                 {"context_size": 4096}, {"dataset": "fanoutqa:dev@2026"}):
+    for knob in (
+        {"max_tokens": 9},
+        {"current_date": "x"},
+        {"model": "local/x.gguf"},
+        {"temperature": 0.5},
+        {"context_size": 4096},
+        {"dataset": "fanoutqa:dev@2026"},
+    ):
         assert build_config(knob).config_hash() != base.config_hash(), knob
 
 

@@ -19,7 +19,19 @@ def wait_for_lines(path, n, proc, timeout=300):
 
 
 def start_run(out, *extra):
-    args = ["run", "--limit", "5", "--out", str(out), "--max-connections", "1", "--max-tokens", "96", "--no-cache", *extra]
+    args = [
+        "run",
+        "--limit",
+        "5",
+        "--out",
+        str(out),
+        "--max-connections",
+        "1",
+        "--max-tokens",
+        "96",
+        "--no-cache",
+        *extra,
+    ]
     return subprocess.Popen(harness_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -34,7 +46,9 @@ def test_kill_then_rerun_continues_without_duplicates(tmp_path):
     first_ids = [json.loads(line)["id"] for line in first_lines]
     assert 1 <= len(first_ids) < 5
 
-    rerun = run_harness("run", "--limit", "5", "--out", str(out), "--max-connections", "1", "--max-tokens", "96", "--no-cache")
+    rerun = run_harness(
+        "run", "--limit", "5", "--out", str(out), "--max-connections", "1", "--max-tokens", "96", "--no-cache"
+    )
     assert rerun.returncode == 0, rerun.stderr
     lines = samples_path.read_bytes().splitlines()
     ids = [json.loads(line)["id"] for line in lines]
@@ -50,7 +64,9 @@ def test_kill_then_rerun_continues_without_duplicates(tmp_path):
     assert results["counts"]["finished"] == 5 and results["status"] == "complete"
 
     # A third run has nothing to do and calls no model.
-    again = run_harness("run", "--limit", "5", "--out", str(out), "--max-connections", "1", "--max-tokens", "96", "--no-cache")
+    again = run_harness(
+        "run", "--limit", "5", "--out", str(out), "--max-connections", "1", "--max-tokens", "96", "--no-cache"
+    )
     assert again.returncode == 0
     results = json.loads((out / "results.json").read_text())
     assert results["invocations"][-1]["model_calls"] == 0
@@ -72,7 +88,9 @@ def test_sigterm_writes_interrupted_results_and_resumes(tmp_path):
     assert done >= 1
 
     # Extending the run (a larger --limit) continues the same run directory.
-    rerun = run_harness("run", "--limit", "6", "--out", str(out), "--max-connections", "1", "--max-tokens", "96", "--no-cache")
+    rerun = run_harness(
+        "run", "--limit", "6", "--out", str(out), "--max-connections", "1", "--max-tokens", "96", "--no-cache"
+    )
     assert rerun.returncode == 0, rerun.stderr
     results = json.loads((out / "results.json").read_text())
     assert results["counts"]["finished"] == 6

@@ -100,7 +100,9 @@ def test_429_then_500_then_success_honours_retry_after(monkeypatch):
         (200, {}, completion("Paris")),
     ]
     with ScriptedServer(script) as server:
-        backend = create_backend("openai/test-model", BackendOptions(base_url=server.url, max_attempts=5, retry_max_wait=5))
+        backend = create_backend(
+            "openai/test-model", BackendOptions(base_url=server.url, max_attempts=5, retry_max_wait=5)
+        )
         response = generate(backend, max_tokens=8)
     assert response.content == "Paris"
     assert response.finish_reason == "stop"
@@ -117,7 +119,9 @@ def test_429_then_500_then_success_honours_retry_after(monkeypatch):
 def test_always_500_gives_up_after_max_attempts(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     with ScriptedServer([(500, {}, error(500, "boom"))]) as server:
-        backend = create_backend("openai/test-model", BackendOptions(base_url=server.url, max_attempts=3, retry_max_wait=0.1))
+        backend = create_backend(
+            "openai/test-model", BackendOptions(base_url=server.url, max_attempts=3, retry_max_wait=0.1)
+        )
         with pytest.raises(TransientModelError) as info:
             generate(backend)
     assert info.value.status == 500
@@ -128,7 +132,9 @@ def test_always_500_gives_up_after_max_attempts(monkeypatch):
 def test_401_is_not_retried(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-wrong")
     with ScriptedServer([(401, {}, error(401, "Incorrect API key provided", "invalid_api_key"))]) as server:
-        backend = create_backend("openai/test-model", BackendOptions(base_url=server.url, max_attempts=5, retry_max_wait=0.1))
+        backend = create_backend(
+            "openai/test-model", BackendOptions(base_url=server.url, max_attempts=5, retry_max_wait=0.1)
+        )
         with pytest.raises(ModelError) as info:
             generate(backend)
     assert not isinstance(info.value, TransientModelError)
@@ -141,7 +147,9 @@ def test_context_overflow_is_a_model_error_not_retried(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     msg = "This model's maximum context length is 2048 tokens. However, you requested 4000 tokens."
     with ScriptedServer([(400, {}, error(400, msg, "context_length_exceeded"))]) as server:
-        backend = create_backend("openai/test-model", BackendOptions(base_url=server.url, max_attempts=5, retry_max_wait=0.1))
+        backend = create_backend(
+            "openai/test-model", BackendOptions(base_url=server.url, max_attempts=5, retry_max_wait=0.1)
+        )
         with pytest.raises(ContextOverflowError, match="maximum context length"):
             generate(backend)
     assert server.requests == 1
@@ -150,7 +158,9 @@ def test_context_overflow_is_a_model_error_not_retried(monkeypatch):
 def test_insufficient_quota_429_is_not_retried(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     with ScriptedServer([(429, {}, error(429, "You exceeded your current quota", "insufficient_quota"))]) as server:
-        backend = create_backend("openai/test-model", BackendOptions(base_url=server.url, max_attempts=5, retry_max_wait=0.1))
+        backend = create_backend(
+            "openai/test-model", BackendOptions(base_url=server.url, max_attempts=5, retry_max_wait=0.1)
+        )
         with pytest.raises(ModelError, match="quota"):
             generate(backend)
     assert server.requests == 1

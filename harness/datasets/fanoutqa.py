@@ -11,7 +11,14 @@ import json
 from importlib import resources
 from pathlib import Path
 
-from harness.datasets.base import DATASETS, Dataset, DatasetInfo, DatasetLoader, Sample, sha256_file
+from harness.datasets.base import (
+    DATASETS,
+    Dataset,
+    DatasetInfo,
+    DatasetLoader,
+    Sample,
+    sha256_file,
+)
 from harness.errors import DatasetError
 
 
@@ -29,7 +36,9 @@ class FanOutQA(DatasetLoader):
         if data_path:
             path = Path(data_path)
         else:
-            path = Path(str(resources.files("harness.datasets") / "data" / "fanoutqa" / version / f"fanout-final-{split}.json"))
+            path = Path(
+                str(resources.files("harness.datasets") / "data" / "fanoutqa" / version / f"fanout-final-{split}.json")
+            )
         try:
             records = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
@@ -43,7 +52,11 @@ class FanOutQA(DatasetLoader):
         seen = set()
         for i, rec in enumerate(records):
             where = f"{path}: question #{i + 1}"
-            if not isinstance(rec, dict) or not isinstance(rec.get("id"), str) or not isinstance(rec.get("question"), str):
+            if (
+                not isinstance(rec, dict)
+                or not isinstance(rec.get("id"), str)
+                or not isinstance(rec.get("question"), str)
+            ):
                 raise DatasetError(f"{where}: needs string fields 'id' and 'question'")
             if rec["id"] in seen:
                 raise DatasetError(f"{where}: duplicate id {rec['id']!r}")

@@ -5,7 +5,13 @@ from __future__ import annotations
 import importlib
 
 from harness.errors import ModelError
-from harness.models.base import BACKENDS, BackendOptions, GenerationParams, ModelBackend, ModelResponse
+from harness.models.base import (
+    BACKENDS,
+    BackendOptions,
+    GenerationParams,
+    ModelBackend,
+    ModelResponse,
+)
 
 DEFAULT_MODEL = "local/smollm2"
 

@@ -25,7 +25,15 @@ import uuid
 from typing import Any, Mapping
 
 from harness.errors import ModelError
-from harness.models.base import GenerationParams, ModelBackend, ModelResponse, ToolCall, Usage, register_backend
+from harness.models.base import (
+    GenerationParams,
+    ModelBackend,
+    ModelResponse,
+    ToolCall,
+    Usage,
+    close_loop_clients,
+    register_backend,
+)
 from harness.models.openai_compat import map_api_error
 
 API_KEY_ENV = "ANTHROPIC_API_KEY"
@@ -40,7 +48,9 @@ STOP_REASONS = {
     "model_context_window_exceeded": "length",
 }
 
-_SAMPLING_REJECTED = re.compile(r"`?(temperature|top_p|top_k)`?[^.]*\b(deprecated|not supported|unsupported|cannot)", re.I)
+_SAMPLING_REJECTED = re.compile(
+    r"`?(temperature|top_p|top_k)`?[^.]*\b(deprecated|not supported|unsupported|cannot)", re.I
+)
 
 
 # --------------------------------------------------------------------------- conversion
@@ -200,7 +210,9 @@ def from_anthropic_message(message: Any) -> ModelResponse:
         if kind == "text":
             texts.append(get(block, "text") or "")
         elif kind == "tool_use":
-            calls.append(ToolCall(id=get(block, "id"), name=get(block, "name"), arguments=json.dumps(get(block, "input") or {})))
+            calls.append(
+                ToolCall(id=get(block, "id"), name=get(block, "name"), arguments=json.dumps(get(block, "input") or {}))
+            )
     usage = get(message, "usage")
     prompt = (
         (get(usage, "input_tokens") or 0)
@@ -267,15 +279,8 @@ class AnthropicBackend(ModelBackend):
         self._sdk()
 
     async def close(self) -> None:
-        import asyncio
-
         clients, self._clients = self._clients, {}
-        for loop, client in clients.values():
-            try:
-                if loop is asyncio.get_running_loop():
-                    await client.close()
-            except Exception:
-                pass
+        await close_loop_clients(clients)
         sync, self._sync_client = self._sync_client, None
         if sync is not None:
             try:

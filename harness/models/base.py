@@ -149,6 +149,37 @@ class ModelBackend(ABC):
         }
 
 
+def chat_request_kwargs(
+    messages: list[dict[str, Any]], params: GenerationParams, tools: list[dict[str, Any]] | None, tool_choice: Any
+) -> dict[str, Any]:
+    """The OpenAI-style chat request fields shared by llama.cpp in process and the OpenAI SDK."""
+    kwargs: dict[str, Any] = {
+        "messages": messages,
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "max_tokens": params.max_tokens,
+    }
+    if params.seed is not None:
+        kwargs["seed"] = params.seed
+    if tools:
+        kwargs["tools"] = tools
+        if tool_choice is not None:
+            kwargs["tool_choice"] = tool_choice
+    return kwargs
+
+
+async def close_loop_clients(clients: dict[int, tuple[Any, Any]]) -> None:
+    """Close SDK clients made per event loop; only those of the running loop can be awaited."""
+    import asyncio
+
+    for loop, client in clients.values():
+        try:
+            if loop is asyncio.get_running_loop():
+                await client.close()
+        except Exception:  # closing is best effort
+            pass
+
+
 BACKENDS: Registry[type[ModelBackend]] = Registry("model backend")
 
 

@@ -11,7 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ModelError
-from harness.models.base import GenerationParams, ModelBackend, ModelResponse, ToolCall, Usage, register_backend
+from harness.models.base import (
+    GenerationParams,
+    ModelBackend,
+    ModelResponse,
+    ToolCall,
+    Usage,
+    chat_request_kwargs,
+    register_backend,
+)
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -99,23 +107,14 @@ class LocalLlamaBackend(ModelBackend):
         with self._lock:
             if self._llm is None or self._closing.is_set():
                 raise ModelError("local model closed")
-            return self._llm.create_chat_completion(**kwargs, logits_processor=LogitsProcessorList([stop_when_cancelled]))
+            return self._llm.create_chat_completion(
+                **kwargs, logits_processor=LogitsProcessorList([stop_when_cancelled])
+            )
 
     async def _generate(self, messages, params: GenerationParams, tools=None, tool_choice=None) -> ModelResponse:
         if self._llm is None:
             await self.start()
-        kwargs: dict[str, Any] = {
-            "messages": messages,
-            "temperature": params.temperature,
-            "top_p": params.top_p,
-            "max_tokens": params.max_tokens,
-        }
-        if params.seed is not None:
-            kwargs["seed"] = params.seed
-        if tools:
-            kwargs["tools"] = tools
-            if tool_choice is not None:
-                kwargs["tool_choice"] = tool_choice
+        kwargs = chat_request_kwargs(messages, params, tools, tool_choice)
         cancelled = threading.Event()
         try:
             out = await asyncio.to_thread(self._call, kwargs, cancelled)
@@ -143,7 +142,9 @@ class LocalLlamaBackend(ModelBackend):
             content=message.get("content"),
             tool_calls=calls,
             finish_reason=choice.get("finish_reason"),
-            usage=Usage(prompt_tokens=usage.get("prompt_tokens", 0), completion_tokens=usage.get("completion_tokens", 0)),
+            usage=Usage(
+                prompt_tokens=usage.get("prompt_tokens", 0), completion_tokens=usage.get("completion_tokens", 0)
+            ),
             model=self.path.name,
         )
 

@@ -23,7 +23,15 @@ import uuid
 from typing import Any, ClassVar, Mapping
 
 from harness.errors import ModelError, TransientModelError
-from harness.models.base import GenerationParams, ModelBackend, ModelResponse, ToolCall, Usage
+from harness.models.base import (
+    GenerationParams,
+    ModelBackend,
+    ModelResponse,
+    ToolCall,
+    Usage,
+    chat_request_kwargs,
+    close_loop_clients,
+)
 
 try:  # the runner catches this class; it lives in harness.errors
     from harness.errors import ContextOverflowError
@@ -193,7 +201,9 @@ def response_from_completion(completion: Any, where: str = "server") -> ModelRes
         if not isinstance(arguments, str):
             arguments = json.dumps(arguments if arguments is not None else {})
         calls.append(
-            ToolCall(id=_get(call, "id") or f"call_{uuid.uuid4().hex[:12]}", name=_get(fn, "name") or "", arguments=arguments)
+            ToolCall(
+                id=_get(call, "id") or f"call_{uuid.uuid4().hex[:12]}", name=_get(fn, "name") or "", arguments=arguments
+            )
         )
     usage = _get(completion, "usage")
     return ModelResponse(
@@ -243,20 +253,10 @@ class OpenAICompatibleBackend(ModelBackend):
         tools: list[dict[str, Any]] | None,
         tool_choice: Any,
     ) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {
+        return {
             "model": self.request_model(),
-            "messages": clean_messages(messages),
-            "temperature": params.temperature,
-            "top_p": params.top_p,
-            "max_tokens": params.max_tokens,
+            **chat_request_kwargs(clean_messages(messages), params, tools, tool_choice),
         }
-        if params.seed is not None:
-            kwargs["seed"] = params.seed
-        if tools:
-            kwargs["tools"] = tools
-            if tool_choice is not None:
-                kwargs["tool_choice"] = tool_choice
-        return kwargs
 
     # client --------------------------------------------------------------------
     def client(self) -> Any:
@@ -282,12 +282,7 @@ class OpenAICompatibleBackend(ModelBackend):
 
     async def close(self) -> None:
         clients, self._clients = self._clients, {}
-        for loop, client in clients.values():
-            try:
-                if loop is asyncio.get_running_loop():
-                    await client.close()
-            except Exception:  # closing is best effort
-                pass
+        await close_loop_clients(clients)
 
     # generation ----------------------------------------------------------------
     async def _generate(self, messages, params: GenerationParams, tools=None, tool_choice=None) -> ModelResponse:

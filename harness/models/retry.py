@@ -5,7 +5,12 @@ from __future__ import annotations
 import logging
 from typing import Awaitable, Callable, TypeVar
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, stop_after_attempt
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+)
 from tenacity.wait import wait_exponential_jitter
 
 from harness.errors import TransientModelError

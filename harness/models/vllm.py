@@ -107,7 +107,9 @@ class VLLMBackend(OpenAICompatibleBackend):
         )
         if match is None:
             served = ", ".join(str(m.get("id")) for m in entries) or "nothing"
-            raise ModelError(f"the vLLM server at {url} serves {served}, not {self.model!r}; use vllm/NAME with one of those")
+            raise ModelError(
+                f"the vLLM server at {url} serves {served}, not {self.model!r}; use vllm/NAME with one of those"
+            )
         self._served_id = str(match["id"])
         value = match.get("max_model_len")
         self._max_model_len = int(value) if value else None

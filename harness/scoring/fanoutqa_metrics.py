@@ -149,11 +149,15 @@ def score_fanoutqa(questions: Iterable[Any], answers: Iterable[dict], only_score
             parts = {k: (s.precision, s.recall, s.fmeasure) for k, s in scores.items()}
         accs.append(acc)
         rouges.append(parts)
-        raw.append({
-            "question_id": qid,
-            "acc": float(acc),
-            "rouge": {k: {"precision": float(p), "recall": float(r), "fscore": float(f)} for k, (p, r, f) in parts.items()},
-        })
+        raw.append(
+            {
+                "question_id": qid,
+                "acc": float(acc),
+                "rouge": {
+                    k: {"precision": float(p), "recall": float(r), "fscore": float(f)} for k, (p, r, f) in parts.items()
+                },
+            }
+        )
 
     # Same left-to-right sums over the same int/float values as the official code.
     return {
