@@ -70,13 +70,32 @@ class AgentContext:
 
 class Agent(ABC):
     name: ClassVar[str]
+    default_template: ClassVar[str | None] = None  # a template in prompts/; --prompt-template overrides
+    needs_snapshot: ClassVar[bool] = False
 
     def __init__(self, config: RunConfig):
         self.config = config
+        self.template = self.template_source = self.template_sha256 = None
+        if self.default_template:
+            from prompts import load_template
+
+            self.template, self.template_source, self.template_sha256 = load_template(
+                config.prompt_template or self.default_template
+            )
+
+    def prepare(self, model: ModelBackend, snapshot: Any | None) -> None:
+        """Called once the model is started (context size known) and the snapshot opened."""
+        self.model = model
+        self.snapshot = snapshot
+
+    def prompt(self, question: str, **fields: Any) -> str:
+        return self.template.format(question=question, current_date=self.config.current_date, **fields)
 
     def identity(self) -> dict[str, Any]:
         """Facts that change the prompts (hashed into the run directory key)."""
-        return {}
+        if not self.template:
+            return {}
+        return {"prompt_template": self.template_source, "prompt_sha256": self.template_sha256}
 
     def describe(self) -> dict[str, Any]:
         """Knobs recorded in results.json."""
@@ -89,9 +108,13 @@ class Agent(ABC):
 AGENTS: Registry[type[Agent]] = Registry("agent")
 
 # setting -> its default strategy
-SETTINGS: dict[str, str] = {"closed-book": "closed-book"}
+SETTINGS: dict[str, str] = {
+    "closed-book": "closed-book",
+    "open-book": "open-book-native",
+    "evidence-provided": "evidence-provided",
+}
 
-_AGENT_MODULES = ("agents.closed_book",)
+_AGENT_MODULES = ("agents.closed_book", "agents.open_book_native", "agents.open_book_text", "agents.evidence_provided")
 
 
 def register_agent(name: str):

@@ -35,8 +35,9 @@ def _run_parser(sub) -> None:
         help="PREFIX/NAME: local/smollm2 (default), local/PATH.gguf, llamacpp-server/PATH.gguf, "
         "vllm/HF_ID, openai/MODEL, anthropic/MODEL",
     )
-    g.add_argument("--setting", help="closed-book (default)")
-    g.add_argument("--agent", help="strategy name; default: the setting's own")
+    g.add_argument("--setting", help="closed-book (default), open-book, evidence-provided")
+    g.add_argument("--agent", help="strategy: closed-book, open-book-native (open-book default), open-book-text "
+                   "(the paper's <search> protocol), evidence-provided; default: the setting's own")
     g.add_argument(
         "--dataset",
         help="NAME[:SPLIT][@VERSION]; default fanoutqa:dev (version nov23: the answers "
@@ -83,6 +84,29 @@ def _run_parser(sub) -> None:
     g.add_argument("--startup-timeout", type=float, help="seconds to wait for a launched server (default 300)")
     g.add_argument("--no-cache", dest="cache", action="store_false", help="do not read or write the response cache")
     g.add_argument("--cache-path", help="SQLite response cache (default $HARNESS_CACHE_DIR or ~/.cache/harness)")
+    _retrieval_options(p)
+
+
+def _retrieval_options(p) -> None:
+    g = p.add_argument_group("open-book and evidence-provided (defaults: FanOutQA's benchmark code)")
+    g.add_argument("--snapshot", help="Wikipedia snapshot (SQLite) to read pages from (harness snapshot build)")
+    g.add_argument("--search-style", choices=["fanoutqa", "paper-2024"], help="search tool replies (default fanoutqa)")
+    g.add_argument("--chunk-size", type=int, help="characters per chunk (default 1024)")
+    g.add_argument("--ranking-query", choices=["question", "query"],
+                   help="rank a page's chunks by the question (default) or by the search query")
+    g.add_argument("--budget-fraction", type=float, help="share of the context one search result may fill (default 0.5)")
+    g.add_argument("--max-similar", type=int, help="similar titles offered for an unknown title (default 10)")
+    g.add_argument("--bm25-k1", type=float, help="BM25+ k1 (default 1.5)")
+    g.add_argument("--bm25-b", type=float, help="BM25+ b (default 0.75)")
+    g.add_argument("--bm25-delta", type=float, help="BM25+ delta (default 1)")
+    g.add_argument("--max-rounds", type=int, help="model turns per sample in open-book (default 20)")
+    g.add_argument("--context-policy", choices=["stop", "drop-oldest"],
+                   help="when the conversation fills the context: stop the sample (default) or blank the oldest results")
+    g.add_argument("--evidence-reserve", type=int, help="tokens kept free for the answer in evidence-provided (default 520)")
+    g.add_argument("--repeat-question", action="store_true", default=argparse.SUPPRESS,
+                   help="repeat the question after each search result (paper appendix F.2)")
+    g.add_argument("--loose-text-protocol", dest="text_protocol_strict", action="store_false",
+                   help="accept <search> anywhere in the reply, not only at its start")
 
 
 def _score_parser(sub) -> None:
@@ -108,6 +132,28 @@ def _score_parser(sub) -> None:
     )
 
 
+def _ceiling_parser(sub) -> None:
+    p = sub.add_parser(
+        "ceiling",
+        help="answerability ceiling of evidence-provided at several context sizes (no model call)",
+        description=(
+            "For each context size, pack each question's evidence exactly as --setting evidence-provided would and "
+            "measure, with FanOutQA's string accuracy, how much of the gold answer the packed documents contain."
+        ),
+        argument_default=argparse.SUPPRESS,
+    )
+    p.add_argument("--context-sizes", required=True, help="comma-separated sizes in tokens, e.g. 2048,4096,8192")
+    p.add_argument("--setting", help="evidence-provided (the only one with a fixed packing)")
+    p.add_argument("--dataset", help="NAME[:SPLIT][@VERSION] (default fanoutqa:dev)")
+    p.add_argument("--data-path", help="read the dataset from this file")
+    p.add_argument("--model", help="whose tokenizer counts the tokens (default local/smollm2)")
+    p.add_argument("--limit", type=int, help="only the first N samples")
+    p.add_argument("--sample-id", dest="sample_ids", help="comma-separated sample ids")
+    p.add_argument("--current-date", help="'Current date' in the prompt")
+    p.add_argument("--out", help="write the JSON result here (default: print the table only)")
+    _retrieval_options(p)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="harness",
@@ -118,6 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     _run_parser(sub)
     _score_parser(sub)
+    _ceiling_parser(sub)
+    from wiki_snapshot.cli import add_snapshot_parser
+
+    add_snapshot_parser(sub)
     return parser
 
 
@@ -233,6 +283,27 @@ def cmd_score(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ceiling(args: argparse.Namespace) -> int:
+    from harness.ceiling import compute_ceiling, format_table
+    from harness.config import build_config
+    from harness.records import write_json_atomic
+
+    flat = {k: v for k, v in vars(args).items() if k not in ("command", "verbose", "context_sizes", "out")}
+    flat.setdefault("setting", "evidence-provided")
+    try:
+        sizes = [int(x) for x in args.context_sizes.split(",") if x.strip()]
+    except ValueError:
+        raise HarnessError(f"--context-sizes must be comma-separated integers, not {args.context_sizes!r}") from None
+    config = build_config(flat)
+    result = asyncio.run(compute_ceiling(config, sizes))
+    result["config"] = config.model_dump(mode="json")
+    if getattr(args, "out", None):
+        write_json_atomic(args.out, result)
+        print(f"wrote {args.out}", file=sys.stderr)
+    print(format_table(result))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -242,7 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return EXIT_BAD_INPUT
-    handlers = {"run": cmd_run, "score": cmd_score}
+    from wiki_snapshot.cli import cmd_snapshot
+
+    handlers = {"run": cmd_run, "score": cmd_score, "ceiling": cmd_ceiling, "snapshot": cmd_snapshot}
     try:
         return handlers[args.command](args)
     except HarnessError as exc:

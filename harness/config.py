@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -21,7 +21,10 @@ DEFAULT_MODEL = "local/smollm2"
 
 # Fields that do not change what the model is asked or how it answers: a run can be
 # extended (--limit), resumed or sped up without starting a new run directory.
-NOT_HASHED = frozenset({"limit", "sample_ids", "out", "max_connections", "cache", "cache_path", "sample_timeout"})
+# The snapshot is hashed by its content hash (added by the runner), not by where the file lies.
+NOT_HASHED = frozenset(
+    {"limit", "sample_ids", "out", "max_connections", "cache", "cache_path", "sample_timeout", "snapshot"}
+)
 BACKEND_NOT_HASHED = frozenset({"request_timeout", "max_attempts", "retry_max_wait", "startup_timeout", "n_threads"})
 
 
@@ -42,6 +45,21 @@ class RunConfig(BaseModel):
     prompt_template: str | None = Field(None, description="template name in prompts/ or a file path")
     cache: bool = True
     cache_path: str | None = None
+    # open-book and evidence-provided ------------------------------------------------------------
+    snapshot: str | None = Field(None, description="wiki snapshot (SQLite) the settings read pages from")
+    search_style: Literal["fanoutqa", "paper-2024"] = Field("fanoutqa", description="search tool replies: fanoutqa | paper-2024")
+    chunk_size: int = Field(1024, ge=64, description="characters per chunk (FanOutQA's chunker)")
+    ranking_query: Literal["question", "query"] = Field("question", description="rank a page's chunks by the question or the tool's query")
+    budget_fraction: float = Field(0.5, gt=0, le=1, description="share of the context one search result may use")
+    max_similar: int = Field(10, ge=0, description="similar titles offered when a title is not found")
+    bm25_k1: float = 1.5
+    bm25_b: float = 0.75
+    bm25_delta: float = 1.0
+    max_rounds: int = Field(20, ge=1, description="model turns per sample in the open-book loop")
+    context_policy: Literal["stop", "drop-oldest"] = Field("stop", description="when the conversation fills the context: stop | drop-oldest")
+    evidence_reserve: int = Field(520, ge=0, description="tokens kept free for the answer (paper: 520)")
+    repeat_question: bool = Field(False, description="repeat the question after each retrieval (paper F.2)")
+    text_protocol_strict: bool = Field(True, description="<search> must open the reply (the paper's parser)")
     generation: GenerationParams = Field(default_factory=GenerationParams)
     backend: BackendOptions = Field(default_factory=BackendOptions)
 

@@ -31,3 +31,11 @@ class TransientModelError(Exception):
 
 class ContextOverflowError(ModelError):
     """The prompt does not fit the model's context window. Recorded per sample, never truncated."""
+
+
+class MissingEvidenceError(HarnessError):
+    """Evidence pages of a question are not in the snapshot: the sample is recorded, not answered blind."""
+
+    def __init__(self, titles: list[str]):
+        super().__init__(f"{len(titles)} evidence page(s) not in the snapshot: {', '.join(titles[:5])}")
+        self.titles = titles

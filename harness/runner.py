@@ -26,6 +26,7 @@ from harness.datasets import Dataset, Sample, load_dataset
 from harness.errors import (
     ConfigError,
     ContextOverflowError,
+    MissingEvidenceError,
     ModelError,
     TransientModelError,
 )
@@ -109,12 +110,15 @@ class Run:
         self.dataset = load_dataset(config.dataset, config.data_path)
         self.samples = select_samples(self.dataset, config)
         self.agent = create_agent(config)
+        self.snapshot = self._open_snapshot()
         info = self.dataset.info
         self.hash_extra = {
             "dataset_resolved": info.spec(),
             "dataset_sha256": info.sha256,
             "agent_identity": self.agent.identity(),
         }
+        if self.snapshot is not None:
+            self.hash_extra["snapshot_content_hash"] = snapshot_hash(self.snapshot)
         self.config_hash = config.config_hash(self.hash_extra)
         self.run_id = self.config_hash[:12]
         if config.out:
@@ -126,6 +130,18 @@ class Run:
         # API key is reported before anything is written.
         self.backend = create_backend(config.model, config.backend)
         self.invocation: dict[str, Any] = {}
+
+    def _open_snapshot(self):
+        if not self.config.snapshot:
+            if self.agent.needs_snapshot:
+                raise ConfigError(
+                    f"--setting {self.config.setting} (agent {self.agent.name}) reads Wikipedia pages: pass "
+                    "--snapshot SNAP.db (make one with: harness snapshot build --from SOURCE --out SNAP.db)"
+                )
+            return None
+        from wiki_snapshot import Snapshot
+
+        return Snapshot.open(self.config.snapshot)
 
     # run directory ---------------------------------------------------------------
     def _check_run_dir(self) -> dict[str, Any] | None:
@@ -175,6 +191,7 @@ class Run:
             if todo:
                 await self.backend.start()
                 model_info = self.backend.describe()
+                self.agent.prepare(self.backend, self.snapshot)
             self._claim_run_dir()
             print(
                 f"run {self.run_id}: {len(todo)} of {len(self.samples)} samples to do -> {self.run_dir}",
@@ -242,6 +259,7 @@ class Run:
         started_at = now_iso()
         self.invocation["attempted"] += 1
         error_type = error = None
+        missing_titles = None
         result = None
         try:
             result = await asyncio.wait_for(self.agent.solve(sample, ctx), self.config.sample_timeout)
@@ -249,6 +267,9 @@ class Run:
             error_type, error = "timeout", f"no answer within {self.config.sample_timeout:g} s"
         except ContextOverflowError as exc:
             error_type, error = "context_overflow", str(exc)
+        except MissingEvidenceError as exc:
+            error_type, error = "missing_evidence", str(exc)
+            missing_titles = exc.titles
         except TransientModelError as exc:
             error_type, error = "model_unavailable", f"gave up after retries: {exc}"
         except ModelError:
@@ -272,7 +293,10 @@ class Run:
         }
         if error_type is not None:
             self.invocation["failed"] += 1
-            return {**common, "status": "error", "error_type": error_type, "error": error}
+            record = {**common, "status": "error", "error_type": error_type, "error": error}
+            if missing_titles is not None:
+                record["missing_titles"] = missing_titles
+            return record
         self.invocation["finished"] += 1
         last_finish = ctx.finish_reasons[-1] if ctx.finish_reasons else None
         return {
@@ -295,7 +319,9 @@ class Run:
         scores = None
         scoring_note = None
         if self.dataset.info.has_answers:
-            answers = [{"id": r["id"], "answer": r["answer"]} for r in done]
+            # A sample that finished without an answer (context full, rounds exhausted) counts as
+            # unanswered, i.e. 0, exactly like a question missing from an official submission.
+            answers = [{"id": r["id"], "answer": r["answer"]} for r in done if r.get("answer") is not None]
             scores = score_answers(self.dataset, selected, answers)
         else:
             scoring_note = f"{self.dataset.info.spec()} has no reference answers; export the generations to score them"
@@ -342,11 +368,57 @@ class Run:
                 sid: {"type": failures[sid]["error_type"], "error": failures[sid]["error"]} for sid in failed_now
             },
             "sample_ids": [s.id for s in selected],
+            "outcomes": _outcomes(done),
+            "retrieval": _retrieval_summary(done),
+            "snapshot": _snapshot_info(self.snapshot),
             "invocations": invocations,
             "scores": scores,
             "scoring_note": scoring_note,
             "files": {"samples": SAMPLES_FILE, "failures": FAILURES_FILE, "config": CONFIG_FILE},
         }
+
+
+def snapshot_hash(snapshot) -> str:
+    meta = snapshot.metadata
+    return str(meta.get("content_hash") or meta.get("content_sha256") or meta.get("hash"))
+
+
+def _snapshot_info(snapshot) -> dict[str, Any] | None:
+    if snapshot is None:
+        return None
+    return {"path": str(getattr(snapshot, "path", "")), "content_hash": snapshot_hash(snapshot), "metadata": snapshot.metadata}
+
+
+def _outcomes(done: list[dict[str, Any]]) -> dict[str, int]:
+    """How finished samples ended (answered, max_rounds, context_full, ...); closed-book: answered."""
+    counts: dict[str, int] = {}
+    for r in done:
+        outcome = (r.get("extra") or {}).get("outcome", "answered")
+        counts[outcome] = counts.get(outcome, 0) + 1
+    return counts
+
+
+def _retrieval_summary(done: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Agent evidence recall (open-book) and packing facts (evidence-provided), averaged."""
+    recalls = [
+        r["extra"]["evidence_recall"]["recall"]
+        for r in done
+        if (r.get("extra") or {}).get("evidence_recall", {}).get("recall") is not None
+    ]
+    packed = [r["extra"]["evidence"] for r in done if (r.get("extra") or {}).get("evidence")]
+    if not recalls and not packed:
+        return None
+    out: dict[str, Any] = {}
+    if recalls:
+        searches = [len(r["extra"].get("searches", [])) for r in done if "searches" in (r.get("extra") or {})]
+        out["evidence_recall_mean"] = sum(recalls) / len(recalls)
+        out["evidence_recall_n"] = len(recalls)
+        out["searches_mean"] = sum(searches) / len(searches) if searches else 0
+    if packed:
+        out["evidence_cut"] = sum(1 for p in packed if p["cut"])
+        out["chunks_packed_mean"] = sum(p["chunks_packed"] for p in packed) / len(packed)
+        out["prompt_tokens_mean"] = sum(p["prompt_tokens"] for p in packed) / len(packed)
+    return out
 
 
 class _Progress:

@@ -7,7 +7,7 @@ import importlib
 from harness.datasets.base import DATASETS, Dataset, DatasetInfo, Sample, parse_spec
 from harness.errors import DatasetError
 
-_DATASET_MODULES = ("harness.datasets.fanoutqa",)
+_DATASET_MODULES = ("harness.datasets.fanoutqa", "harness.datasets.hotpotqa")
 
 
 def load_dataset(spec: str, data_path: str | None = None) -> Dataset:

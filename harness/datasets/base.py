@@ -18,6 +18,10 @@ class Sample:
     question: str
     answer: Any  # the reference; None where the split has no answers (test sets)
     raw: dict[str, Any] = field(default_factory=dict)  # the dataset's own record, untouched
+    # Pages given to the model in the evidence-provided setting: {"title", "pageid"?, "revid"?}.
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    # Pages a system needs to find (evidence recall): FanOutQA decomposition titles, HotpotQA supporting facts.
+    needed_titles: list[str] = field(default_factory=list)
 
 
 @dataclass

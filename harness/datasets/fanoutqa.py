@@ -22,6 +22,30 @@ from harness.datasets.base import (
 from harness.errors import DatasetError
 
 
+def fanoutqa_evidence(rec: dict) -> list[dict]:
+    """Evidence pages of a question: test files list them (necessary_evidence); dev files carry them
+    on the decomposition's sub-questions (walked depth-first, like fanoutqa's DevQuestion). Deduplicated."""
+    found: list[dict] = []
+
+    def walk(subqs):
+        for subq in subqs or []:
+            if subq.get("evidence"):
+                found.append(subq["evidence"])
+            walk(subq.get("decomposition"))
+
+    if rec.get("necessary_evidence"):
+        found.extend(rec["necessary_evidence"])
+    else:
+        walk(rec.get("decomposition"))
+    seen, unique = set(), []
+    for e in found:
+        key = e.get("pageid") or e.get("title")
+        if key not in seen:
+            seen.add(key)
+            unique.append({k: e.get(k) for k in ("title", "pageid", "revid", "url")})
+    return unique
+
+
 @DATASETS.register("fanoutqa")
 class FanOutQA(DatasetLoader):
     name = "fanoutqa"
@@ -63,7 +87,17 @@ class FanOutQA(DatasetLoader):
             seen.add(rec["id"])
             if has_answers and "answer" not in rec:
                 raise DatasetError(f"{where}: dev questions need an 'answer'")
-            samples.append(Sample(id=rec["id"], question=rec["question"], answer=rec.get("answer"), raw=rec))
+            evidence = fanoutqa_evidence(rec)
+            samples.append(
+                Sample(
+                    id=rec["id"],
+                    question=rec["question"],
+                    answer=rec.get("answer"),
+                    raw=rec,
+                    evidence=evidence,
+                    needed_titles=[e["title"] for e in evidence],
+                )
+            )
         info = DatasetInfo(
             name=self.name,
             split=split,

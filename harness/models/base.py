@@ -77,6 +77,9 @@ class ModelBackend(ABC):
     """Subclasses implement ``_generate``; ``generate`` adds retries and timing."""
 
     prefix: ClassVar[str]
+    # llama.cpp never returns tool calls with tool_choice "auto" (only when the tool is named):
+    # agents read this to force the first call there, and record that they did.
+    supports_auto_tool_choice: ClassVar[bool] = True
 
     def __init__(self, model: str, options: BackendOptions):
         self.model = model

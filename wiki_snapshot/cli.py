@@ -1,0 +1,202 @@
+"""``harness snapshot build|info|search``: build and inspect offline Wikipedia snapshots."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from typing import Any
+
+from harness.errors import HarnessError
+
+KINDS = ("dump", "zim", "fanoutqa-cache", "records", "api")
+
+
+def add_snapshot_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "snapshot",
+        help="build or inspect an offline, dated Wikipedia snapshot (one SQLite file)",
+        description=(
+            "A snapshot is one SQLite file of pages (pageid, revid, title, text, timestamp), redirects, "
+            "full-text indexes and provenance metadata, built from a MediaWiki XML dump, a ZIM archive, "
+            "FanOutQA's page cache, JSON records (HotpotQA too) or the MediaWiki API."
+        ),
+    )
+    sub = p.add_subparsers(dest="snapshot_command", metavar="SUBCOMMAND")
+
+    b = sub.add_parser(
+        "build",
+        help="build a snapshot from a source",
+        description=(
+            "Build a snapshot. The kind is inferred from the source when not given: .xml/.xml.bz2 -> dump, "
+            ".zim -> zim, a directory of *-dated.md -> fanoutqa-cache, .json/.jsonl -> records; api must be "
+            "explicit (it fetches the --dataset evidence pages at their revisions from --api-url). "
+            "The file appears at --out only when complete."
+        ),
+    )
+    b.add_argument("--from", dest="source", help="the source file or directory (api: optional JSON file of evidence)")
+    b.add_argument("--out", required=True, help="the snapshot file to write (SNAP.db)")
+    b.add_argument("--kind", choices=KINDS, help="source kind (default: inferred from --from)")
+    b.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    b.add_argument(
+        "--dataset",
+        help="fanoutqa-cache: where titles come from (default fanoutqa:dev,fanoutqa:test); "
+        "api: whose evidence to fetch (default fanoutqa:dev); comma-separated specs",
+    )
+    b.add_argument("--titles", help="fanoutqa-cache: JSON file mapping pageid -> title (instead of --dataset)")
+    b.add_argument("--api-url", help="api: MediaWiki api.php URL (default https://en.wikipedia.org/w/api.php)")
+    b.add_argument("--rate-limit", type=float, help="api: requests per second (default 1; 0 = no limit)")
+    b.add_argument("--cache-dir", help="api: where fetched responses are kept (default $HARNESS_CACHE_DIR/wiki-api/HOST)")
+    b.add_argument("--max-attempts", type=int, help="api: tries per request on 429/5xx/timeouts (default 6)")
+    b.add_argument("--limit", type=int, help="api: fetch only the first N evidence pages")
+    b.add_argument("--workers", type=int, help="dump: processes converting wikitext (default: CPU count, at most 8)")
+    b.add_argument("--namespaces", help="dump: comma-separated namespace numbers to keep (default 0)")
+    b.add_argument("--quiet", action="store_true", help="no progress lines")
+
+    i = sub.add_parser("info", help="print a snapshot's metadata and counts as JSON")
+    i.add_argument("snapshot", help="SNAP.db")
+
+    s = sub.add_parser(
+        "search",
+        help="look a title up (exact, any case, via redirects), else list similar titles",
+        description="Resolve QUERY as a title; when nothing resolves, print the most similar titles.",
+    )
+    s.add_argument("snapshot", help="SNAP.db")
+    s.add_argument("query")
+    s.add_argument("--k", type=int, default=10, help="how many similar titles (default 10)")
+    s.add_argument("--text", action="store_true", help="full-text search instead (titles with bm25 scores)")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(snapshot_parser=p)
+    return p
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    command = getattr(args, "snapshot_command", None)
+    if command == "build":
+        return _build(args)
+    if command == "info":
+        return _info(args)
+    if command == "search":
+        return _search(args)
+    args.snapshot_parser.print_help(sys.stderr)
+    return 2
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _build(args: argparse.Namespace) -> int:
+    from wiki_snapshot.builders import build_snapshot
+
+    if args.kind != "api" and not args.source:
+        raise HarnessError("snapshot build needs --from SOURCE (or --kind api)")
+    options: dict[str, Any] = {}
+    for name in ("dataset", "titles", "api_url", "rate_limit", "cache_dir", "max_attempts", "limit", "workers", "namespaces"):
+        value = getattr(args, name, None)
+        if value is not None:
+            options[name] = value
+    kind = args.kind
+    if kind is None:
+        from wiki_snapshot.builders import detect_kind
+
+        kind = detect_kind(args.source)
+    allowed = {
+        "dump": {"workers", "namespaces"},
+        "zim": set(),
+        "fanoutqa-cache": {"dataset", "titles"},
+        "records": set(),
+        "api": {"dataset", "api_url", "rate_limit", "cache_dir", "max_attempts", "limit"},
+    }[kind]
+    extra = sorted(set(options) - allowed)
+    if extra:
+        flags = ", ".join("--" + e.replace("_", "-") for e in extra)
+        raise HarnessError(f"{flags} {'does' if len(extra) == 1 else 'do'} not apply to --kind {kind}")
+    # A kill unwinds like Ctrl-C: the partial file is removed, --out is untouched.
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        summary = build_snapshot(
+            args.source,
+            args.out,
+            kind=kind,
+            overwrite=args.overwrite,
+            progress=None if args.quiet else sys.stderr,
+            **options,
+        )
+    except KeyboardInterrupt:
+        print(f"interrupted: nothing written to {args.out}", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    meta = summary["metadata"]
+    size = summary["input_bytes"]
+    print(
+        f"wrote {summary['out']}: {summary['pages']:,} pages, {summary['redirects']:,} redirects from {kind} "
+        f"in {summary['seconds']:.1f} s ({summary['pages_per_s'] or 0:,.1f} pages/s"
+        + (f", {size / 1e6 / summary['seconds']:.2f} MB/s" if size and summary["seconds"] else "")
+        + f"); {summary['output_bytes'] / 1e6:.1f} MB; revision date {meta.get('revision_date')}; "
+        f"sha256 {meta['content_sha256'][:12]}"
+    )
+    missing = (meta.get("stats") or {}).get("missing")
+    if missing:
+        print(f"{len(missing)} page(s) missing (see `harness snapshot info`)", file=sys.stderr)
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    from wiki_snapshot.store import Snapshot
+
+    with Snapshot.open(args.snapshot) as snap:
+        info = snap.metadata
+        info["counts"] = {"pages": len(snap), "redirects": snap._one("SELECT count(*) FROM redirects")[0]}
+        info["path"] = str(snap.path)
+    print(json.dumps(info, indent=2, ensure_ascii=False))
+    return 0
+
+
+def _search(args: argparse.Namespace) -> int:
+    from wiki_snapshot.store import Snapshot
+
+    with Snapshot.open(args.snapshot) as snap:
+        if args.text:
+            hits = snap.search(args.query, args.k)
+            if args.json:
+                print(json.dumps([{"title": t, "score": s} for t, s in hits], ensure_ascii=False))
+            else:
+                for t, s in hits:
+                    print(f"{s:8.3f}  {t}")
+                if not hits:
+                    print("no matches", file=sys.stderr)
+            return 0
+        page = snap.resolve_title(args.query)
+        if page is not None:
+            if args.json:
+                print(
+                    json.dumps(
+                        {
+                            "resolved": {
+                                "pageid": page.pageid,
+                                "revid": page.revid,
+                                "title": page.title,
+                                "timestamp": page.timestamp,
+                                "chars": len(page.text),
+                            }
+                        },
+                        ensure_ascii=False,
+                    )
+                )
+            else:
+                via = "" if page.title == args.query else f"  (from {args.query!r})"
+                print(f"{page.title}  [pageid {page.pageid}, revid {page.revid}, {len(page.text):,} chars]{via}")
+                first = page.text.strip().split("\n\n", 1)[0]
+                print(first[:300] + ("..." if len(first) > 300 else ""))
+            return 0
+        similar = snap.similar_titles(args.query, args.k)
+        if args.json:
+            print(json.dumps({"resolved": None, "similar": similar}, ensure_ascii=False))
+        else:
+            print(f"no page titled {args.query!r}; similar titles:")
+            for n, t in enumerate(similar, 1):
+                print(f"{n:3d}. {t}")
+    return 0

@@ -1,0 +1,673 @@
+"""A dated Wikipedia snapshot in one SQLite file: pages, redirects, full-text indexes, metadata.
+
+Tables (``format_version`` 1):
+
+- ``pages(pageid INTEGER PRIMARY KEY, revid, title UNIQUE, text, timestamp, title_key)``:
+  ``title_key`` is the case-folded title, indexed, for case-insensitive lookups.
+- ``redirects(title PRIMARY KEY, target, fragment, title_key)``: ``target`` is a title without its
+  ``#section`` part (kept in ``fragment``).
+- ``title_index(id, title, pageid)``: every page title and every redirect title whose target is a
+  page here, pointing at that page; indexed by two FTS5 tables (words and trigrams) for
+  :meth:`Snapshot.similar_titles`.
+- ``pages_fts``: FTS5 over pages' title and text (external content: the text is stored once),
+  ranked with bm25 for :meth:`Snapshot.search`.
+- ``metadata(key PRIMARY KEY, value)``: JSON-encoded values (source, revision date, builder and
+  options, counts, content hash, harness version, created_at, which search backend is present).
+
+Where this sqlite has no FTS5, the snapshot is written without the FTS tables and searches fall
+back to ``LIKE`` scans (``metadata["title_search"] == "like"``).
+
+A snapshot is written by :class:`SnapshotWriter` to a temporary file next to the target and
+renamed over it only when complete, so an interrupted build never leaves a half snapshot behind.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import difflib
+import hashlib
+import json
+import os
+import re
+import sqlite3
+import threading
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from harness import __version__ as HARNESS_VERSION
+from harness.errors import HarnessError
+
+FORMAT = "wiki-snapshot"
+FORMAT_VERSION = 1
+MAX_REDIRECT_HOPS = 8
+REQUIRED_TABLES = ("pages", "redirects", "metadata")
+
+# Words too common to help a bm25 OR-query (kept when the query has nothing else).
+_STOPWORDS = frozenset(
+    """a an and are as at be but by did do does for from had has have how in is it its of on or that the
+    their there these they this to was were what when where which who whom whose why will with""".split()
+)
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+@dataclass(frozen=True)
+class Page:
+    pageid: int
+    revid: int | None
+    title: str
+    text: str
+    timestamp: str | None
+
+
+# titles ------------------------------------------------------------------------------------
+def normalize_title(title: str) -> str:
+    """MediaWiki-style title normalization: underscores are spaces, whitespace collapsed, NFC."""
+    title = unicodedata.normalize("NFC", str(title)).replace("_", " ")
+    return " ".join(title.split())
+
+
+def title_key(title: str) -> str:
+    """Case-insensitive lookup key of a title."""
+    return normalize_title(title).casefold()
+
+
+def split_fragment(target: str) -> tuple[str, str | None]:
+    """``"Foo#Bar"`` -> ``("Foo", "Bar")``."""
+    target = normalize_title(target)
+    if "#" in target:
+        base, frag = target.split("#", 1)
+        return base.strip(), frag.strip() or None
+    return target, None
+
+
+def stable_pageid(title: str) -> int:
+    """A positive 63-bit id derived from the normalized title, for sources without page ids."""
+    digest = hashlib.sha256(normalize_title(title).encode("utf-8")).digest()
+    return (int.from_bytes(digest[:8], "big") & ((1 << 63) - 1)) or 1
+
+
+def fts5_available() -> bool:
+    try:
+        con = sqlite3.connect(":memory:")
+        try:
+            con.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
+        finally:
+            con.close()
+        return True
+    except sqlite3.Error:
+        return False
+
+
+def trigram_available() -> bool:
+    try:
+        con = sqlite3.connect(":memory:")
+        try:
+            con.execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='trigram')")
+        finally:
+            con.close()
+        return True
+    except sqlite3.Error:
+        return False
+
+
+def _quote(term: str) -> str:
+    """An FTS5 string literal: any character is safe inside double quotes (doubled)."""
+    return '"' + term.replace('"', '""') + '"'
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(text.casefold())
+
+
+def _dedupe(items) -> list:
+    seen = set()
+    out = []
+    for x in items:
+        if x not in seen:
+            seen.add(x)
+            out.append(x)
+    return out
+
+
+# schema ------------------------------------------------------------------------------------
+_SCHEMA = """
+CREATE TABLE metadata (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE pages (
+    pageid INTEGER PRIMARY KEY,
+    revid INTEGER,
+    title TEXT NOT NULL UNIQUE,
+    text TEXT NOT NULL,
+    timestamp TEXT,
+    title_key TEXT NOT NULL
+);
+CREATE TABLE redirects (
+    title TEXT PRIMARY KEY,
+    target TEXT NOT NULL,
+    fragment TEXT,
+    title_key TEXT NOT NULL
+);
+CREATE TABLE title_index (id INTEGER PRIMARY KEY, title TEXT NOT NULL, pageid INTEGER NOT NULL);
+"""
+_INDEXES = """
+CREATE INDEX pages_title_key ON pages(title_key);
+CREATE INDEX redirects_title_key ON redirects(title_key);
+"""
+_FTS_SCHEMA = """
+CREATE VIRTUAL TABLE pages_fts USING fts5(
+    title, text, content='pages', content_rowid='pageid', tokenize='unicode61 remove_diacritics 2'
+);
+CREATE VIRTUAL TABLE titles_fts USING fts5(
+    title, content='title_index', content_rowid='id', tokenize='unicode61 remove_diacritics 2', prefix='2 3'
+);
+"""
+_TRIGRAM_SCHEMA = """
+CREATE VIRTUAL TABLE titles_trigram USING fts5(title, content='title_index', content_rowid='id', tokenize='trigram');
+CREATE VIRTUAL TABLE titles_trigram_vocab USING fts5vocab(titles_trigram, 'row');
+"""
+
+
+# writer ------------------------------------------------------------------------------------
+class SnapshotWriter:
+    """Writes a snapshot atomically: a temp file next to ``path``, renamed over it by :meth:`finish`.
+
+    Use as a context manager (an exception or Ctrl-C inside removes the temp file) or call
+    :meth:`abort` yourself. Pages and redirects are inserted in batched transactions; the FTS
+    indexes, the title index and the content hash are built once, in :meth:`finish`.
+    A page whose pageid or title is already present is skipped (first one wins) and counted in
+    ``metadata["duplicates_skipped"]``.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        source: str,
+        options: dict[str, Any],
+        overwrite: bool = False,
+        builder: str | None = None,
+        source_description: str | None = None,
+        revision_date: str | None = None,
+        fts5: bool | None = None,
+        batch_size: int = 1000,
+    ):
+        self.path = Path(path)
+        if self.path.is_dir():
+            raise HarnessError(f"{self.path}: is a directory, not a snapshot file path")
+        if self.path.exists() and not overwrite:
+            raise HarnessError(f"{self.path} already exists (use --overwrite to replace it)")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp_path = self.path.parent / f".{self.path.name}.{os.getpid()}.partial"
+        self._remove_tmp()
+        self.fts5 = fts5_available() if fts5 is None else (fts5 and fts5_available())
+        self.trigram = self.fts5 and trigram_available()
+        self.batch_size = max(1, batch_size)
+        self._meta: dict[str, Any] = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "source": str(source),
+            "source_description": source_description or str(source),
+            "builder": builder,
+            "builder_options": options or {},
+            "revision_date": revision_date,
+        }
+        self._pages: list[tuple] = []
+        self._redirects: list[tuple] = []
+        self.n_pages = 0
+        self.n_redirects = 0
+        self.duplicates_skipped = 0
+        self.duplicate_redirects_skipped = 0
+        self._max_timestamp: str | None = None
+        self._started = _dt.datetime.now(_dt.timezone.utc)
+        self._closed = False
+        self._con = sqlite3.connect(str(self.tmp_path), isolation_level=None)
+        try:
+            self._con.executescript(
+                "PRAGMA page_size=8192; PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; "
+                "PRAGMA cache_size=-262144; PRAGMA temp_store=MEMORY;"
+            )
+            self._con.executescript(_SCHEMA + _INDEXES)
+            if self.fts5:
+                self._con.executescript(_FTS_SCHEMA)
+                if self.trigram:
+                    self._con.executescript(_TRIGRAM_SCHEMA)
+        except BaseException:
+            self.abort()
+            raise
+
+    # context manager
+    def __enter__(self) -> "SnapshotWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None or not self._closed:
+            self.abort()
+
+    def set_metadata(self, key: str, value: Any) -> None:
+        self._meta[key] = value
+
+    def add_page(self, page: Page) -> None:
+        title = normalize_title(page.title)
+        if not title:
+            raise HarnessError(f"page {page.pageid}: empty title")
+        ts = page.timestamp
+        if ts and (self._max_timestamp is None or ts > self._max_timestamp):
+            self._max_timestamp = ts
+        self._pages.append(
+            (int(page.pageid), None if page.revid is None else int(page.revid), title, page.text or "", ts, title.casefold())
+        )
+        if len(self._pages) >= self.batch_size:
+            self._flush()
+
+    def add_redirect(self, from_title: str, to_title: str) -> None:
+        title = normalize_title(from_title)
+        target, fragment = split_fragment(to_title)
+        if not title or not target:
+            return
+        self._redirects.append((title, target, fragment, title.casefold()))
+        if len(self._redirects) >= self.batch_size:
+            self._flush()
+
+    def _flush(self) -> None:
+        con = self._con
+        con.execute("BEGIN")
+        try:
+            if self._pages:
+                before = con.total_changes
+                con.executemany(
+                    "INSERT OR IGNORE INTO pages(pageid, revid, title, text, timestamp, title_key) VALUES (?,?,?,?,?,?)",
+                    self._pages,
+                )
+                added = con.total_changes - before
+                self.n_pages += added
+                self.duplicates_skipped += len(self._pages) - added
+                self._pages = []
+            if self._redirects:
+                before = con.total_changes
+                con.executemany(
+                    "INSERT OR IGNORE INTO redirects(title, target, fragment, title_key) VALUES (?,?,?,?)",
+                    self._redirects,
+                )
+                added = con.total_changes - before
+                self.n_redirects += added
+                self.duplicate_redirects_skipped += len(self._redirects) - added
+                self._redirects = []
+            con.execute("COMMIT")
+        except BaseException:
+            if con.in_transaction:
+                con.execute("ROLLBACK")
+            raise
+
+    def _content_hashes(self) -> tuple[str, str]:
+        pages = hashlib.sha256()
+        for pageid, revid, title, text, ts in self._con.execute(
+            "SELECT pageid, revid, title, text, timestamp FROM pages ORDER BY pageid"
+        ):
+            encoded = text.encode("utf-8")
+            pages.update(f"{pageid}\t{revid}\t{title}\t{ts}\t{len(encoded)}\n".encode("utf-8"))
+            pages.update(encoded)
+        redirects = hashlib.sha256()
+        for title, target, fragment in self._con.execute(
+            "SELECT title, target, fragment FROM redirects ORDER BY title"
+        ):
+            redirects.update(f"{title}\t{target}\t{fragment or ''}\n".encode("utf-8"))
+        return pages.hexdigest(), redirects.hexdigest()
+
+    def finish(self) -> dict[str, Any]:
+        """Index, hash, write metadata, and move the file into place. Returns the metadata."""
+        if self._closed:
+            raise HarnessError("snapshot writer already finished or aborted")
+        try:
+            self._flush()
+            con = self._con
+            con.execute("BEGIN")
+            # Every page title, then every redirect title whose target (directly or through one
+            # more redirect) is a page here.
+            con.execute("INSERT INTO title_index(title, pageid) SELECT title, pageid FROM pages ORDER BY pageid")
+            con.execute(
+                "INSERT INTO title_index(title, pageid) "
+                "SELECT r.title, COALESCE(p.pageid, p2.pageid) FROM redirects r "
+                "LEFT JOIN pages p ON p.title = r.target "
+                "LEFT JOIN redirects r2 ON p.pageid IS NULL AND r2.title = r.target "
+                "LEFT JOIN pages p2 ON p2.title = r2.target "
+                "WHERE COALESCE(p.pageid, p2.pageid) IS NOT NULL AND r.title NOT IN (SELECT title FROM pages)"
+            )
+            if self.fts5:
+                con.execute("INSERT INTO pages_fts(pages_fts) VALUES('rebuild')")
+                con.execute("INSERT INTO titles_fts(titles_fts) VALUES('rebuild')")
+                if self.trigram:
+                    con.execute("INSERT INTO titles_trigram(titles_trigram) VALUES('rebuild')")
+            con.execute("COMMIT")
+            if self.fts5:
+                con.execute("INSERT INTO pages_fts(pages_fts) VALUES('optimize')")
+                con.execute("INSERT INTO titles_fts(titles_fts) VALUES('optimize')")
+                if self.trigram:
+                    con.execute("INSERT INTO titles_trigram(titles_trigram) VALUES('optimize')")
+            pages_hash, redirects_hash = self._content_hashes()
+            n_titles = con.execute("SELECT count(*) FROM title_index").fetchone()[0]
+            now = _dt.datetime.now(_dt.timezone.utc)
+            meta = dict(self._meta)
+            meta.update(
+                {
+                    "revision_date": meta.get("revision_date") or self._max_timestamp,
+                    "latest_revision_timestamp": self._max_timestamp,
+                    "pages": self.n_pages,
+                    "redirects": self.n_redirects,
+                    "indexed_titles": n_titles,
+                    "duplicates_skipped": self.duplicates_skipped,
+                    "duplicate_redirects_skipped": self.duplicate_redirects_skipped,
+                    "content_sha256": pages_hash,
+                    "content_hash_scope": "sha256 over pages ordered by pageid: "
+                    "'pageid\\trevid\\ttitle\\ttimestamp\\tbytes\\n' + utf-8 text",
+                    "redirects_sha256": redirects_hash,
+                    "fts5": self.fts5,
+                    "title_search": ("fts5+trigram" if self.trigram else "fts5") if self.fts5 else "like",
+                    "text_search": "fts5-bm25" if self.fts5 else "like",
+                    "sqlite_version": sqlite3.sqlite_version,
+                    "harness_version": HARNESS_VERSION,
+                    "created_at": now.isoformat(timespec="seconds"),
+                    "build_seconds": round((now - self._started).total_seconds(), 3),
+                }
+            )
+            con.execute("BEGIN")
+            con.executemany(
+                "INSERT OR REPLACE INTO metadata(key, value) VALUES (?, ?)",
+                [(k, json.dumps(v, ensure_ascii=False)) for k, v in meta.items()],
+            )
+            con.execute("COMMIT")
+            con.execute("PRAGMA journal_mode=DELETE")
+            con.execute("ANALYZE")
+            con.close()
+            with open(self.tmp_path, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(self.tmp_path, self.path)
+            try:
+                dir_fd = os.open(self.path.parent, os.O_RDONLY)
+                try:
+                    os.fsync(dir_fd)
+                finally:
+                    os.close(dir_fd)
+            except OSError:
+                pass
+            self._closed = True
+            return meta
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        """Discard everything written so far; the target path is left untouched."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._con.close()
+        except Exception:  # noqa: BLE001
+            pass
+        self._remove_tmp()
+
+    def _remove_tmp(self) -> None:
+        for suffix in ("", "-journal", "-wal", "-shm"):
+            try:
+                os.unlink(f"{self.tmp_path}{suffix}")
+            except FileNotFoundError:
+                pass
+
+
+# reader ------------------------------------------------------------------------------------
+class Snapshot:
+    """A read-only snapshot. Thread-safe (one connection, one lock)."""
+
+    def __init__(self, path: Path, con: sqlite3.Connection, metadata: dict[str, Any], tables: set[str]):
+        self.path = path
+        self._con = con
+        self._lock = threading.RLock()
+        self._metadata = metadata
+        self._fts = {"pages_fts", "titles_fts"} <= tables
+        self._trigram = {"titles_trigram", "titles_trigram_vocab"} <= tables
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> "Snapshot":
+        p = Path(path)
+        if not p.exists():
+            raise HarnessError(f"snapshot not found: {p}")
+        if not p.is_file():
+            raise HarnessError(f"{p}: not a snapshot file")
+        try:
+            con = sqlite3.connect(p.resolve().as_uri() + "?mode=ro", uri=True, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise HarnessError(f"{p}: cannot open ({exc})") from None
+        try:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
+        except sqlite3.DatabaseError as exc:
+            con.close()
+            raise HarnessError(f"{p}: not a SQLite file ({exc})") from None
+        missing = [t for t in REQUIRED_TABLES if t not in tables]
+        if missing:
+            con.close()
+            raise HarnessError(f"{p}: not a wiki snapshot (missing table(s): {', '.join(missing)})")
+        try:
+            meta = {}
+            for key, value in con.execute("SELECT key, value FROM metadata"):
+                try:
+                    meta[key] = json.loads(value)
+                except (TypeError, json.JSONDecodeError):
+                    meta[key] = value
+        except sqlite3.DatabaseError as exc:
+            con.close()
+            raise HarnessError(f"{p}: unreadable snapshot metadata ({exc})") from None
+        if meta.get("format") != FORMAT:
+            con.close()
+            raise HarnessError(f"{p}: not a wiki snapshot (metadata has no format={FORMAT!r})")
+        if int(meta.get("format_version") or 0) > FORMAT_VERSION:
+            con.close()
+            raise HarnessError(
+                f"{p}: snapshot format version {meta.get('format_version')} is newer than this harness reads "
+                f"({FORMAT_VERSION}); upgrade the harness"
+            )
+        return cls(p, con, meta, tables)
+
+    # plumbing
+    def _all(self, sql: str, params: tuple = ()) -> list[tuple]:
+        with self._lock:
+            return self._con.execute(sql, params).fetchall()
+
+    def _one(self, sql: str, params: tuple = ()) -> tuple | None:
+        with self._lock:
+            return self._con.execute(sql, params).fetchone()
+
+    def _safe_all(self, sql: str, params: tuple = ()) -> list[tuple]:
+        """A MATCH query: an FTS5 syntax error or an oversized query gives no rows, never an exception."""
+        try:
+            return self._all(sql, params)
+        except sqlite3.OperationalError:
+            return []
+
+    _PAGE_COLS = "pageid, revid, title, text, timestamp"
+
+    def _page(self, where: str, param: Any) -> Page | None:
+        row = self._one(f"SELECT {self._PAGE_COLS} FROM pages WHERE {where} ORDER BY pageid LIMIT 1", (param,))
+        return Page(*row) if row else None
+
+    # API
+    def __enter__(self) -> "Snapshot":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        return int(self._one("SELECT count(*) FROM pages")[0])
+
+    def __repr__(self) -> str:
+        return f"Snapshot({str(self.path)!r}, pages={self._metadata.get('pages')})"
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return dict(self._metadata)
+
+    def close(self) -> None:
+        with self._lock:
+            self._con.close()
+
+    def get_page(self, pageid: int) -> Page | None:
+        try:
+            pageid = int(pageid)
+        except (TypeError, ValueError):
+            return None
+        return self._page("pageid = ?", pageid)
+
+    def _lookup(self, title: str) -> Page | None:
+        return self._page("title = ?", title) or self._page("title_key = ?", title.casefold())
+
+    def resolve_title(self, title: str) -> Page | None:
+        """Exact title, then case-insensitive, then through redirects (chains of at most
+        ``MAX_REDIRECT_HOPS``, loops stop). Underscores count as spaces; ``#section`` is ignored."""
+        if not isinstance(title, str):
+            return None
+        current, _ = split_fragment(title)
+        seen: set[str] = set()
+        for _ in range(MAX_REDIRECT_HOPS + 1):
+            if not current or current.casefold() in seen:
+                return None
+            seen.add(current.casefold())
+            page = self._lookup(current)
+            if page is not None:
+                return page
+            row = self._one("SELECT target FROM redirects WHERE title = ?", (current,)) or self._one(
+                "SELECT target FROM redirects WHERE title_key = ? ORDER BY title LIMIT 1", (current.casefold(),)
+            )
+            if row is None:
+                return None
+            current = normalize_title(row[0])
+        return None
+
+    def redirect_target(self, title: str) -> str | None:
+        """The stored target of a redirect title (one hop), or None."""
+        t = normalize_title(title)
+        row = self._one("SELECT target FROM redirects WHERE title = ?", (t,)) or self._one(
+            "SELECT target FROM redirects WHERE title_key = ? ORDER BY title LIMIT 1", (t.casefold(),)
+        )
+        return row[0] if row else None
+
+    def titles(self) -> Iterator[str]:
+        """All page titles, in title order (fetched in batches; safe to interleave with other calls)."""
+        last = None
+        while True:
+            if last is None:
+                rows = self._all("SELECT title FROM pages ORDER BY title LIMIT 1000")
+            else:
+                rows = self._all("SELECT title FROM pages WHERE title > ? ORDER BY title LIMIT 1000", (last,))
+            if not rows:
+                return
+            for (t,) in rows:
+                yield t
+            last = rows[-1][0]
+
+    # search
+    def search(self, query: str, k: int = 10) -> list[tuple[str, float]]:
+        """Full-text search over titles and texts: ``(title, score)`` best first (score = -bm25,
+        title matches weighted 5x; with the LIKE fallback: the number of query words found)."""
+        if not isinstance(query, str) or k <= 0:
+            return []
+        words = _dedupe(_words(query))
+        content = [w for w in words if w not in _STOPWORDS] or words
+        content = content[:32]
+        if not content:
+            return []
+        if self._fts:
+            match = " OR ".join(_quote(w) for w in content)
+            rows = self._safe_all(
+                "SELECT p.title, bm25(pages_fts, 5.0, 1.0) AS s FROM pages_fts JOIN pages p ON p.pageid = pages_fts.rowid "
+                "WHERE pages_fts MATCH ? ORDER BY s LIMIT ?",
+                (match, int(k)),
+            )
+            return [(t, -float(s)) for t, s in rows]
+        # LIKE fallback: count query words present in title or text.
+        terms = [w.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") for w in content[:8]]
+        score = " + ".join(["((title_key || ' ' || lower(text)) LIKE ? ESCAPE '\\')"] * len(terms))
+        rows = self._all(
+            f"SELECT title, ({score}) AS s FROM pages WHERE s > 0 ORDER BY s DESC, pageid LIMIT ?",
+            (*[f"%{t}%" for t in terms], int(k)),
+        )
+        return [(t, float(s)) for t, s in rows]
+
+    def _title_candidates(self, qkey: str, qwords: list[str]) -> list[tuple[str, str]]:
+        """(indexed title, page title) pairs worth scoring for ``qkey``."""
+        join = "SELECT ti.title, p.title FROM {fts} f JOIN title_index ti ON ti.id = f.rowid JOIN pages p ON p.pageid = ti.pageid "
+        out: list[tuple[str, str]] = []
+        if self._fts:
+            if qwords:
+                words = qwords[:16]
+                all_words = " ".join(_quote(w) for w in words[:-1]) + (" " if len(words) > 1 else "") + _quote(words[-1]) + "*"
+                any_word = " OR ".join(_quote(w) for w in words)
+                for match in (all_words, any_word):
+                    out += self._safe_all(
+                        join.format(fts="titles_fts") + "WHERE titles_fts MATCH ? ORDER BY f.rank LIMIT 50", (match,)
+                    )
+            if self._trigram and len(qkey) >= 3:
+                grams = _dedupe(qkey[i : i + 3] for i in range(len(qkey) - 2))
+                if len(grams) > 12:
+                    # The rarest trigrams carry the most information and keep the OR-query cheap.
+                    marks = ",".join("?" * len(grams))
+                    freq = dict(self._safe_all(f"SELECT term, doc FROM titles_trigram_vocab WHERE term IN ({marks})", tuple(grams)))
+                    grams = sorted((g for g in grams if g in freq), key=lambda g: freq[g])[:12]
+                if grams:
+                    match = " OR ".join(_quote(g) for g in grams)
+                    out += self._safe_all(
+                        join.format(fts="titles_trigram") + "WHERE titles_trigram MATCH ? ORDER BY f.rank LIMIT 100",
+                        (match,),
+                    )
+        else:
+            pieces = _dedupe([w[:4] for w in qwords[:8] if len(w) >= 2]) or ([qkey[:4]] if qkey else [])
+            for piece in pieces:
+                esc = piece.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+                out += self._all(
+                    "SELECT ti.title, p.title FROM title_index ti JOIN pages p ON p.pageid = ti.pageid "
+                    "WHERE lower(ti.title) LIKE ? ESCAPE '\\' LIMIT 200",
+                    (f"%{esc}%",),
+                )
+        return out
+
+    def similar_titles(self, query: str, k: int = 10) -> list[str]:
+        """Page titles close to ``query`` (for a title that resolved to nothing): title matches
+        first (FTS5 words and trigrams, re-ranked by string similarity), then full-text matches
+        to fill up to ``k``. Never raises on odd input."""
+        if not isinstance(query, str) or k <= 0:
+            return []
+        q = split_fragment(query)[0] or normalize_title(query)
+        qkey = q.casefold()
+        if not qkey:
+            return []
+        qwords = _dedupe(_words(qkey))
+        scored_words = [w for w in qwords if w not in _STOPWORDS] or qwords
+        best: dict[str, float] = {}
+        for indexed, page_title in self._title_candidates(qkey, qwords):
+            ikey = indexed.casefold()
+            if page_title in best and best[page_title] >= 1.0:
+                continue
+            # Whole-string similarity, plus how well each query word matches some title word
+            # (a misspelt word still counts: "einstien" ~ "einstein" 0.88; below 0.8 it does not).
+            ratio = difflib.SequenceMatcher(None, qkey, ikey, autojunk=False).ratio()
+            iwords = _dedupe(_words(ikey))
+            overlap = 0.0
+            for w in scored_words:
+                m = 1.0 if w in iwords else max(
+                    (difflib.SequenceMatcher(None, w, iw, autojunk=False).ratio() for iw in iwords), default=0.0
+                )
+                overlap += m if m >= 0.8 else 0.0
+            overlap = overlap / len(scored_words) if scored_words else 0.0
+            score = 0.5 * ratio + 0.5 * overlap
+            if score > best.get(page_title, -1.0):
+                best[page_title] = score
+        ranked = sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))
+        out = [t for t, _ in ranked[:k]]
+        if len(out) < k:
+            for t, _ in self.search(q, k * 2):
+                if t not in best:
+                    out.append(t)
+                    best[t] = 0.0
+                if len(out) >= k:
+                    break
+        return out
