@@ -26,8 +26,19 @@ def build_search_tool(config: RunConfig, model, snapshot):
 
 
 def search_knobs(config: RunConfig) -> dict[str, Any]:
-    keys = ("search_style", "chunk_size", "ranking_query", "budget_fraction", "max_similar", "bm25_k1", "bm25_b",
-            "bm25_delta", "max_rounds", "context_policy", "repeat_question")
+    keys = (
+        "search_style",
+        "chunk_size",
+        "ranking_query",
+        "budget_fraction",
+        "max_similar",
+        "bm25_k1",
+        "bm25_b",
+        "bm25_delta",
+        "max_rounds",
+        "context_policy",
+        "repeat_question",
+    )
     return {k: getattr(config, k) for k in keys}
 
 

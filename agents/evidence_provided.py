@@ -53,8 +53,9 @@ def evidence_pages(snapshot, sample) -> list[tuple[str, str]]:
 def ranked_chunks(config, docs: list[tuple[str, str]], question: str) -> list[tuple[str, str]]:
     from wiki_snapshot.ranking import rank_documents
 
-    return rank_documents(docs, question, chunk_size=config.chunk_size, k1=config.bm25_k1, b=config.bm25_b,
-                          delta=config.bm25_delta)
+    return rank_documents(
+        docs, question, chunk_size=config.chunk_size, k1=config.bm25_k1, b=config.bm25_b, delta=config.bm25_delta
+    )
 
 
 @register_agent("evidence-provided")
@@ -63,8 +64,13 @@ class EvidenceProvided(Agent):
     needs_snapshot = True
 
     def describe(self):
-        return {**super().describe(), "chunk_size": self.config.chunk_size, "reserve_tokens": self.config.evidence_reserve,
-                "ranking": "BM25+ by the question", "bm25": [self.config.bm25_k1, self.config.bm25_b, self.config.bm25_delta]}
+        return {
+            **super().describe(),
+            "chunk_size": self.config.chunk_size,
+            "reserve_tokens": self.config.evidence_reserve,
+            "ranking": "BM25+ by the question",
+            "bm25": [self.config.bm25_k1, self.config.bm25_b, self.config.bm25_delta],
+        }
 
     def budget(self) -> int:
         return (self.model.context_size() or 0) - self.config.evidence_reserve

@@ -26,8 +26,12 @@ class OpenBookText(Agent):
         self.tool = build_search_tool(self.config, model, snapshot)
 
     def describe(self):
-        return {**super().describe(), **search_knobs(self.config), "protocol": "text",
-                "strict": self.config.text_protocol_strict}
+        return {
+            **super().describe(),
+            **search_knobs(self.config),
+            "protocol": "text",
+            "strict": self.config.text_protocol_strict,
+        }
 
     async def solve(self, sample, ctx: AgentContext) -> SampleResult:
         session = SearchSession(self.tool, sample.question, self.config.repeat_question)
@@ -51,6 +55,10 @@ class OpenBookText(Agent):
                 break
             messages.append({"role": "assistant", "content": content[: match.end()]})
             messages.append({"role": "user", "content": session.search(match[1])})
-        extra = {"outcome": outcome, "rounds": rounds, "dropped_results": guard.dropped,
-                 **session.record(self.snapshot, sample.needed_titles)}
+        extra = {
+            "outcome": outcome,
+            "rounds": rounds,
+            "dropped_results": guard.dropped,
+            **session.record(self.snapshot, sample.needed_titles),
+        }
         return SampleResult(answer=answer, messages=clean(messages), extra=extra)

@@ -90,8 +90,10 @@ async def compute_ceiling(config: RunConfig, context_sizes: list[int]) -> dict[s
 
 
 def format_table(result: dict[str, Any]) -> str:
-    lines = ["| context size | ceiling loose | ceiling strict | chunks packed | prompt tokens | samples cut |",
-             "|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| context size | ceiling loose | ceiling strict | chunks packed | prompt tokens | samples cut |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in result["rows"]:
         lines.append(
             f"| {r['context_size']} | {r['loose']:.4f} | {r['strict']:.4f} | {r['chunks_packed_mean']:.1f} | "

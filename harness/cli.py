@@ -36,8 +36,11 @@ def _run_parser(sub) -> None:
         "vllm/HF_ID, openai/MODEL, anthropic/MODEL",
     )
     g.add_argument("--setting", help="closed-book (default), open-book, evidence-provided")
-    g.add_argument("--agent", help="strategy: closed-book, open-book-native (open-book default), open-book-text "
-                   "(the paper's <search> protocol), evidence-provided; default: the setting's own")
+    g.add_argument(
+        "--agent",
+        help="strategy: closed-book, open-book-native (open-book default), open-book-text "
+        "(the paper's <search> protocol), evidence-provided; default: the setting's own",
+    )
     g.add_argument(
         "--dataset",
         help="NAME[:SPLIT][@VERSION]; default fanoutqa:dev (version nov23: the answers "
@@ -92,21 +95,39 @@ def _retrieval_options(p) -> None:
     g.add_argument("--snapshot", help="Wikipedia snapshot (SQLite) to read pages from (harness snapshot build)")
     g.add_argument("--search-style", choices=["fanoutqa", "paper-2024"], help="search tool replies (default fanoutqa)")
     g.add_argument("--chunk-size", type=int, help="characters per chunk (default 1024)")
-    g.add_argument("--ranking-query", choices=["question", "query"],
-                   help="rank a page's chunks by the question (default) or by the search query")
-    g.add_argument("--budget-fraction", type=float, help="share of the context one search result may fill (default 0.5)")
+    g.add_argument(
+        "--ranking-query",
+        choices=["question", "query"],
+        help="rank a page's chunks by the question (default) or by the search query",
+    )
+    g.add_argument(
+        "--budget-fraction", type=float, help="share of the context one search result may fill (default 0.5)"
+    )
     g.add_argument("--max-similar", type=int, help="similar titles offered for an unknown title (default 10)")
     g.add_argument("--bm25-k1", type=float, help="BM25+ k1 (default 1.5)")
     g.add_argument("--bm25-b", type=float, help="BM25+ b (default 0.75)")
     g.add_argument("--bm25-delta", type=float, help="BM25+ delta (default 1)")
     g.add_argument("--max-rounds", type=int, help="model turns per sample in open-book (default 20)")
-    g.add_argument("--context-policy", choices=["stop", "drop-oldest"],
-                   help="when the conversation fills the context: stop the sample (default) or blank the oldest results")
-    g.add_argument("--evidence-reserve", type=int, help="tokens kept free for the answer in evidence-provided (default 520)")
-    g.add_argument("--repeat-question", action="store_true", default=argparse.SUPPRESS,
-                   help="repeat the question after each search result (paper appendix F.2)")
-    g.add_argument("--loose-text-protocol", dest="text_protocol_strict", action="store_false",
-                   help="accept <search> anywhere in the reply, not only at its start")
+    g.add_argument(
+        "--context-policy",
+        choices=["stop", "drop-oldest"],
+        help="when the conversation fills the context: stop the sample (default) or blank the oldest results",
+    )
+    g.add_argument(
+        "--evidence-reserve", type=int, help="tokens kept free for the answer in evidence-provided (default 520)"
+    )
+    g.add_argument(
+        "--repeat-question",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="repeat the question after each search result (paper appendix F.2)",
+    )
+    g.add_argument(
+        "--loose-text-protocol",
+        dest="text_protocol_strict",
+        action="store_false",
+        help="accept <search> anywhere in the reply, not only at its start",
+    )
 
 
 def _score_parser(sub) -> None:

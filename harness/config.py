@@ -47,16 +47,22 @@ class RunConfig(BaseModel):
     cache_path: str | None = None
     # open-book and evidence-provided ------------------------------------------------------------
     snapshot: str | None = Field(None, description="wiki snapshot (SQLite) the settings read pages from")
-    search_style: Literal["fanoutqa", "paper-2024"] = Field("fanoutqa", description="search tool replies: fanoutqa | paper-2024")
+    search_style: Literal["fanoutqa", "paper-2024"] = Field(
+        "fanoutqa", description="search tool replies: fanoutqa | paper-2024"
+    )
     chunk_size: int = Field(1024, ge=64, description="characters per chunk (FanOutQA's chunker)")
-    ranking_query: Literal["question", "query"] = Field("question", description="rank a page's chunks by the question or the tool's query")
+    ranking_query: Literal["question", "query"] = Field(
+        "question", description="rank a page's chunks by the question or the tool's query"
+    )
     budget_fraction: float = Field(0.5, gt=0, le=1, description="share of the context one search result may use")
     max_similar: int = Field(10, ge=0, description="similar titles offered when a title is not found")
     bm25_k1: float = 1.5
     bm25_b: float = 0.75
     bm25_delta: float = 1.0
     max_rounds: int = Field(20, ge=1, description="model turns per sample in the open-book loop")
-    context_policy: Literal["stop", "drop-oldest"] = Field("stop", description="when the conversation fills the context: stop | drop-oldest")
+    context_policy: Literal["stop", "drop-oldest"] = Field(
+        "stop", description="when the conversation fills the context: stop | drop-oldest"
+    )
     evidence_reserve: int = Field(520, ge=0, description="tokens kept free for the answer (paper: 520)")
     repeat_question: bool = Field(False, description="repeat the question after each retrieval (paper F.2)")
     text_protocol_strict: bool = Field(True, description="<search> must open the reply (the paper's parser)")

@@ -386,7 +386,11 @@ def snapshot_hash(snapshot) -> str:
 def _snapshot_info(snapshot) -> dict[str, Any] | None:
     if snapshot is None:
         return None
-    return {"path": str(getattr(snapshot, "path", "")), "content_hash": snapshot_hash(snapshot), "metadata": snapshot.metadata}
+    return {
+        "path": str(getattr(snapshot, "path", "")),
+        "content_hash": snapshot_hash(snapshot),
+        "metadata": snapshot.metadata,
+    }
 
 
 def _outcomes(done: list[dict[str, Any]]) -> dict[str, int]:

@@ -58,7 +58,10 @@ def words(text):
 
 def test_pack_equals_the_papers_add_until_full_loop():
     ds = load_dataset("hotpotqa:dev")
-    chunks = [(t, "".join(s)) for t, s in zip(ds.samples[1].raw["context"]["title"], ds.samples[1].raw["context"]["sentences"])]
+    chunks = [
+        (t, "".join(s))
+        for t, s in zip(ds.samples[1].raw["context"]["title"], ds.samples[1].raw["context"]["sentences"])
+    ]
     make = lambda docs: f"*** BEGIN DATA ***\n\n{docs}\n*** END DATA ***\n\nQ"  # noqa: E731
     for budget in (5, 60, 150, 400, 10_000):
         # the reference loop: add documents while the whole prompt fits, stop at the first that does not
@@ -83,9 +86,13 @@ class FakeModel:
 
 
 def test_context_guard_stop_and_drop_oldest():
-    messages = [{"role": "user", "content": "q " * 10}, {"role": "assistant", "content": "<search>x</search>"},
-                {"role": "user", "content": "page " * 50}, {"role": "assistant", "content": "<search>y</search>"},
-                {"role": "user", "content": "page " * 50}]
+    messages = [
+        {"role": "user", "content": "q " * 10},
+        {"role": "assistant", "content": "<search>x</search>"},
+        {"role": "user", "content": "page " * 50},
+        {"role": "assistant", "content": "<search>y</search>"},
+        {"role": "user", "content": "page " * 50},
+    ]
     stop = ContextGuard(FakeModel(120), max_tokens=10, policy="stop")
     assert not stop.ensure([dict(m) for m in messages])
     drop = ContextGuard(FakeModel(120), max_tokens=10, policy="drop-oldest")
@@ -102,8 +109,15 @@ class FakeTool:
         from types import SimpleNamespace
 
         found = "Ed Wood" if query.lower() == "ed wood" else None
-        return SimpleNamespace(text=f"result for {query}", found_title=found, whole_page=True, fragments=0,
-                               tokens=3, truncated=False, similar_titles=[])
+        return SimpleNamespace(
+            text=f"result for {query}",
+            found_title=found,
+            whole_page=True,
+            fragments=0,
+            tokens=3,
+            truncated=False,
+            similar_titles=[],
+        )
 
 
 class FakeSnapshot:

@@ -13,7 +13,9 @@ FIXTURES = Path(__file__).parent / "fixtures"
 @pytest.fixture(scope="module")
 def snapshot(tmp_path_factory):
     path = tmp_path_factory.mktemp("snap") / "hotpot.db"
-    proc = run_harness("snapshot", "build", "--from", str(FIXTURES / "hotpot_dev_distractor_first100.json"), "--out", str(path))
+    proc = run_harness(
+        "snapshot", "build", "--from", str(FIXTURES / "hotpot_dev_distractor_first100.json"), "--out", str(path)
+    )
     assert proc.returncode == 0, proc.stderr
     return path
 
@@ -28,8 +30,21 @@ def results(run_dir):
 
 def test_evidence_provided_packs_real_pages(snapshot, tmp_path):
     out = tmp_path / "ep"
-    proc = run_harness("run", "--setting", "evidence-provided", "--dataset", "hotpotqa:dev", "--snapshot", str(snapshot),
-                       "--limit", "2", "--out", str(out), "--max-tokens", "24")
+    proc = run_harness(
+        "run",
+        "--setting",
+        "evidence-provided",
+        "--dataset",
+        "hotpotqa:dev",
+        "--snapshot",
+        str(snapshot),
+        "--limit",
+        "2",
+        "--out",
+        str(out),
+        "--max-tokens",
+        "24",
+    )
     assert proc.returncode == 0, proc.stderr
     for s in samples(out):
         prompt = s["messages"][0]["content"]
@@ -46,8 +61,23 @@ def test_evidence_provided_packs_real_pages(snapshot, tmp_path):
 
     # A small context cuts the evidence, and says so.
     small = tmp_path / "small"
-    proc = run_harness("run", "--setting", "evidence-provided", "--dataset", "hotpotqa:dev", "--snapshot", str(snapshot),
-                       "--limit", "2", "--out", str(small), "--max-tokens", "24", "--context-size", "1024")
+    proc = run_harness(
+        "run",
+        "--setting",
+        "evidence-provided",
+        "--dataset",
+        "hotpotqa:dev",
+        "--snapshot",
+        str(snapshot),
+        "--limit",
+        "2",
+        "--out",
+        str(small),
+        "--max-tokens",
+        "24",
+        "--context-size",
+        "1024",
+    )
     assert proc.returncode == 0, proc.stderr
     for s in samples(small):
         ev = s["extra"]["evidence"]
@@ -58,12 +88,29 @@ def test_evidence_provided_packs_real_pages(snapshot, tmp_path):
 
 def test_open_book_native_tool_calls_real_model(snapshot, tmp_path):
     out = tmp_path / "native"
-    proc = run_harness("run", "--setting", "open-book", "--dataset", "hotpotqa:dev", "--snapshot", str(snapshot),
-                       "--limit", "2", "--out", str(out), "--max-tokens", "48", "--max-rounds", "3")
+    proc = run_harness(
+        "run",
+        "--setting",
+        "open-book",
+        "--dataset",
+        "hotpotqa:dev",
+        "--snapshot",
+        str(snapshot),
+        "--limit",
+        "2",
+        "--out",
+        str(out),
+        "--max-tokens",
+        "48",
+        "--max-rounds",
+        "3",
+    )
     assert proc.returncode == 0, proc.stderr
     for s in samples(out):
         msgs = s["messages"]
-        assert msgs[0]["content"].startswith("Answer the following question, and output only a function call or your answer.")
+        assert msgs[0]["content"].startswith(
+            "Answer the following question, and output only a function call or your answer."
+        )
         call = msgs[1]["tool_calls"][0]
         assert msgs[1]["role"] == "assistant" and call["function"]["name"] == "search"
         query = json.loads(call["function"]["arguments"])["query"]
@@ -81,8 +128,25 @@ def test_open_book_native_tool_calls_real_model(snapshot, tmp_path):
 
 def test_open_book_native_through_llamacpp_server(snapshot, tmp_path):
     out = tmp_path / "server"
-    proc = run_harness("run", "--setting", "open-book", "--model", "llamacpp-server/smollm2", "--dataset", "hotpotqa:dev",
-                       "--snapshot", str(snapshot), "--limit", "1", "--out", str(out), "--max-tokens", "48", "--max-rounds", "2")
+    proc = run_harness(
+        "run",
+        "--setting",
+        "open-book",
+        "--model",
+        "llamacpp-server/smollm2",
+        "--dataset",
+        "hotpotqa:dev",
+        "--snapshot",
+        str(snapshot),
+        "--limit",
+        "1",
+        "--out",
+        str(out),
+        "--max-tokens",
+        "48",
+        "--max-rounds",
+        "2",
+    )
     assert proc.returncode == 0, proc.stderr
     s = samples(out)[0]
     assert s["messages"][1]["tool_calls"][0]["function"]["name"] == "search"
@@ -93,9 +157,28 @@ def test_open_book_native_through_llamacpp_server(snapshot, tmp_path):
 def test_open_book_text_protocol_real_model(snapshot, tmp_path, repeat):
     """Qwen2.5-Coder-0.5B follows the paper's <search> protocol (SmolLM2-135M does not)."""
     out = tmp_path / "text"
-    proc = run_harness("run", "--setting", "open-book", "--agent", "open-book-text", "--model", "local/qwen2.5-coder-0.5b",
-                       "--dataset", "hotpotqa:dev", "--snapshot", str(snapshot), "--limit", "2", "--out", str(out),
-                       "--max-tokens", "48", "--max-rounds", "3", *(["--repeat-question"] if repeat else []))
+    proc = run_harness(
+        "run",
+        "--setting",
+        "open-book",
+        "--agent",
+        "open-book-text",
+        "--model",
+        "local/qwen2.5-coder-0.5b",
+        "--dataset",
+        "hotpotqa:dev",
+        "--snapshot",
+        str(snapshot),
+        "--limit",
+        "2",
+        "--out",
+        str(out),
+        "--max-tokens",
+        "48",
+        "--max-rounds",
+        "3",
+        *(["--repeat-question"] if repeat else []),
+    )
     assert proc.returncode == 0, proc.stderr
     found_any = False
     for s in samples(out):
@@ -105,7 +188,7 @@ def test_open_book_text_protocol_real_model(snapshot, tmp_path, repeat):
         assert msgs[1]["content"].endswith("</search>")
         assert msgs[2]["role"] == "user"
         assert msgs[2]["content"].endswith(f"[Question]: {s['question']}") == repeat
-        assert s["extra"]["searches"][0]["query"] == msgs[1]["content"][len("<search>"):-len("</search>")]
+        assert s["extra"]["searches"][0]["query"] == msgs[1]["content"][len("<search>") : -len("</search>")]
         found_any |= any(x["found_title"] for x in s["extra"]["searches"])
         if s["extra"]["outcome"] == "max_rounds":
             assert s["answer"] is None and s["extra"]["rounds"] == 3
@@ -117,8 +200,19 @@ def test_open_book_text_protocol_real_model(snapshot, tmp_path, repeat):
 
 def test_missing_evidence_is_recorded_not_answered(snapshot, tmp_path):
     out = tmp_path / "missing"
-    proc = run_harness("run", "--setting", "evidence-provided", "--dataset", "fanoutqa:dev", "--snapshot", str(snapshot),
-                       "--limit", "1", "--out", str(out))
+    proc = run_harness(
+        "run",
+        "--setting",
+        "evidence-provided",
+        "--dataset",
+        "fanoutqa:dev",
+        "--snapshot",
+        str(snapshot),
+        "--limit",
+        "1",
+        "--out",
+        str(out),
+    )
     assert proc.returncode == 1  # the sample failed; the run itself is fine
     failure = json.loads((out / "failures.jsonl").read_text())
     assert failure["error_type"] == "missing_evidence" and failure["model_calls"] == 0
@@ -134,8 +228,19 @@ def test_open_book_needs_a_snapshot(tmp_path):
 
 def test_ceiling_grows_with_context(snapshot, tmp_path):
     out = tmp_path / "ceiling.json"
-    proc = run_harness("ceiling", "--dataset", "hotpotqa:dev", "--snapshot", str(snapshot), "--limit", "8",
-                       "--context-sizes", "700,1024,2048,8192", "--out", str(out))
+    proc = run_harness(
+        "ceiling",
+        "--dataset",
+        "hotpotqa:dev",
+        "--snapshot",
+        str(snapshot),
+        "--limit",
+        "8",
+        "--context-sizes",
+        "700,1024,2048,8192",
+        "--out",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "| 8192 |" in proc.stdout
     result = json.loads(out.read_text())

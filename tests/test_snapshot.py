@@ -10,11 +10,9 @@ import bz2
 import hashlib
 import html
 import json
-import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 import xml.etree.ElementTree as ET
@@ -59,7 +57,7 @@ ODD_QUERIES = [
     "\x00\x01",
     "a" * 2000,
     "%_\\",
-    "Einstien (physicist)\" OR *:-",
+    'Einstien (physicist)" OR *:-',
 ]
 
 
@@ -166,8 +164,8 @@ def test_dump_text_is_clean_plain_text(snap, dump_pages):
     page = snap.resolve_title("Albedo")
     assert "The term was introduced into optics by Johann Heinrich Lambert in his 1760 work Photometria." in page.text
     assert (
-        "Albedo or reflection coefficient, derived from Latin albedo \"whiteness\" (or reflected sunlight) "
-        "in turn from albus \"white\", is the diffuse reflectivity or reflecting power of a surface."
+        'Albedo or reflection coefficient, derived from Latin albedo "whiteness" (or reflected sunlight) '
+        'in turn from albus "white", is the diffuse reflectivity or reflecting power of a surface.'
     ) in page.text
     # a heading is a line of its own; paragraphs are separated by blank lines
     assert "\n\nTerrestrial albedo\n" in page.text
@@ -244,7 +242,9 @@ def test_hotpotqa_records(tmp_path):
         assert meta["stats"]["duplicate_titles"] == total - len(first)
         page = s.resolve_title("scott derrickson")
         assert page.text == first["Scott Derrickson"]
-        assert page.text.startswith("Scott Derrickson (born July 16, 1966) is an American director, screenwriter and producer. He lives in")
+        assert page.text.startswith(
+            "Scott Derrickson (born July 16, 1966) is an American director, screenwriter and producer. He lives in"
+        )
         assert page.pageid == stable_pageid("Scott Derrickson") and 0 < page.pageid < 2**63
         assert "Scott Derrickson" in s.similar_titles("Scott Derickson")[:3]
         assert s.search("Doctor Strange Marvel Cinematic Universe director", k=3)
@@ -266,7 +266,10 @@ def test_plain_text_records_keep_real_pageids(tmp_path):
 def test_jsonl_records_with_redirect_chains_and_loops(tmp_path):
     articles = json.loads(PHYSICS.read_text(encoding="utf-8"))
     src = tmp_path / "pages.jsonl"
-    lines = [{"title": a["title"], "text": a["text"], "pageid": int(a["id"]), "revid": 1000 + i} for i, a in enumerate(articles)]
+    lines = [
+        {"title": a["title"], "text": a["text"], "pageid": int(a["id"]), "revid": 1000 + i}
+        for i, a in enumerate(articles)
+    ]
     lines += [
         {"title": "Einstein", "redirect": "Albert Einstein"},
         {"title": "A. Einstein", "redirect": "Einstein"},  # a chain of two
@@ -338,7 +341,7 @@ def _article_html(title: str, text: str) -> str:
     paras = [p for p in text.split("\n\n") if p.strip()]
     body = "".join(f"<p>{html.escape(p)}</p>" for p in paras[:12])
     return (
-        f'<html><head><title>{html.escape(title)}</title><style>p {{color: red}}</style></head><body>'
+        f"<html><head><title>{html.escape(title)}</title><style>p {{color: red}}</style></head><body>"
         f'<h1>{html.escape(title)}</h1><div class="content">{body}'
         f'<p>See <a href="./Physics">physics</a>.</p><img src="x.png" alt="A photo"></div></body></html>'
     )
@@ -377,7 +380,12 @@ def test_zim_archive(tmp_path):
             creator.add_item(Item(a["title"].replace(" ", "_"), a["title"], "text/html", htmls[a["title"]]))
         creator.add_item(Item("style.css", "", "text/css", "p { margin: 0 }"))
         creator.add_redirection("Einstein", "Einstein", "Albert_Einstein", {writer.Hint.FRONT_ARTICLE: True})
-        for key, value in (("Title", "Physics sample"), ("Date", "2023-11-20"), ("Language", "eng"), ("Name", "physics_test")):
+        for key, value in (
+            ("Title", "Physics sample"),
+            ("Date", "2023-11-20"),
+            ("Language", "eng"),
+            ("Name", "physics_test"),
+        ):
             creator.add_metadata(key, value)
     assert detect_kind(str(zim)) == "zim"
     out = tmp_path / "zim.db"
@@ -477,7 +485,9 @@ class FakeWikipedia:
                             },
                         )
                     title, pageid, body = fake.revisions[revid]
-                    return self._json(200, {"parse": {"title": title, "pageid": pageid, "revid": revid, "text": {"*": body}}})
+                    return self._json(
+                        200, {"parse": {"title": title, "pageid": pageid, "revid": revid, "text": {"*": body}}}
+                    )
                 if q.get("page") == "Alien (law)" and q.get("redirects") == "1":
                     body = _article_html("Alien", fake.alien["text"])
                     return self._json(
@@ -492,7 +502,9 @@ class FakeWikipedia:
                             }
                         },
                     )
-                return self._json(200, {"error": {"code": "missingtitle", "info": "The page you specified doesn't exist."}})
+                return self._json(
+                    200, {"error": {"code": "missingtitle", "info": "The page you specified doesn't exist."}}
+                )
 
         return Handler
 
@@ -515,7 +527,9 @@ def _evidence_file(tmp_path: Path) -> Path:
         {"pageid": None, "revid": None, "title": "Alien (law)"},  # no revid: current page, API follows the redirect
     ]
     path = tmp_path / "evidence.json"
-    path.write_text(json.dumps([{"question": "q", "decomposition": [{"evidence": e} for e in evidence]}]), encoding="utf-8")
+    path.write_text(
+        json.dumps([{"question": "q", "decomposition": [{"evidence": e} for e in evidence]}]), encoding="utf-8"
+    )
     return path
 
 
@@ -549,7 +563,9 @@ def test_mediawiki_api(tmp_path):
             hash1 = meta["content_sha256"]
         # a rerun reads the on-disk cache: no request at all, same content
         out2 = tmp_path / "api2.db"
-        build_snapshot(str(evidence), out2, kind="api", api_url=fake.url, rate_limit=0, cache_dir=str(cache), progress=None)
+        build_snapshot(
+            str(evidence), out2, kind="api", api_url=fake.url, rate_limit=0, cache_dir=str(cache), progress=None
+        )
         assert len(fake.requests) == first_round
         with Snapshot.open(out2) as s:
             assert s.metadata["content_sha256"] == hash1 and s.metadata["stats"]["from_cache"] == 5
@@ -656,7 +672,9 @@ def test_cli_build_records_and_overwrite(tmp_path):
     proc = run_harness("snapshot", "build", "--from", str(HOTPOT), "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     assert "991 pages, 0 redirects from records" in proc.stdout
-    assert_clean_error(run_harness("snapshot", "build", "--from", str(HOTPOT), "--out", str(out)), "already exists", "--overwrite")
+    assert_clean_error(
+        run_harness("snapshot", "build", "--from", str(HOTPOT), "--out", str(out)), "already exists", "--overwrite"
+    )
     proc = run_harness("snapshot", "build", "--from", str(PHYSICS), "--out", str(out), "--overwrite")
     assert proc.returncode == 0 and "10 pages" in proc.stdout
 
@@ -675,16 +693,24 @@ def test_cli_bad_inputs(tmp_path, dump_snapshot):
     assert_clean_error(run_harness("snapshot", "info", str(tmp_path / "missing.db")), "snapshot not found")
 
     out = tmp_path / "out.db"
-    assert_clean_error(run_harness("snapshot", "build", "--from", str(tmp_path / "missing.xml"), "--out", str(out)), "not found")
+    assert_clean_error(
+        run_harness("snapshot", "build", "--from", str(tmp_path / "missing.xml"), "--out", str(out)), "not found"
+    )
     text = tmp_path / "notes.xml"
     text.write_text("plain text, not XML at all\n", encoding="utf-8")
-    assert_clean_error(run_harness("snapshot", "build", "--from", str(text), "--out", str(out)), "not a MediaWiki XML dump")
+    assert_clean_error(
+        run_harness("snapshot", "build", "--from", str(text), "--out", str(out)), "not a MediaWiki XML dump"
+    )
     html_file = tmp_path / "page.xml"
     html_file.write_text("<html><body><p>an XML file that is no dump</p></body></html>", encoding="utf-8")
-    assert_clean_error(run_harness("snapshot", "build", "--from", str(html_file), "--out", str(out)), "not a MediaWiki XML dump")
+    assert_clean_error(
+        run_harness("snapshot", "build", "--from", str(html_file), "--out", str(out)), "not a MediaWiki XML dump"
+    )
     fake_bz2 = tmp_path / "dump.xml.bz2"
     fake_bz2.write_bytes(b"not bzip2 data" * 10)
-    assert_clean_error(run_harness("snapshot", "build", "--from", str(fake_bz2), "--out", str(out)), "not a MediaWiki XML dump")
+    assert_clean_error(
+        run_harness("snapshot", "build", "--from", str(fake_bz2), "--out", str(out)), "not a MediaWiki XML dump"
+    )
     bad_json = tmp_path / "records.json"
     bad_json.write_text("[{not json", encoding="utf-8")
     assert_clean_error(run_harness("snapshot", "build", "--from", str(bad_json), "--out", str(out)), "not valid JSON")

@@ -47,7 +47,9 @@ def add_snapshot_parser(subparsers) -> argparse.ArgumentParser:
     b.add_argument("--titles", help="fanoutqa-cache: JSON file mapping pageid -> title (instead of --dataset)")
     b.add_argument("--api-url", help="api: MediaWiki api.php URL (default https://en.wikipedia.org/w/api.php)")
     b.add_argument("--rate-limit", type=float, help="api: requests per second (default 1; 0 = no limit)")
-    b.add_argument("--cache-dir", help="api: where fetched responses are kept (default $HARNESS_CACHE_DIR/wiki-api/HOST)")
+    b.add_argument(
+        "--cache-dir", help="api: where fetched responses are kept (default $HARNESS_CACHE_DIR/wiki-api/HOST)"
+    )
     b.add_argument("--max-attempts", type=int, help="api: tries per request on 429/5xx/timeouts (default 6)")
     b.add_argument("--limit", type=int, help="api: fetch only the first N evidence pages")
     b.add_argument("--workers", type=int, help="dump: processes converting wikitext (default: CPU count, at most 8)")
@@ -93,7 +95,17 @@ def _build(args: argparse.Namespace) -> int:
     if args.kind != "api" and not args.source:
         raise HarnessError("snapshot build needs --from SOURCE (or --kind api)")
     options: dict[str, Any] = {}
-    for name in ("dataset", "titles", "api_url", "rate_limit", "cache_dir", "max_attempts", "limit", "workers", "namespaces"):
+    for name in (
+        "dataset",
+        "titles",
+        "api_url",
+        "rate_limit",
+        "cache_dir",
+        "max_attempts",
+        "limit",
+        "workers",
+        "namespaces",
+    ):
         value = getattr(args, name, None)
         if value is not None:
             options[name] = value

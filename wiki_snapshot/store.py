@@ -42,6 +42,7 @@ from harness.errors import HarnessError
 FORMAT = "wiki-snapshot"
 FORMAT_VERSION = 1
 MAX_REDIRECT_HOPS = 8
+MAX_QUERY_CHARS = 300  # similar_titles looks at this much of a query (string similarity is quadratic)
 REQUIRED_TABLES = ("pages", "redirects", "metadata")
 
 # Words too common to help a bm25 OR-query (kept when the query has nothing else).
@@ -255,7 +256,14 @@ class SnapshotWriter:
         if ts and (self._max_timestamp is None or ts > self._max_timestamp):
             self._max_timestamp = ts
         self._pages.append(
-            (int(page.pageid), None if page.revid is None else int(page.revid), title, page.text or "", ts, title.casefold())
+            (
+                int(page.pageid),
+                None if page.revid is None else int(page.revid),
+                title,
+                page.text or "",
+                ts,
+                title.casefold(),
+            )
         )
         if len(self._pages) >= self.batch_size:
             self._flush()
@@ -276,7 +284,8 @@ class SnapshotWriter:
             if self._pages:
                 before = con.total_changes
                 con.executemany(
-                    "INSERT OR IGNORE INTO pages(pageid, revid, title, text, timestamp, title_key) VALUES (?,?,?,?,?,?)",
+                    "INSERT OR IGNORE INTO pages(pageid, revid, title, text, timestamp, title_key) "
+                    "VALUES (?,?,?,?,?,?)",
                     self._pages,
                 )
                 added = con.total_changes - before
@@ -579,8 +588,8 @@ class Snapshot:
         if self._fts:
             match = " OR ".join(_quote(w) for w in content)
             rows = self._safe_all(
-                "SELECT p.title, bm25(pages_fts, 5.0, 1.0) AS s FROM pages_fts JOIN pages p ON p.pageid = pages_fts.rowid "
-                "WHERE pages_fts MATCH ? ORDER BY s LIMIT ?",
+                "SELECT p.title, bm25(pages_fts, 5.0, 1.0) AS s FROM pages_fts "
+                "JOIN pages p ON p.pageid = pages_fts.rowid WHERE pages_fts MATCH ? ORDER BY s LIMIT ?",
                 (match, int(k)),
             )
             return [(t, -float(s)) for t, s in rows]
@@ -595,12 +604,17 @@ class Snapshot:
 
     def _title_candidates(self, qkey: str, qwords: list[str]) -> list[tuple[str, str]]:
         """(indexed title, page title) pairs worth scoring for ``qkey``."""
-        join = "SELECT ti.title, p.title FROM {fts} f JOIN title_index ti ON ti.id = f.rowid JOIN pages p ON p.pageid = ti.pageid "
+        join = (
+            "SELECT ti.title, p.title FROM {fts} f JOIN title_index ti ON ti.id = f.rowid "
+            "JOIN pages p ON p.pageid = ti.pageid "
+        )
         out: list[tuple[str, str]] = []
         if self._fts:
             if qwords:
                 words = qwords[:16]
-                all_words = " ".join(_quote(w) for w in words[:-1]) + (" " if len(words) > 1 else "") + _quote(words[-1]) + "*"
+                all_words = (
+                    " ".join(_quote(w) for w in words[:-1]) + (" " if len(words) > 1 else "") + _quote(words[-1]) + "*"
+                )
                 any_word = " OR ".join(_quote(w) for w in words)
                 for match in (all_words, any_word):
                     out += self._safe_all(
@@ -611,7 +625,11 @@ class Snapshot:
                 if len(grams) > 12:
                     # The rarest trigrams carry the most information and keep the OR-query cheap.
                     marks = ",".join("?" * len(grams))
-                    freq = dict(self._safe_all(f"SELECT term, doc FROM titles_trigram_vocab WHERE term IN ({marks})", tuple(grams)))
+                    freq = dict(
+                        self._safe_all(
+                            f"SELECT term, doc FROM titles_trigram_vocab WHERE term IN ({marks})", tuple(grams)
+                        )
+                    )
                     grams = sorted((g for g in grams if g in freq), key=lambda g: freq[g])[:12]
                 if grams:
                     match = " OR ".join(_quote(g) for g in grams)
@@ -636,25 +654,31 @@ class Snapshot:
         to fill up to ``k``. Never raises on odd input."""
         if not isinstance(query, str) or k <= 0:
             return []
-        q = split_fragment(query)[0] or normalize_title(query)
+        q = (split_fragment(query)[0] or normalize_title(query))[:MAX_QUERY_CHARS]
         qkey = q.casefold()
         if not qkey:
             return []
         qwords = _dedupe(_words(qkey))
-        scored_words = [w for w in qwords if w not in _STOPWORDS] or qwords
+        scored_words = ([w for w in qwords if w not in _STOPWORDS] or qwords)[:16]
         best: dict[str, float] = {}
+        scored: set[str] = set()
         for indexed, page_title in self._title_candidates(qkey, qwords):
             ikey = indexed.casefold()
-            if page_title in best and best[page_title] >= 1.0:
+            if ikey in scored:
                 continue
+            scored.add(ikey)
             # Whole-string similarity, plus how well each query word matches some title word
             # (a misspelt word still counts: "einstien" ~ "einstein" 0.88; below 0.8 it does not).
             ratio = difflib.SequenceMatcher(None, qkey, ikey, autojunk=False).ratio()
             iwords = _dedupe(_words(ikey))
             overlap = 0.0
             for w in scored_words:
-                m = 1.0 if w in iwords else max(
-                    (difflib.SequenceMatcher(None, w, iw, autojunk=False).ratio() for iw in iwords), default=0.0
+                m = (
+                    1.0
+                    if w in iwords
+                    else max(
+                        (difflib.SequenceMatcher(None, w, iw, autojunk=False).ratio() for iw in iwords), default=0.0
+                    )
                 )
                 overlap += m if m >= 0.8 else 0.0
             overlap = overlap / len(scored_words) if scored_words else 0.0

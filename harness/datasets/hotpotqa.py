@@ -25,7 +25,9 @@ class HotpotQA(DatasetLoader):
         if data_path:
             path = Path(data_path)
         else:
-            path = Path(str(resources.files("harness.datasets") / "data" / "hotpotqa" / "hotpot_dev_distractor_first100.json"))
+            path = Path(
+                str(resources.files("harness.datasets") / "data" / "hotpotqa" / "hotpot_dev_distractor_first100.json")
+            )
         try:
             records = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
@@ -42,7 +44,9 @@ class HotpotQA(DatasetLoader):
                 needed = list(dict.fromkeys(rec["supporting_facts"]["title"]))
                 question, answer = rec["question"], rec["answer"]
             except (KeyError, TypeError):
-                raise DatasetError(f"{where}: needs question, answer, context.title and supporting_facts.title") from None
+                raise DatasetError(
+                    f"{where}: needs question, answer, context.title and supporting_facts.title"
+                ) from None
             sample_id = rec.get("_id") or rec.get("id") or f"hotpot-dev-{i:03d}"
             samples.append(
                 Sample(

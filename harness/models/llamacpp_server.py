@@ -142,6 +142,7 @@ def _flag_value(args: list[str], flag: str) -> str | None:
 class LlamaCppServerBackend(OpenAICompatibleBackend):
     """llama-cpp-python's server, launched here. ``options.base_url`` is not used: the server is
     always ours (use the ``vllm`` or ``openai`` backend with ``--base-url`` to attach elsewhere)."""
+
     supports_auto_tool_choice = False
 
     label = "llama.cpp server"

@@ -92,6 +92,7 @@ def resolve_gguf(model: str) -> Path:
 @register_backend("local")
 class LocalLlamaBackend(ModelBackend):
     supports_auto_tool_choice = False
+
     def __init__(self, model, options):
         super().__init__(model, options)
         self.path = resolve_gguf(model)

@@ -120,7 +120,9 @@ def detect_kind(source: str) -> str:
         return "zim"
     if head.lstrip()[:1] in (b"[", b"{"):
         return "records"
-    raise HarnessError(f"{p}: cannot tell what kind of source this is; give --kind (dump, zim, fanoutqa-cache, records, api)")
+    raise HarnessError(
+        f"{p}: cannot tell what kind of source this is; give --kind (dump, zim, fanoutqa-cache, records, api)"
+    )
 
 
 class Progress:
@@ -193,7 +195,9 @@ def build_snapshot(
             writer.set_metadata("revision_date", builder.revision_date())
         writer.set_metadata("source_description", builder.source_description())
         writer.set_metadata("stats", builder.stats)
+        finish_started = time.perf_counter()
         meta = writer.finish()
+        index_seconds = time.perf_counter() - finish_started
     seconds = time.perf_counter() - started
     size = builder.input_size()
     return {
@@ -203,7 +207,8 @@ def build_snapshot(
         "redirects": meta["redirects"],
         "items_read": {"pages": pages, "redirects": redirects},
         "seconds": round(seconds, 3),
-        "convert_seconds": round(convert_seconds, 3),
+        "convert_seconds": round(convert_seconds, 3),  # reading + converting + inserting
+        "index_seconds": round(index_seconds, 3),  # FTS indexes, title index, hash
         "pages_per_s": round(meta["pages"] / seconds, 1) if seconds > 0 else None,
         "input_bytes": size,
         "output_bytes": out.stat().st_size,

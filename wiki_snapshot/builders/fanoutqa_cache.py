@@ -70,10 +70,10 @@ class FanOutQACacheBuilder(Builder):
         if not path.exists():
             raise HarnessError(f"{path}: not found")
         if not path.is_dir():
-            raise HarnessError(f"{path}: not a directory (a FanOutQA page cache directory of *-dated.md files expected)")
-        self.files = sorted(
-            (int(m.group(1)), f) for f in path.iterdir() if f.is_file() and (m := _NAME.match(f.name))
-        )
+            raise HarnessError(
+                f"{path}: not a directory (a FanOutQA page cache directory of *-dated.md files expected)"
+            )
+        self.files = sorted((int(m.group(1)), f) for f in path.iterdir() if f.is_file() and (m := _NAME.match(f.name)))
         if not self.files:
             raise HarnessError(f"{path}: no {{pageid}}-dated.md files (not a FanOutQA page cache)")
         dataset = dataset or (None if titles else DEFAULT_DATASETS)
@@ -93,7 +93,9 @@ class FanOutQACacheBuilder(Builder):
         self._bytes = 0
 
     def recorded_options(self) -> dict[str, Any]:
-        return {k: v for k, v in {"titles": self.options.get("titles"), "dataset": self.options.get("dataset")}.items() if v}
+        return {
+            k: v for k, v in {"titles": self.options.get("titles"), "dataset": self.options.get("dataset")}.items() if v
+        }
 
     def revision_date(self) -> str | None:
         return None if self.options.get("titles") else FANOUTQA_EPOCH
@@ -121,7 +123,13 @@ class FanOutQACacheBuilder(Builder):
                 continue
             revid = info.get("revid")
             self.stats["pages"] += 1
-            yield Page(pageid=pageid, revid=int(revid) if revid is not None else None, title=info["title"], text=text, timestamp=None)
+            yield Page(
+                pageid=pageid,
+                revid=int(revid) if revid is not None else None,
+                title=info["title"],
+                text=text,
+                timestamp=None,
+            )
         if self.stats["skipped_no_title"]:
             import sys
 

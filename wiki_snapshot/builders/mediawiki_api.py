@@ -43,8 +43,22 @@ DEFAULT_DATASET = "fanoutqa:dev"
 FANOUTQA_EPOCH = "2023-11-20"
 USER_AGENT = f"harness/{__version__} (LLM evaluation harness; wiki_snapshot offline snapshot builder)"
 # API error codes that mean "this page/revision does not exist (here)": record, do not retry.
-MISSING_CODES = {"nosuchrevid", "missingtitle", "nosuchpageid", "invalidtitle", "permissiondenied", "revdeleted", "nosuchsection"}
-TRANSIENT_CODES = {"maxlag", "ratelimited", "readonly", "internal_api_error_DBQueryError", "internal_api_error_DBConnectionError"}
+MISSING_CODES = {
+    "nosuchrevid",
+    "missingtitle",
+    "nosuchpageid",
+    "invalidtitle",
+    "permissiondenied",
+    "revdeleted",
+    "nosuchsection",
+}
+TRANSIENT_CODES = {
+    "maxlag",
+    "ratelimited",
+    "readonly",
+    "internal_api_error_DBQueryError",
+    "internal_api_error_DBConnectionError",
+}
 _REDIRECT_MSG = re.compile(r'class="redirectText".*?<a\b[^>]*\btitle="([^"]+)"', re.S)
 
 
@@ -109,10 +123,16 @@ class MediaWikiAPIBuilder(Builder):
         if source:
             p = Path(source)
             if not p.is_file():
-                raise HarnessError(f"{p}: not found (api --from takes a JSON/JSONL file of evidence {{pageid, revid, title}})")
+                raise HarnessError(
+                    f"{p}: not found (api --from takes a JSON/JSONL file of evidence {{pageid, revid, title}})"
+                )
             try:
                 text = p.read_text(encoding="utf-8")
-                data = [json.loads(line) for line in text.splitlines() if line.strip()] if p.suffix == ".jsonl" else json.loads(text)
+                data = (
+                    [json.loads(line) for line in text.splitlines() if line.strip()]
+                    if p.suffix == ".jsonl"
+                    else json.loads(text)
+                )
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 raise HarnessError(f"{p}: not valid JSON ({exc})") from None
             self.evidence = collect_evidence(data)
@@ -154,7 +174,9 @@ class MediaWikiAPIBuilder(Builder):
         return f"{self.api_url} ({self.source or self.options.get('dataset')})"
 
     def source_description(self) -> str:
-        return f"{self.description}; {len(self.evidence)} evidence pages of {self.source or self.options.get('dataset')}"
+        return (
+            f"{self.description}; {len(self.evidence)} evidence pages of {self.source or self.options.get('dataset')}"
+        )
 
     def revision_date(self) -> str | None:
         ds = self.options.get("dataset") or ""
@@ -304,7 +326,13 @@ class MediaWikiAPIBuilder(Builder):
             if code not in MISSING_CODES and code != "noparse":
                 log.warning("%s: API error %s for %s", self.api_url, code, ev)
             self.stats["missing"].append(
-                {"pageid": ev.get("pageid"), "revid": ev.get("revid"), "title": ev.get("title"), "code": code, "info": info}
+                {
+                    "pageid": ev.get("pageid"),
+                    "revid": ev.get("revid"),
+                    "title": ev.get("title"),
+                    "code": code,
+                    "info": info,
+                }
             )
             return
         text_field = parse.get("text")

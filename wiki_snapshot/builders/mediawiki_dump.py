@@ -26,7 +26,6 @@ import io
 import os
 import re
 import xml.etree.ElementTree as ET
-from pathlib import Path
 from typing import Any, Iterator
 
 from harness.errors import HarnessError
@@ -53,9 +52,25 @@ _BLANKS = re.compile(r"\n{3,}")
 # parser's work (about 1.6x faster); an unbalanced ref also no longer derails the parse.
 _PRESTRIP = re.compile(r"<ref\b[^>]*/\s*>|<ref\b[^>]*(?<!/)>.*?</ref\s*>|<!--.*?(?:-->|$)", re.S | re.I)
 _LEFTOVER_QUOTES = re.compile(r"'{2,}")
-_DASHES = {"ndash": "–", "mdash": "—", "snd": " – ", "spaced ndash": " – ", "spnd": " – ", "nbsp": " ", "-": "", "sndash": " – "}
-_TEXT_TEMPLATES = {"nowrap", "nobr", "nobreak", "small", "big", "smaller", "larger", "nobold", "noitalic", "sic", "math", "mvar", "var", "abbr", "ill", "interlanguage link", "illm", "lang", "transl", "transliteration", "ipa"}  # fmt: skip
-_DATE_TEMPLATES = {"birth date", "death date", "start date", "end date", "birth date and age", "death date and age", "start date and age", "end date and age", "dob", "film date", "release date", "date"}  # fmt: skip
+_DASHES = {
+    "ndash": "–",
+    "mdash": "—",
+    "snd": " – ",
+    "spaced ndash": " – ",
+    "spnd": " – ",
+    "nbsp": " ",
+    "-": "",
+    "sndash": " – ",
+}
+# Inline templates whose arguments are the sentence's words (rendered instead of dropped).
+_TEXT_TEMPLATES = {
+    "nowrap", "nobr", "nobreak", "small", "big", "smaller", "larger", "nobold", "noitalic", "sic", "math", "mvar",
+    "var", "abbr", "ill", "interlanguage link", "illm", "lang", "transl", "transliteration", "ipa",
+}  # fmt: skip
+_DATE_TEMPLATES = {
+    "birth date", "death date", "start date", "end date", "birth date and age", "death date and age",
+    "start date and age", "end date and age", "dob", "film date", "release date", "date",
+}  # fmt: skip
 
 
 def _params(tpl) -> list[str]:
@@ -196,9 +211,7 @@ def _render(code) -> str:
     return "".join(out)
 
 
-_RAW_DROP_LINK = re.compile(
-    r"\[\[\s*(?:file|image|media|category)\s*:(?:[^\[\]]|\[\[[^\[\]]*\]\])*\]\]", re.I
-)
+_RAW_DROP_LINK = re.compile(r"\[\[\s*(?:file|image|media|category)\s*:(?:[^\[\]]|\[\[[^\[\]]*\]\])*\]\]", re.I)
 _RAW_PIPED_LINK = re.compile(r"\[\[[^\[\]|]*\|([^\[\]]*)\]\]")
 _RAW_LINK = re.compile(r"\[\[:?([^\[\]|#]*)(?:#[^\[\]]*)?\]\]")
 _RAW_TAG = re.compile(
@@ -344,7 +357,14 @@ class MediaWikiDumpBuilder(Builder):
     name = "dump"
     description = "MediaWiki XML dump"
 
-    def __init__(self, source: str | None, *, namespaces: str | list[int] | None = None, workers: int | None = None, **options: Any):
+    def __init__(
+        self,
+        source: str | None,
+        *,
+        namespaces: str | list[int] | None = None,
+        workers: int | None = None,
+        **options: Any,
+    ):
         path = require_file(source, "a MediaWiki XML dump")
         if isinstance(namespaces, str):
             try:
@@ -362,7 +382,10 @@ class MediaWikiDumpBuilder(Builder):
 
     def recorded_options(self) -> dict[str, Any]:
         # workers changes speed, not content
-        return {"namespaces": self.namespaces, "text": "mwparserfromhell plain text (wiki_snapshot.builders.mediawiki_dump)"}
+        return {
+            "namespaces": self.namespaces,
+            "text": "mwparserfromhell plain text (wiki_snapshot.builders.mediawiki_dump)",
+        }
 
     def _open(self):
         raw = open(self.path, "rb")
@@ -470,9 +493,13 @@ class MediaWikiDumpBuilder(Builder):
         except ET.ParseError as exc:
             if pages == 0:
                 raise HarnessError(f"{self.path}: not a MediaWiki XML dump ({exc})") from None
-            raise HarnessError(f"{self.path}: XML error after {pages} pages ({exc}); the dump is truncated or corrupt") from None
+            raise HarnessError(
+                f"{self.path}: XML error after {pages} pages ({exc}); the dump is truncated or corrupt"
+            ) from None
         except (OSError, EOFError) as exc:
-            raise HarnessError(f"{self.path}: read error after {pages} pages ({exc}); the file is truncated or corrupt") from None
+            raise HarnessError(
+                f"{self.path}: read error after {pages} pages ({exc}); the file is truncated or corrupt"
+            ) from None
 
     def _converted(self) -> Iterator[tuple]:
         batches = _batched(self._raw_pages(), 32)
@@ -521,4 +548,3 @@ def _batched(it, n: int) -> Iterator[list]:
             batch = []
     if batch:
         yield batch
-

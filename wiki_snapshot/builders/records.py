@@ -77,7 +77,9 @@ class RecordsBuilder(Builder):
                         self._data = self._data[key]
                         break
             if not isinstance(self._data, list):
-                raise HarnessError(f"{path}: expected a JSON list of records ({{title, text}}) or of HotpotQA questions")
+                raise HarnessError(
+                    f"{path}: expected a JSON list of records ({{title, text}}) or of HotpotQA questions"
+                )
             self.layout = "hotpotqa" if self._data and _is_hotpot(self._data[0]) else "records"
 
     def recorded_options(self) -> dict[str, Any]:
@@ -145,7 +147,9 @@ class RecordsBuilder(Builder):
         for where, rec in self._records():
             self.stats["records"] += 1
             if _is_hotpot(rec):
-                raise HarnessError(f"{where}: a HotpotQA question in a records file (give the questions as a JSON list)")
+                raise HarnessError(
+                    f"{where}: a HotpotQA question in a records file (give the questions as a JSON list)"
+                )
             if not isinstance(rec, dict) or not isinstance(rec.get("title"), str) or not rec["title"].strip():
                 raise HarnessError(f"{where}: each record needs a non-empty string 'title'")
             if isinstance(rec.get("redirect"), str):

@@ -97,4 +97,6 @@ class ZimBuilder(Builder):
                 continue
             html = bytes(item.content).decode("utf-8", "replace")
             self.stats["html_pages"] += 1
-            yield Page(pageid=stable_pageid(title), revid=None, title=title, text=html_to_markdown(html), timestamp=date)
+            yield Page(
+                pageid=stable_pageid(title), revid=None, title=title, text=html_to_markdown(html), timestamp=date
+            )
