@@ -20,6 +20,10 @@ def snapshot(tmp_path_factory):
     return path
 
 
+def run_hotpot(snapshot, out, *args):
+    return run_harness("run", "--dataset", "hotpotqa:dev", "--snapshot", str(snapshot), "--out", str(out), *args)
+
+
 def samples(run_dir):
     return [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
 
@@ -30,21 +34,7 @@ def results(run_dir):
 
 def test_evidence_provided_packs_real_pages(snapshot, tmp_path):
     out = tmp_path / "ep"
-    proc = run_harness(
-        "run",
-        "--setting",
-        "evidence-provided",
-        "--dataset",
-        "hotpotqa:dev",
-        "--snapshot",
-        str(snapshot),
-        "--limit",
-        "2",
-        "--out",
-        str(out),
-        "--max-tokens",
-        "24",
-    )
+    proc = run_hotpot(snapshot, out, "--setting", "evidence-provided", "--limit", "2", "--max-tokens", "24")
     assert proc.returncode == 0, proc.stderr
     for s in samples(out):
         prompt = s["messages"][0]["content"]
@@ -61,18 +51,13 @@ def test_evidence_provided_packs_real_pages(snapshot, tmp_path):
 
     # A small context cuts the evidence, and says so.
     small = tmp_path / "small"
-    proc = run_harness(
-        "run",
+    proc = run_hotpot(
+        snapshot,
+        small,
         "--setting",
         "evidence-provided",
-        "--dataset",
-        "hotpotqa:dev",
-        "--snapshot",
-        str(snapshot),
         "--limit",
         "2",
-        "--out",
-        str(small),
         "--max-tokens",
         "24",
         "--context-size",
@@ -88,22 +73,8 @@ def test_evidence_provided_packs_real_pages(snapshot, tmp_path):
 
 def test_open_book_native_tool_calls_real_model(snapshot, tmp_path):
     out = tmp_path / "native"
-    proc = run_harness(
-        "run",
-        "--setting",
-        "open-book",
-        "--dataset",
-        "hotpotqa:dev",
-        "--snapshot",
-        str(snapshot),
-        "--limit",
-        "2",
-        "--out",
-        str(out),
-        "--max-tokens",
-        "48",
-        "--max-rounds",
-        "3",
+    proc = run_hotpot(
+        snapshot, out, "--setting", "open-book", "--limit", "2", "--max-tokens", "48", "--max-rounds", "3"
     )
     assert proc.returncode == 0, proc.stderr
     for s in samples(out):
@@ -128,20 +99,15 @@ def test_open_book_native_tool_calls_real_model(snapshot, tmp_path):
 
 def test_open_book_native_through_llamacpp_server(snapshot, tmp_path):
     out = tmp_path / "server"
-    proc = run_harness(
-        "run",
+    proc = run_hotpot(
+        snapshot,
+        out,
         "--setting",
         "open-book",
         "--model",
         "llamacpp-server/smollm2",
-        "--dataset",
-        "hotpotqa:dev",
-        "--snapshot",
-        str(snapshot),
         "--limit",
         "1",
-        "--out",
-        str(out),
         "--max-tokens",
         "48",
         "--max-rounds",
@@ -157,22 +123,17 @@ def test_open_book_native_through_llamacpp_server(snapshot, tmp_path):
 def test_open_book_text_protocol_real_model(snapshot, tmp_path, repeat):
     """Qwen2.5-Coder-0.5B follows the paper's <search> protocol (SmolLM2-135M does not)."""
     out = tmp_path / "text"
-    proc = run_harness(
-        "run",
+    proc = run_hotpot(
+        snapshot,
+        out,
         "--setting",
         "open-book",
         "--agent",
         "open-book-text",
         "--model",
         "local/qwen2.5-coder-0.5b",
-        "--dataset",
-        "hotpotqa:dev",
-        "--snapshot",
-        str(snapshot),
         "--limit",
         "2",
-        "--out",
-        str(out),
         "--max-tokens",
         "48",
         "--max-rounds",
