@@ -114,7 +114,15 @@ SETTINGS: dict[str, str] = {
     "evidence-provided": "evidence-provided",
 }
 
-_AGENT_MODULES = ("agents.closed_book", "agents.open_book_native", "agents.open_book_text", "agents.evidence_provided")
+# strategy name -> the module that registers it (imported only when used)
+AGENT_MODULES = {
+    "closed-book": "agents.closed_book",
+    "open-book-native": "agents.open_book_native",
+    "open-book-text": "agents.open_book_text",
+    "evidence-provided": "agents.evidence_provided",
+    "entity-set": "agents.entity_set",
+    "conversational": "agents.conversational",
+}
 
 
 def register_agent(name: str):
@@ -126,8 +134,11 @@ def register_agent(name: str):
 
 
 def create_agent(config: RunConfig) -> Agent:
-    for module in _AGENT_MODULES:
-        importlib.import_module(module)
     if config.setting not in SETTINGS:
         raise ConfigError(f"unknown setting {config.setting!r} (known: {', '.join(sorted(SETTINGS))})")
-    return AGENTS.get(config.agent or SETTINGS[config.setting])(config)
+    name = config.agent or SETTINGS[config.setting]
+    if name in AGENT_MODULES:
+        importlib.import_module(AGENT_MODULES[name])
+    if name not in AGENTS:
+        raise ConfigError(f"unknown agent {name!r} (known: {', '.join(AGENT_MODULES)})")
+    return AGENTS.get(name)(config)

@@ -53,9 +53,16 @@ def _run_parser(sub) -> None:
     g.add_argument("--sample-id", dest="sample_ids", help="comma-separated sample ids to run")
     g.add_argument("--out", help="run directory (default: results/<dataset>-<model>-<setting>-<config hash>)")
     g.add_argument("--config", help="YAML file of options (keys are these long flag names); flags override it")
+    _scoring_options(p)
     g = p.add_argument_group("prompt")
     g.add_argument("--current-date", help="'Current date' in the FanOutQA prompts (default 11-20-2023, the paper's)")
     g.add_argument("--prompt-template", help="template name in prompts/ or a .txt file (default: the setting's)")
+    g.add_argument(
+        "--history",
+        choices=["original", "all-history"],
+        help="conversational datasets (TopiOCQA): the question alone, or with every previous turn "
+        "and its gold answer (default all-history)",
+    )
     g = p.add_argument_group("generation (greedy by default)")
     g.add_argument("--temperature", type=float, help="default 0")
     g.add_argument("--top-p", type=float, help="default 1")
@@ -88,6 +95,27 @@ def _run_parser(sub) -> None:
     g.add_argument("--no-cache", dest="cache", action="store_false", help="do not read or write the response cache")
     g.add_argument("--cache-path", help="SQLite response cache (default $HARNESS_CACHE_DIR or ~/.cache/harness)")
     _retrieval_options(p)
+
+
+def _scoring_options(p, suppress: bool = True) -> None:
+    g = p.add_argument_group("scoring")
+    extra = {"default": argparse.SUPPRESS} if suppress else {}
+    g.add_argument(
+        "--metrics",
+        help="comma-separated metrics (default: the dataset's): fanoutqa-string, em-f1, "
+        "set-f1, quest, topiocqa, bleurt, llm-judge",
+        **extra,
+    )
+    g.add_argument(
+        "--judge",
+        help="model for the LLM judge, e.g. openai/gpt-4o-2024-11-20 (FanOutQA's); no judge runs unless named",
+        **extra,
+    )
+    g.add_argument(
+        "--bleurt-checkpoint",
+        help="BLEURT checkpoint directory (without it BLEURT is reported unavailable, never 0)",
+        **extra,
+    )
 
 
 def _retrieval_options(p) -> None:
@@ -145,7 +173,7 @@ def _score_parser(sub) -> None:
     p.add_argument("--data-path", help="read the dataset from this file instead of the vendored copy")
     p.add_argument("--generations", help='JSONL file of {"id", "answer"} lines')
     p.add_argument("--out", help="write the scores JSON here (default: print it)")
-    p.add_argument("--metrics", help="comma-separated metric names (default: the dataset's)")
+    _scoring_options(p, suppress=False)
     p.add_argument(
         "--only-answered",
         action="store_true",
@@ -245,7 +273,10 @@ def cmd_score(args: argparse.Namespace) -> int:
     from harness.runner import RESULTS_FILE, SAMPLES_FILE, load_finished
     from harness.scoring.metrics import score_answers
 
+    from harness.scoring.metrics import ScoringOptions
+
     metrics = [m for m in args.metrics.split(",") if m] if args.metrics else None
+    options = ScoringOptions(judge=args.judge, bleurt_checkpoint=args.bleurt_checkpoint)
     if args.run_dir:
         if args.generations:
             raise HarnessError("give either a run directory or --generations, not both")
@@ -262,7 +293,7 @@ def cmd_score(args: argparse.Namespace) -> int:
         ids = results.get("sample_ids") or list(finished)
         questions = [by_id[i] for i in ids if i in by_id]
         answers = [{"id": i, "answer": finished[i]["answer"]} for i in ids if i in finished]
-        scores = score_answers(dataset, questions, answers, metrics, args.only_answered)
+        scores = score_answers(dataset, questions, answers, metrics, args.only_answered, options)
         results["scores"] = scores
         write_json_atomic(run_dir / RESULTS_FILE, results)
     else:
@@ -285,7 +316,7 @@ def cmd_score(args: argparse.Namespace) -> int:
                 f"warning: {len(unknown)} id(s) not in {dataset.info.spec()} ignored (e.g. {unknown[0]})",
                 file=sys.stderr,
             )
-        scores = score_answers(dataset, dataset.samples, answers, metrics, args.only_answered)
+        scores = score_answers(dataset, dataset.samples, answers, metrics, args.only_answered, options)
     if args.out:
         write_json_atomic(args.out, scores)
         print(f"wrote {args.out}", file=sys.stderr)

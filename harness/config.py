@@ -23,7 +23,19 @@ DEFAULT_MODEL = "local/smollm2"
 # extended (--limit), resumed or sped up without starting a new run directory.
 # The snapshot is hashed by its content hash (added by the runner), not by where the file lies.
 NOT_HASHED = frozenset(
-    {"limit", "sample_ids", "out", "max_connections", "cache", "cache_path", "sample_timeout", "snapshot"}
+    {
+        "limit",
+        "sample_ids",
+        "out",
+        "max_connections",
+        "cache",
+        "cache_path",
+        "sample_timeout",
+        "snapshot",
+        "metrics",
+        "judge",
+        "bleurt_checkpoint",
+    }
 )
 BACKEND_NOT_HASHED = frozenset({"request_timeout", "max_attempts", "retry_max_wait", "startup_timeout", "n_threads"})
 
@@ -45,6 +57,13 @@ class RunConfig(BaseModel):
     prompt_template: str | None = Field(None, description="template name in prompts/ or a file path")
     cache: bool = True
     cache_path: str | None = None
+    history: Literal["original", "all-history"] = Field(
+        "all-history", description="conversational datasets: the question alone, or with all previous turns"
+    )
+    # scoring (never changes generation) --------------------------------------------------------
+    metrics: list[str] | None = Field(None, description="metric names; default: the dataset's")
+    judge: str | None = Field(None, description="LLM judge model (none unless asked: it costs money)")
+    bleurt_checkpoint: str | None = Field(None, description="BLEURT checkpoint directory")
     # open-book and evidence-provided ------------------------------------------------------------
     snapshot: str | None = Field(None, description="wiki snapshot (SQLite) the settings read pages from")
     search_style: Literal["fanoutqa", "paper-2024"] = Field(
@@ -78,6 +97,11 @@ class RunConfig(BaseModel):
         if extra:
             data.update(extra)
         return data
+
+    def scoring_options(self):
+        from harness.scoring.metrics import ScoringOptions
+
+        return ScoringOptions(judge=self.judge, bleurt_checkpoint=self.bleurt_checkpoint, cache_path=self.cache_path)
 
     def config_hash(self, extra: dict[str, Any] | None = None) -> str:
         """``extra`` adds resolved facts (dataset version and sha256, prompt sha256)."""
@@ -116,8 +140,9 @@ def build_config(flat: dict[str, Any]) -> RunConfig:
             (generation if key == "generation" else backend).update(value)
         else:
             top[key] = value
-    if isinstance(top.get("sample_ids"), str):
-        top["sample_ids"] = [s for s in top["sample_ids"].split(",") if s]
+    for key in ("sample_ids", "metrics"):
+        if isinstance(top.get(key), str):
+            top[key] = [s for s in top[key].split(",") if s]
     try:
         return RunConfig(**top, generation=GenerationParams(**generation), backend=BackendOptions(**backend))
     except ValidationError as exc:

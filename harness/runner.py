@@ -322,7 +322,9 @@ class Run:
             # A sample that finished without an answer (context full, rounds exhausted) counts as
             # unanswered, i.e. 0, exactly like a question missing from an official submission.
             answers = [{"id": r["id"], "answer": r["answer"]} for r in done if r.get("answer") is not None]
-            scores = score_answers(self.dataset, selected, answers)
+            scores = score_answers(
+                self.dataset, selected, answers, self.config.metrics, options=self.config.scoring_options()
+            )
         else:
             scoring_note = f"{self.dataset.info.spec()} has no reference answers; export the generations to score them"
         tokens_prompt = sum(r["usage"]["prompt_tokens"] for r in done)

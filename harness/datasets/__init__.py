@@ -7,15 +7,22 @@ import importlib
 from harness.datasets.base import DATASETS, Dataset, DatasetInfo, Sample, parse_spec
 from harness.errors import DatasetError
 
-_DATASET_MODULES = ("harness.datasets.fanoutqa", "harness.datasets.hotpotqa")
+# name -> the module that registers its loader (imported only when that dataset is used)
+DATASET_MODULES = {
+    "fanoutqa": "harness.datasets.fanoutqa",
+    "hotpotqa": "harness.datasets.hotpotqa",
+    "qampari": "harness.datasets.qampari",
+    "quest": "harness.datasets.quest",
+    "topiocqa": "harness.datasets.topiocqa",
+}
 
 
 def load_dataset(spec: str, data_path: str | None = None) -> Dataset:
-    for module in _DATASET_MODULES:
-        importlib.import_module(module)
     name, split, version = parse_spec(spec)
+    if name in DATASET_MODULES:
+        importlib.import_module(DATASET_MODULES[name])
     if name not in DATASETS:
-        raise DatasetError(f"unknown dataset {name!r} (known: {', '.join(DATASETS.names())})")
+        raise DatasetError(f"unknown dataset {name!r} (known: {', '.join(DATASET_MODULES)})")
     loader = DATASETS.get(name)
     split = split or loader.default_split
     version = version or loader.default_version

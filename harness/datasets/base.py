@@ -22,6 +22,8 @@ class Sample:
     evidence: list[dict[str, Any]] = field(default_factory=list)
     # Pages a system needs to find (evidence recall): FanOutQA decomposition titles, HotpotQA supporting facts.
     needed_titles: list[str] = field(default_factory=list)
+    # Groups for score breakdowns, e.g. {"category": ["Sports", "Statistics"]} or {"template": ["_ or _"]}.
+    groups: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass

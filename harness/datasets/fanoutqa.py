@@ -96,6 +96,7 @@ class FanOutQA(DatasetLoader):
                     raw=rec,
                     evidence=evidence,
                     needed_titles=[e["title"] for e in evidence],
+                    groups={"category": list(rec.get("categories") or [])},
                 )
             )
         info = DatasetInfo(

@@ -4,19 +4,53 @@ score shape: aggregates at the top level, per-question values under ``raw``."""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Callable
+
+from pydantic import BaseModel, Field
 
 from harness.datasets.base import Dataset, Sample
 from harness.errors import HarnessError
 from harness.registry import Registry
 
-# fn(questions, answers, only_score_answered) -> {"aggregate": {...}, "raw": {qid: {...}}, "info": {...}}
-MetricFn = Callable[[list[Sample], list[dict[str, Any]], bool], dict[str, Any]]
+
+class ScoringOptions(BaseModel):
+    """Options of the metrics that need them; recorded with the scores. No judge runs unless named."""
+
+    judge: str | None = Field(None, description="model for the LLM judge, e.g. openai/gpt-4o-2024-11-20")
+    judge_max_connections: int = 8
+    bleurt_checkpoint: str | None = Field(None, description="directory of a BLEURT checkpoint")
+    cache_path: str | None = None
+
+
+# fn(questions, answers, only_score_answered, options=ScoringOptions)
+#   -> {"aggregate": {...}, "raw": {qid: {...}}, "info": {...}}
+MetricFn = Callable[..., dict[str, Any]]
 METRICS: Registry[MetricFn] = Registry("metric")
+
+# metric name -> module that registers it, for metrics that live in their own file
+METRIC_MODULES = {
+    "llm-judge": "harness.scoring.llm_judge",
+    "bleurt": "harness.scoring.bleurt",
+    "set-f1": "harness.scoring.list_metrics",
+    "quest": "harness.scoring.quest_metrics",
+    "topiocqa": "harness.scoring.topiocqa_metrics",
+}
+
+
+def get_metric(name: str) -> MetricFn:
+    if name in METRIC_MODULES:
+        importlib.import_module(METRIC_MODULES[name])
+    if name not in METRICS:
+        known = sorted(set(METRICS.names()) | set(METRIC_MODULES))
+        raise HarnessError(f"unknown metric {name!r} (known: {', '.join(known)})")
+    return METRICS.get(name)
 
 
 @METRICS.register("fanoutqa-string")
-def fanoutqa_string(questions: list[Sample], answers: list[dict[str, Any]], only_answered: bool) -> dict[str, Any]:
+def fanoutqa_string(
+    questions: list[Sample], answers: list[dict[str, Any]], only_answered: bool, options: ScoringOptions | None = None
+) -> dict[str, Any]:
     """FanOutQA loose/strict string accuracy and ROUGE-1/2/L, equal to fanoutqa 1.1.1."""
     import rouge_score
 
@@ -36,7 +70,9 @@ def fanoutqa_string(questions: list[Sample], answers: list[dict[str, Any]], only
 
 
 @METRICS.register("em-f1")
-def em_f1(questions: list[Sample], answers: list[dict[str, Any]], only_answered: bool) -> dict[str, Any]:
+def em_f1(
+    questions: list[Sample], answers: list[dict[str, Any]], only_answered: bool, options: ScoringOptions | None = None
+) -> dict[str, Any]:
     """HotpotQA's official answer EM / F1 / precision / recall; unanswered questions count 0."""
     from harness.scoring.hotpotqa_metrics import exact_match_score, f1_score
 
@@ -70,6 +106,7 @@ def score_answers(
     answers: list[dict[str, Any]],
     metrics: list[str] | None = None,
     only_answered: bool = False,
+    options: ScoringOptions | None = None,
 ) -> dict[str, Any]:
     """Score ``answers`` ({"id", "answer"}) on ``questions``; unanswered questions count 0
     unless ``only_answered`` (mirrors the official Scorer's ``only_score_answered``)."""
@@ -80,7 +117,7 @@ def score_answers(
     raw: dict[str, dict[str, Any]] = {}
     info: dict[str, Any] = {}
     for name in names:
-        result = METRICS.get(name)(questions, answers, only_answered)
+        result = get_metric(name)(questions, answers, only_answered, options=options or ScoringOptions())
         out.update(result["aggregate"])
         for qid, values in result["raw"].items():
             raw.setdefault(qid, {}).update(values)
@@ -91,6 +128,9 @@ def score_answers(
     else:
         order = [q.id for q in questions]
     out["raw"] = [{"question_id": qid, **raw.get(qid, {})} for qid in order]
+    breakdown = _breakdown(questions, out["raw"])
+    if breakdown:
+        out["breakdown"] = breakdown
     out["meta"] = {
         "metrics": names,
         "n_questions": len(order),
@@ -99,5 +139,38 @@ def score_answers(
         "dataset": dataset.info.spec(),
         "dataset_sha256": dataset.info.sha256,
         "metric_info": info,
+        "options": (options or ScoringOptions()).model_dump(),
     }
+    return out
+
+
+def _numeric_leaves(values: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, bool):
+            out[name] = float(value)
+        elif isinstance(value, (int, float)):
+            out[name] = float(value)
+        elif isinstance(value, dict):
+            out.update(_numeric_leaves(value, name + "."))
+    return out
+
+
+def _breakdown(questions: list[Sample], raw: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-group means of every per-question number (FanOutQA categories, QUEST templates, ...)."""
+    by_id = {r["question_id"]: _numeric_leaves({k: v for k, v in r.items() if k != "question_id"}) for r in raw}
+    groups: dict[str, dict[str, list[dict[str, float]]]] = {}
+    for q in questions:
+        if q.id not in by_id:
+            continue
+        for group, values in (q.groups or {}).items():
+            for value in values:
+                groups.setdefault(group, {}).setdefault(value, []).append(by_id[q.id])
+    out: dict[str, Any] = {}
+    for group, members in groups.items():
+        out[group] = {}
+        for value, rows in sorted(members.items()):
+            keys = sorted({k for row in rows for k in row})
+            out[group][value] = {"n": len(rows), **{k: sum(r.get(k, 0.0) for r in rows) / len(rows) for k in keys}}
     return out
