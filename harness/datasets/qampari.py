@@ -1,0 +1,106 @@
+"""QAMPARI (Amouyal et al., 2022): open-domain questions with many answers, in the official JSONL
+format of samsam3232/qampari (one question per line: ``qid``, ``question_text``, ``answer_list`` =
+[{"answer_text", "aliases", "aid", "proof": [{"proof_text", "found_in_url", "pid"}], ...}]).
+
+The ``qid`` suffix after the last ``__`` names the question type (``wikidata_simple``,
+``wikidata_comp``, ``wikidata_intersection``, ``wikitables_simple``, ``wikitables_comp``), used as
+the score breakdown group. Dev/test are not shipped: download them from the official repository and
+pass ``--data-path``. The ``sample`` split (13 real questions converted to the official format, see
+data/qampari/SOURCE.md) ships so the loader and metric run offline.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+from harness.datasets.base import DATASETS, Dataset, DatasetInfo, DatasetLoader, Sample, sha256_file
+from harness.errors import DatasetError
+
+OFFICIAL_URL = "https://github.com/samsam3232/qampari (dev_data.jsonl / test_data.jsonl)"
+
+
+def question_type(qid: str) -> str:
+    """``"7445__wikidata_comp"`` -> ``"wikidata_comp"``; ``"unknown"`` when the qid has no suffix."""
+    return qid.rsplit("__", 1)[1] if "__" in qid else "unknown"
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DatasetError(f"dataset file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{path}: cannot read ({exc})") from None
+    records = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
+        if not isinstance(rec, dict):
+            raise DatasetError(f"{path}:{n}: expected a JSON object per line")
+        records.append(rec)
+    return records
+
+
+@DATASETS.register("qampari")
+class Qampari(DatasetLoader):
+    name = "qampari"
+    splits = ("sample", "dev", "test")
+    default_split = "sample"
+    versions = ("v1",)
+    default_version = "v1"
+    license = "CC BY-SA 4.0 (QAMPARI data; the shipped sample: CC0 + MIT, see SOURCE.md)"
+    metrics = ["set-f1"]
+
+    def load(self, split: str, version: str, data_path: str | None = None) -> Dataset:
+        if data_path:
+            path = Path(data_path)
+        elif split == "sample":
+            path = Path(str(resources.files("harness.datasets") / "data" / "qampari" / "qampari_sample.jsonl"))
+        else:
+            raise DatasetError(
+                f"qampari:{split} is not shipped: download the official {split}_data.jsonl from "
+                f"{OFFICIAL_URL} and pass --data-path FILE"
+            )
+        samples = []
+        for i, rec in enumerate(read_jsonl(path)):
+            where = f"{path}: question #{i + 1}"
+            try:
+                qid, question = str(rec["qid"]), rec["question_text"]
+                answers = [
+                    {"answer_text": a["answer_text"], "aliases": list(a.get("aliases") or [a["answer_text"]])}
+                    for a in rec["answer_list"]
+                ]
+                proofs = [p for a in rec["answer_list"] for p in (a.get("proof") or [])]
+            except (KeyError, TypeError):
+                raise DatasetError(f"{where}: needs qid, question_text and answer_list[].answer_text") from None
+            needed = []
+            for p in proofs:
+                url = p.get("found_in_url") if isinstance(p, dict) else None
+                if url:
+                    needed.append(url.rsplit("/wiki/", 1)[-1].replace("_", " "))
+            samples.append(
+                Sample(
+                    id=qid,
+                    question=question,
+                    answer=answers,
+                    raw=rec,
+                    needed_titles=list(dict.fromkeys(needed)),
+                    groups={"type": [question_type(qid)]},
+                )
+            )
+        info = DatasetInfo(
+            name=self.name,
+            split=split,
+            version=version if not data_path else f"{version}+file",
+            path=str(path),
+            sha256=sha256_file(path),
+            license=self.license,
+            has_answers=True,
+        )
+        return Dataset(info=info, samples=samples, metrics=list(self.metrics))

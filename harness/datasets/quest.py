@@ -1,0 +1,73 @@
+"""QUEST (Malaviya et al., ACL 2023): entity-seeking queries with implicit set operations, in the
+official JSONL format of google-research/language/quest: one query per line, ``query``, ``docs``
+(the gold Wikipedia entity titles), ``original_query``, ``scores``, ``metadata`` {template,
+domain, ...}.
+
+``quest:train-sample`` ships 80 real train rows (see data/quest/SOURCE.md). ``val``/``test`` need
+``--data-path`` (download https://storage.googleapis.com/gresearch/quest/{val,test}.jsonl).
+QUEST rows have no id; the harness names them ``quest-{split}-{index:04d}`` in file order.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from harness.datasets.base import DATASETS, Dataset, DatasetInfo, DatasetLoader, Sample, sha256_file
+from harness.datasets.qampari import read_jsonl
+from harness.errors import DatasetError
+
+
+@DATASETS.register("quest")
+class Quest(DatasetLoader):
+    name = "quest"
+    splits = ("train-sample", "train", "val", "test")
+    default_split = "train-sample"
+    versions = ("v1",)
+    default_version = "v1"
+    license = "CC BY 4.0"
+    metrics = ["quest"]
+
+    def load(self, split: str, version: str, data_path: str | None = None) -> Dataset:
+        if data_path:
+            path = Path(data_path)
+        elif split == "train-sample":
+            path = Path(str(resources.files("harness.datasets") / "data" / "quest" / "train_sample.jsonl"))
+        else:
+            raise DatasetError(
+                f"quest:{split} is not shipped: download https://storage.googleapis.com/gresearch/quest/"
+                f"{split}.jsonl and pass --data-path FILE"
+            )
+        samples = []
+        for i, rec in enumerate(read_jsonl(path)):
+            try:
+                query, docs = rec["query"], list(rec["docs"])
+                meta = rec.get("metadata") or {}
+                template, domain = meta.get("template"), meta.get("domain")
+            except (KeyError, TypeError, AttributeError):
+                raise DatasetError(f"{path}: query #{i + 1} needs query, docs and metadata") from None
+            groups = {}
+            if template:
+                groups["template"] = [template]
+            if domain:
+                groups["domain"] = [domain]
+            samples.append(
+                Sample(
+                    id=f"quest-{split}-{i:04d}",
+                    question=query,
+                    answer=docs,
+                    raw=rec,
+                    needed_titles=docs,
+                    groups=groups,
+                )
+            )
+        info = DatasetInfo(
+            name=self.name,
+            split=split,
+            version=version if not data_path else f"{version}+file",
+            path=str(path),
+            sha256=sha256_file(path),
+            license=self.license,
+            has_answers=bool(samples) and all(s.answer for s in samples),
+        )
+        return Dataset(info=info, samples=samples, metrics=list(self.metrics))

@@ -1,0 +1,166 @@
+"""TopiOCQA (Adlakha et al., TACL 2022): open-domain conversational QA with topic switching.
+
+The dev split (2,514 turns of 205 conversations, CC BY-NC-SA 4.0: non-commercial) ships as package
+data; ``--data-path`` reads another file in the official format (e.g. the train split, or a dev file
+with ``Additional_answers``). One sample per turn, id ``"{Conversation_no}_{Turn_no}"``.
+
+Question representations (paper section 5.1.2; repository McGill-NLP/topiocqa):
+``original`` is the current question alone; ``all-history`` is every previous question and gold
+answer followed by the current question. ``format_history`` renders them in the official formats
+(``sep``: the retriever / DPR-reader query ``q1 [SEP] a1 [SEP] ... [SEP] qn`` of the README;
+``fid``: the FiD reader's ``question 1: q1 answer 1: a1 ... question n: qn`` made by
+``FiD/src/data.py::format_conversational_example``) or as the line-per-part block the
+``conversational`` agent puts in its prompt (``prompt``). The paper's third representation,
+``Rewrites`` (a question rewritten by a trained QReCC rewriter), needs that model and is not here.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from harness.datasets.base import DATASETS, Dataset, DatasetInfo, DatasetLoader, Sample, sha256_file
+from harness.errors import DatasetError
+
+REPRESENTATIONS = ("original", "all-history")
+STYLES = ("sep", "fid", "prompt")
+
+
+def history_parts(sample: Sample) -> list[str]:
+    """The previous turns as the dataset gives them: ``[q1, a1, q2, a2, ...]`` (``Context``)."""
+    return [str(x) for x in sample.raw.get("Context") or []]
+
+
+def format_history(sample: Sample, representation: str, *, style: str = "sep", include_question: bool = True) -> str:
+    """The question representation ``representation`` of ``sample`` as one string.
+
+    ``original``: the question alone (or ``""`` without ``include_question``).
+    ``all-history``: previous questions and gold answers, then the current question, in ``style``:
+    ``sep`` ``"q1 [SEP] a1 [SEP] q2"`` (official retriever/DPR input), ``fid``
+    ``"question 1: q1 answer 1: a1 question 2: q2"`` (official FiD reader input), ``prompt`` one
+    ``Q1: ...`` / ``A1: ...`` line per part. ``include_question=False`` leaves the current question out
+    (the history block alone)."""
+    if representation not in REPRESENTATIONS:
+        raise ValueError(
+            f"unknown history representation {representation!r} (known: {', '.join(REPRESENTATIONS)};"
+            " 'rewritten' needs a question-rewriting model and is not supported)"
+        )
+    if style not in STYLES:
+        raise ValueError(f"unknown history style {style!r} (known: {', '.join(STYLES)})")
+    parts = history_parts(sample) if representation == "all-history" else []
+    if include_question:
+        parts = parts + [sample.question]
+    if not parts:
+        return ""
+    if style == "sep":
+        return " [SEP] ".join(p.strip() for p in parts)
+    # FiD: even positions are questions, odd are answers, numbered from 1 per turn
+    labelled = []
+    for i, part in enumerate(parts):
+        if style == "fid":
+            kind = "question" if i % 2 == 0 else "answer"
+            labelled.append(f"{kind} {i // 2 + 1}: {part.strip()}")
+        else:
+            kind = "Q" if i % 2 == 0 else "A"
+            labelled.append(f"{kind}{i // 2 + 1}: {part.strip()}")
+    return (" " if style == "fid" else "\n").join(labelled)
+
+
+def turn_type(previous_topic: str | None, topic: str) -> str:
+    """``first`` (no previous turn in the conversation), ``topic-shift`` (the gold passage's page,
+    ``Topic``, differs from the previous turn's) or ``topic-continuation`` (same page)."""
+    if previous_topic is None:
+        return "first"
+    return "topic-shift" if topic != previous_topic else "topic-continuation"
+
+
+def references(rec: dict[str, Any]) -> str | list[str]:
+    """The original answer, or ``[original, *additional]`` when the file has ``Additional_answers``
+    (the official evaluator's gold list)."""
+    extra = rec.get("Additional_answers")
+    if not extra:
+        return rec["Answer"]
+    return [rec["Answer"]] + [x["Answer"] if isinstance(x, dict) else x for x in extra]
+
+
+@DATASETS.register("topiocqa")
+class TopiOCQA(DatasetLoader):
+    name = "topiocqa"
+    splits = ("dev", "train")  # train only with --data-path
+    default_split = "dev"
+    versions = ("719c4548",)
+    default_version = "719c4548"
+    license = "CC BY-NC-SA 4.0"
+    metrics = ["topiocqa"]
+
+    def load(self, split: str, version: str, data_path: str | None = None) -> Dataset:
+        if data_path:
+            path = Path(data_path)
+        elif split == "dev":
+            path = Path(str(resources.files("harness.datasets") / "data" / "topiocqa" / "topiocqa_dev.json"))
+        else:
+            raise DatasetError(f"topiocqa:{split} is not shipped; pass its file with --data-path")
+        try:
+            records = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise DatasetError(f"dataset file not found: {path}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise DatasetError(f"{path}: not valid JSON ({exc})") from None
+        if not isinstance(records, list):
+            raise DatasetError(f"{path}: expected a JSON list of turns")
+        samples: list[Sample] = []
+        seen: set[str] = set()
+        last_topic: dict[Any, str] = {}
+        # previous turn of the same conversation = the highest Turn_no below this one
+        order = sorted(range(len(records)), key=lambda i: _turn_key(records[i], path, i))
+        kinds: dict[int, str] = {}
+        for i in order:
+            rec = records[i]
+            conv = rec["Conversation_no"]
+            kinds[i] = turn_type(last_topic.get(conv), rec["Topic"])
+            last_topic[conv] = rec["Topic"]
+        for i, rec in enumerate(records):
+            where = f"{path}: turn #{i + 1}"
+            try:
+                sample_id = f"{rec['Conversation_no']}_{rec['Turn_no']}"
+                question, answer, topic = rec["Question"], references(rec), rec["Topic"]
+            except (KeyError, TypeError):
+                raise DatasetError(
+                    f"{where}: needs Conversation_no, Turn_no, Question, Answer, Context and Topic"
+                ) from None
+            if sample_id in seen:
+                raise DatasetError(f"{where}: duplicate turn {sample_id}")
+            seen.add(sample_id)
+            groups = {"turn_type": [kinds[i]]}
+            if "is_nq" in rec:
+                groups["is_nq"] = [str(bool(rec["is_nq"])).lower()]
+            samples.append(
+                Sample(
+                    id=sample_id,
+                    question=question,
+                    answer=answer,
+                    raw=rec,
+                    evidence=[{"title": topic}],
+                    needed_titles=[topic],
+                    groups=groups,
+                )
+            )
+        info = DatasetInfo(
+            name=self.name,
+            split=split,
+            version=version if not data_path else f"{version}+file",
+            path=str(path),
+            sha256=sha256_file(path),
+            license=self.license,
+            has_answers=True,
+        )
+        return Dataset(info=info, samples=samples, metrics=list(self.metrics))
+
+
+def _turn_key(rec: Any, path: Path, i: int) -> tuple[str, int]:
+    try:
+        return (str(rec["Conversation_no"]), int(rec["Turn_no"]))
+    except (KeyError, TypeError, ValueError):
+        raise DatasetError(f"{path}: turn #{i + 1}: needs Conversation_no and an integer Turn_no") from None

@@ -1,0 +1,141 @@
+"""TopiOCQA's official reader metrics (``evaluate_reader.py`` in McGill-NLP/topiocqa, adapted by its
+authors from CoQA), plus BLEU-4 from sacrebleu.
+
+Mirrored exactly from the official ``TopiOCQAEvaluator``:
+- normalization: lowercase, drop ``string.punctuation``, drop the articles a/an/the, collapse
+  whitespace (SQuAD's); tokens are the normalized string split on whitespace;
+- EM is 0/1 equality of normalized strings; F1 is token-bag F1, and when either side has no
+  tokens it is 1 if both are empty else 0 (no yes/no special case, unlike HotpotQA's);
+- the gold list is ``[Answer] + [a["Answer"] for a in Additional_answers]``. With ONE reference the
+  turn's score is the score against it. With several, it is CoQA's leave-one-out average: for each
+  reference i, the max over the other references, averaged over i (``_compute_turn_score``);
+- the aggregate is the mean over all gold turns with a missing prediction counting 0
+  (``aggregate_scores``), times 100. The official script prints it rounded to 1 decimal; we keep the
+  unrounded value (``round(x, 1)`` gives the official print).
+
+Not in the official evaluator: BLEU. We add sentence BLEU-4 (sacrebleu defaults: 13a tokenization,
+exp smoothing, 0-100), taking the max over the references per turn, and a corpus BLEU over the
+original answers.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from typing import Any
+
+from harness.datasets.base import Sample
+from harness.scoring.metrics import METRICS, ScoringOptions
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+_PUNCT = set(string.punctuation)
+
+
+def normalize_answer(s: str) -> str:
+    text = s.lower()
+    text = "".join(ch for ch in text if ch not in _PUNCT)
+    text = re.sub(_ARTICLES, " ", text)
+    return " ".join(text.split())
+
+
+def get_tokens(s: str) -> list[str]:
+    if not s:
+        return []
+    return normalize_answer(s).split()
+
+
+def compute_exact(a_gold: str, a_pred: str) -> int:
+    return int(normalize_answer(a_gold) == normalize_answer(a_pred))
+
+
+def compute_f1(a_gold: str, a_pred: str) -> float:
+    gold_toks = get_tokens(a_gold)
+    pred_toks = get_tokens(a_pred)
+    common = Counter(gold_toks) & Counter(pred_toks)
+    num_same = sum(common.values())
+    if len(gold_toks) == 0 or len(pred_toks) == 0:
+        return int(gold_toks == pred_toks)
+    if num_same == 0:
+        return 0
+    precision = 1.0 * num_same / len(pred_toks)
+    recall = 1.0 * num_same / len(gold_toks)
+    return (2 * precision * recall) / (precision + recall)
+
+
+def turn_score(gold: list[str], pred: str) -> dict[str, float]:
+    """The official ``_compute_turn_score``: {em, f1} in 0..1."""
+    em_sum = f1_sum = 0.0
+    if len(gold) > 1:
+        for i in range(len(gold)):
+            others = gold[:i] + gold[i + 1 :]
+            em_sum += max(compute_exact(a, pred) for a in others)
+            f1_sum += max(compute_f1(a, pred) for a in others)
+    else:
+        em_sum += max(compute_exact(a, pred) for a in gold)
+        f1_sum += max(compute_f1(a, pred) for a in gold)
+    n = max(1, len(gold))
+    return {"em": em_sum / n, "f1": f1_sum / n}
+
+
+def sentence_bleu(pred: str, gold: list[str]) -> float:
+    """Max over the references of sacrebleu's sentence BLEU-4 (0-100)."""
+    from sacrebleu.metrics import BLEU
+
+    bleu = BLEU(effective_order=True)
+    return max(bleu.sentence_score(pred, [g]).score for g in gold)
+
+
+def gold_list(answer: Any) -> list[str]:
+    if isinstance(answer, (list, tuple)):
+        return [str(a) for a in answer] or [""]
+    return [str(answer)]
+
+
+@METRICS.register("topiocqa")
+def topiocqa(
+    questions: list[Sample], answers: list[dict[str, Any]], only_answered: bool, options: ScoringOptions | None = None
+) -> dict[str, Any]:
+    import sacrebleu
+    from sacrebleu.metrics import BLEU
+
+    by_id = {a["id"]: a["answer"] for a in answers}
+    pool = [q for q in questions if q.id in by_id] if only_answered else questions
+    raw: dict[str, dict[str, Any]] = {}
+    hyps: list[str] = []
+    refs: list[str] = []
+    for q in pool:
+        gold = gold_list(q.answer)
+        pred = by_id.get(q.id)
+        if pred is None:  # missing prediction: 0, as aggregate_scores does
+            raw[q.id] = {"em": 0.0, "f1": 0.0, "bleu": 0.0}
+            hyps.append("")
+        else:
+            pred = str(pred)
+            scores = turn_score(gold, pred)
+            raw[q.id] = {"em": float(scores["em"]), "f1": float(scores["f1"]), "bleu": sentence_bleu(pred, gold)}
+            hyps.append(pred)
+        refs.append(gold[0])
+    n = len(pool)
+    corpus_metric = BLEU()
+    corpus = corpus_metric.corpus_score(hyps, [refs]) if n else None
+    aggregate = {
+        "em": 100.0 * sum(r["em"] for r in raw.values()) / max(1, n),
+        "f1": 100.0 * sum(r["f1"] for r in raw.values()) / max(1, n),
+        "bleu": sum(r["bleu"] for r in raw.values()) / max(1, n),
+        "bleu_corpus": corpus.score if corpus else 0.0,
+        "turns": n,
+    }
+    info = {
+        "reference": "McGill-NLP/topiocqa evaluate_reader.py (TopiOCQAEvaluator: em, f1); BLEU is ours (sacrebleu)",
+        "scale": {
+            "aggregate": "em, f1, bleu, bleu_corpus in 0-100 (official em/f1 x100, printed rounded to 1 decimal)",
+            "raw": "em, f1 in 0-1 (official per-turn scores); bleu in 0-100",
+        },
+        "multi_reference": "em/f1: official leave-one-out average of max over the other references; "
+        "bleu: max over references; bleu_corpus: original answer only",
+        "sacrebleu": sacrebleu.__version__,
+        "bleu_sentence": "sacrebleu BLEU(effective_order=True).sentence_score per reference, max (13a, exp smoothing)",
+        "bleu_corpus_signature": str(corpus_metric.get_signature()) if corpus else None,
+    }
+    return {"aggregate": aggregate, "raw": raw, "info": info}

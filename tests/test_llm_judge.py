@@ -1,0 +1,255 @@
+"""FanOutQA's LLM-as-judge: the official prompt byte for byte, the official B/C/E rule, the 4000-char
+trim, caching, a real judge run with the embedded model, and the CLI refusing to run without --judge."""
+
+import ast
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from conftest import run_harness
+
+from harness.datasets import load_dataset
+from harness.datasets.base import Sample
+from harness.errors import HarnessError
+from harness.models.base import ModelBackend, ModelResponse, Usage, register_backend
+from harness.scoring import llm_judge
+from harness.scoring.metrics import ScoringOptions, get_metric, score_answers
+
+SCRIPT: dict = {}
+
+
+@register_backend("judge-script")
+class ScriptedJudge(ModelBackend):
+    """Replies SCRIPT["reply"](user_prompt) and records every request it gets."""
+
+    async def _generate(self, messages, params, tools=None, tool_choice=None):
+        SCRIPT["requests"].append({"messages": messages, "params": params})
+        await asyncio.sleep(0.01)
+        return ModelResponse(
+            content=SCRIPT["reply"](messages[-1]["content"]), usage=Usage(prompt_tokens=100, completion_tokens=5)
+        )
+
+    def context_size(self):
+        return 100000
+
+    def count_tokens(self, text):
+        return len(text.split())
+
+
+@pytest.fixture(autouse=True)
+def reset_script():
+    SCRIPT.update(requests=[], reply=lambda prompt: "Reasoning...\nB\nB")
+
+
+def official_llm_module():
+    """factuality_system and factuality_prompt from the installed fanoutqa 1.1.1 eval/llm.py, exec'd
+    alone (the module imports kani, which is not installed)."""
+    fanoutqa = pytest.importorskip("fanoutqa")
+    path = Path(fanoutqa.__file__).parent / "eval" / "llm.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    keep = [
+        node
+        for node in tree.body
+        if (isinstance(node, ast.FunctionDef) and node.name == "factuality_prompt")
+        or (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "factuality_system" for t in node.targets))
+    ]
+    assert len(keep) == 2
+    namespace: dict = {}
+    exec(compile(ast.Module(body=keep, type_ignores=[]), str(path), "exec"), namespace)  # noqa: S102 - the installed reference's own code
+    return namespace
+
+
+def official_str_answer():
+    """fanoutqa/eval/utils.py loaded alone (fanoutqa.eval's __init__ imports bleurt and kani)."""
+    import importlib.util
+
+    fanoutqa = pytest.importorskip("fanoutqa")
+    spec = importlib.util.spec_from_file_location(
+        "_foqa_eval_utils", Path(fanoutqa.__file__).parent / "eval" / "utils.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.str_answer
+
+
+def test_prompt_equals_official():
+    official = official_llm_module()
+    assert llm_judge.factuality_system == official["factuality_system"]
+    cases = [
+        ("Who won?", "Pat Burrell", "I think it was Pat Burrell."),
+        ("Q with {braces} and\nnewlines", "a\nb\nc", ""),
+        ("ünïcode ✓", "x - 1\ny - 2", "x" * 5000),
+    ]
+    for case in cases:
+        assert llm_judge.factuality_prompt(*case) == official["factuality_prompt"](*case)
+    # the messages sent: system, then the user prompt with str_answer(reference)
+    str_answer = official_str_answer()
+
+    ref = {"a": [1, 2], "b": True}
+    messages = llm_judge.judge_messages("Q?", ref, "ans")
+    assert messages == [
+        {"role": "system", "content": official["factuality_system"]},
+        {"role": "user", "content": official["factuality_prompt"]("Q?", str_answer(ref), "ans")},
+    ]
+    for value in (ref, ["x", "y"], False, None, 3.5, "s"):
+        assert llm_judge.str_answer(value) == str_answer(value)
+
+
+QUESTIONS = [Sample(id=f"q{i}", question=f"Question number {i}?", answer=[f"ref {i}", "other"]) for i in range(8)]
+
+
+def score(answers, tmp_path, only_answered=False, **opts):
+    options = ScoringOptions(judge="judge-script/v1", cache_path=str(tmp_path / "judge.sqlite"), **opts)
+    return get_metric("llm-judge")(QUESTIONS, answers, only_answered, options=options)
+
+
+def test_parsing_rule(tmp_path):
+    replies = {
+        "q0": "Step by step...\nB\nB",
+        "q1": "reasoning\nC\nC  \n\n",  # trailing whitespace is stripped
+        "q2": "E",
+        "q3": "...\nA\nA",
+        "q4": "...\nD\nd",
+        "q5": "...\nF\nF",
+        "q6": "The answer is (b)",  # only the last character counts: ")" -> 0
+        "q7": "...\ne",  # lower case counts
+    }
+    SCRIPT["reply"] = lambda prompt: replies["q" + prompt.split("[Question]: Question number ")[1][0]]
+    answers = [{"id": q.id, "answer": f"answer {q.id}"} for q in QUESTIONS]
+    result = score(answers, tmp_path)
+    expected = {"q0": 1, "q1": 1, "q2": 1, "q3": 0, "q4": 0, "q5": 0, "q6": 0, "q7": 1}
+    assert {qid: r["llm_judge"] for qid, r in result["raw"].items()} == expected
+    assert {qid: r["judge_output"] for qid, r in result["raw"].items()} == replies
+    assert result["aggregate"]["llm_judge"] == pytest.approx(4 / 8)
+    for qid, reply in replies.items():
+        assert result["raw"][qid]["llm_judge"] == int(reply.strip()[-1].lower() in "bce")
+    assert len(SCRIPT["requests"]) == 8
+    params = SCRIPT["requests"][0]["params"]
+    assert params.temperature == 0 and params.seed == 31415
+    info = result["info"]
+    assert info["calls"] == 8 and info["cache_hits"] == 0
+    assert info["judge_prompt_tokens"] == 800 and info["judge_completion_tokens"] == 40
+    assert info["reference"] == "fanoutqa eval/llm.py" and len(info["prompt_sha256"]) == 64
+    assert info["backend"]["backend"] == "judge-script" and info["judge"] == "judge-script/v1"
+
+
+def test_empty_output_scores_zero(tmp_path):
+    SCRIPT["reply"] = lambda prompt: "  \n"
+    result = score([{"id": "q0", "answer": "x"}], tmp_path)
+    assert result["raw"]["q0"]["llm_judge"] == 0
+
+
+def test_trim_and_unanswered(tmp_path):
+    long_answer = "word " * 2000  # 10000 chars
+    answers = [{"id": "q0", "answer": long_answer}, {"id": "q1", "answer": "short"}, {"id": "q2", "answer": None}]
+    result = score(answers, tmp_path)
+    # q2 (None) and q3..q7 (missing) are unanswered: 0, no request
+    assert len(SCRIPT["requests"]) == 2
+    sent = {
+        r["messages"][1]["content"].split("[Question]: ")[1][:17]: r["messages"][1]["content"]
+        for r in SCRIPT["requests"]
+    }
+    prompt0 = sent["Question number 0"]
+    submission = prompt0.split("[Submission]: ")[1].split("\n************\n[END DATA]")[0]
+    assert submission == long_answer[:4000]
+    assert prompt0 == llm_judge.factuality_prompt("Question number 0?", "ref 0\nother", long_answer[:4000])
+    assert result["info"]["trimmed_to_4000_chars"] == ["q0"]
+    for qid in ("q2", "q3", "q7"):
+        assert result["raw"][qid] == {"llm_judge": 0, "judge_output": None}
+    assert result["aggregate"]["llm_judge"] == pytest.approx(2 / 8)
+
+    # only_answered: the pool is the answered ids (None still counts 0, as unanswered)
+    SCRIPT["requests"].clear()
+    result = score(answers, tmp_path / "other", only_answered=True)
+    assert set(result["raw"]) == {"q0", "q1", "q2"}
+    assert result["aggregate"]["llm_judge"] == pytest.approx(2 / 3)
+
+
+def test_no_answers_no_backend(tmp_path):
+    result = score([], tmp_path)
+    assert SCRIPT["requests"] == [] and result["aggregate"]["llm_judge"] == 0
+    assert result["info"]["calls"] == 0
+
+
+def test_cache_means_no_second_request(tmp_path):
+    answers = [{"id": q.id, "answer": "something"} for q in QUESTIONS[:3]]
+    first = score(answers, tmp_path)
+    assert len(SCRIPT["requests"]) == 3 and first["info"]["calls"] == 3
+    second = score(answers, tmp_path)
+    assert len(SCRIPT["requests"]) == 3, "re-scoring asked the judge again"
+    assert second["info"]["calls"] == 0 and second["info"]["cache_hits"] == 3
+    assert second["raw"] == first["raw"]
+    # a changed answer is a new request
+    score([{"id": "q0", "answer": "something else"}], tmp_path)
+    assert len(SCRIPT["requests"]) == 4
+
+
+def test_concurrency_bound(tmp_path):
+    state = {"now": 0, "max": 0}
+    original = ScriptedJudge._generate
+
+    async def counting(self, messages, params, tools=None, tool_choice=None):
+        state["now"] += 1
+        state["max"] = max(state["max"], state["now"])
+        try:
+            await asyncio.sleep(0.05)
+            return await original(self, messages, params)
+        finally:
+            state["now"] -= 1
+
+    ScriptedJudge._generate = counting
+    try:
+        score([{"id": q.id, "answer": "a"} for q in QUESTIONS], tmp_path, judge_max_connections=3)
+    finally:
+        ScriptedJudge._generate = original
+    assert state["max"] == 3
+
+
+def test_runs_inside_an_event_loop(tmp_path):
+    """harness run scores from inside its event loop."""
+
+    async def main():
+        return score([{"id": "q0", "answer": "a"}], tmp_path)
+
+    assert asyncio.run(main())["raw"]["q0"]["llm_judge"] == 1
+
+
+def test_needs_a_judge():
+    with pytest.raises(HarnessError, match="--judge"):
+        get_metric("llm-judge")(QUESTIONS, [], False, options=ScoringOptions())
+
+
+def test_real_judge_smollm2(tmp_path):
+    """The embedded SmolLM2-135M as judge on two FanOutQA dev questions: a weak judge, but a real one."""
+    dataset = load_dataset("fanoutqa:dev")
+    qs = dataset.samples[:2]
+    str_answer = llm_judge.str_answer
+
+    answers = [{"id": qs[0].id, "answer": str_answer(qs[0].answer)}, {"id": qs[1].id, "answer": "I don't know."}]
+    options = ScoringOptions(judge="local/smollm2", cache_path=str(tmp_path / "judge.sqlite"))
+    scores = score_answers(dataset, qs, answers, ["llm-judge"], options=options)
+    assert [r["question_id"] for r in scores["raw"]] == [q.id for q in qs]
+    for row in scores["raw"]:
+        assert isinstance(row["judge_output"], str) and row["judge_output"].strip()
+        assert row["llm_judge"] == int(row["judge_output"].strip()[-1].lower() in "bce")
+    assert scores["llm_judge"] == pytest.approx(sum(r["llm_judge"] for r in scores["raw"]) / 2)
+    info = scores["meta"]["metric_info"]["llm-judge"]
+    assert info["calls"] == 2 and info["judge_completion_tokens"] > 0
+    assert info["backend"]["model"] == "smollm2"
+    again = score_answers(dataset, qs, answers, ["llm-judge"], options=options)
+    assert again["meta"]["metric_info"]["llm-judge"]["cache_hits"] == 2
+    assert again["raw"] == scores["raw"]
+
+
+def test_cli_needs_judge(tmp_path):
+    dataset = load_dataset("fanoutqa:dev")
+    generations = tmp_path / "gen.jsonl"
+    generations.write_text(json.dumps({"id": dataset.samples[0].id, "answer": "x"}) + "\n")
+    proc = run_harness(
+        "score", "--dataset", "fanoutqa:dev", "--generations", str(generations), "--metrics", "llm-judge"
+    )
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "--judge" in lines[0], proc.stderr

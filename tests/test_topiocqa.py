@@ -1,0 +1,218 @@
+"""TopiOCQA: loader, question representations, official reader metrics, conversational agent (end to end
+on the real embedded model)."""
+
+import json
+import re
+import string
+from collections import Counter
+
+import pytest
+import sacrebleu
+from conftest import run_harness
+
+from harness.datasets import load_dataset
+from harness.datasets.topiocqa import format_history
+from harness.scoring.metrics import score_answers
+from harness.scoring.topiocqa_metrics import sentence_bleu, topiocqa
+
+
+@pytest.fixture(scope="module")
+def dev():
+    return load_dataset("topiocqa:dev")
+
+
+# --- the official evaluator, copied into the test as the reference -------------------------------
+# McGill-NLP/topiocqa evaluate_reader.py, TopiOCQAEvaluator (normalize_answer, get_tokens,
+# compute_exact, compute_f1, _compute_turn_score, aggregate_scores), verbatim except self/staticmethod.
+def ref_normalize_answer(s):
+    def remove_articles(text):
+        regex = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+        return re.sub(regex, " ", text)
+
+    def white_space_fix(text):
+        return " ".join(text.split())
+
+    def remove_punc(text):
+        exclude = set(string.punctuation)
+        return "".join(ch for ch in text if ch not in exclude)
+
+    def lower(text):
+        return text.lower()
+
+    return white_space_fix(remove_articles(remove_punc(lower(s))))
+
+
+def ref_get_tokens(s):
+    if not s:
+        return []
+    return ref_normalize_answer(s).split()
+
+
+def ref_compute_exact(a_gold, a_pred):
+    return int(ref_normalize_answer(a_gold) == ref_normalize_answer(a_pred))
+
+
+def ref_compute_f1(a_gold, a_pred):
+    gold_toks = ref_get_tokens(a_gold)
+    pred_toks = ref_get_tokens(a_pred)
+    common = Counter(gold_toks) & Counter(pred_toks)
+    num_same = sum(common.values())
+    if len(gold_toks) == 0 or len(pred_toks) == 0:
+        return int(gold_toks == pred_toks)
+    if num_same == 0:
+        return 0
+    precision = 1.0 * num_same / len(pred_toks)
+    recall = 1.0 * num_same / len(gold_toks)
+    return (2 * precision * recall) / (precision + recall)
+
+
+def ref_compute_turn_score(a_gold_list, a_pred):
+    f1_sum = 0.0
+    em_sum = 0.0
+    if len(a_gold_list) > 1:
+        for i in range(len(a_gold_list)):
+            gold_answers = a_gold_list[0:i] + a_gold_list[i + 1 :]
+            em_sum += max(ref_compute_exact(a, a_pred) for a in gold_answers)
+            f1_sum += max(ref_compute_f1(a, a_pred) for a in gold_answers)
+    else:
+        em_sum += max(ref_compute_exact(a, a_pred) for a in a_gold_list)
+        f1_sum += max(ref_compute_f1(a, a_pred) for a in a_gold_list)
+    return {"em": em_sum / max(1, len(a_gold_list)), "f1": f1_sum / max(1, len(a_gold_list))}
+
+
+# --- loader --------------------------------------------------------------------------------------
+def test_loader_counts_ids_groups(dev):
+    assert len(dev.samples) == 2514
+    assert len({s.raw["Conversation_no"] for s in dev.samples}) == 205
+    assert len({s.id for s in dev.samples}) == 2514
+    assert dev.info.license == "CC BY-NC-SA 4.0" and dev.metrics == ["topiocqa"]
+    first = dev.samples[0]
+    assert first.id == "1_1" and first.question == "where does the man with the golden gun take place"
+    assert first.answer == "Britain"
+    assert first.needed_titles == ["The Man with the Golden Gun (film)"]
+    assert first.evidence == [{"title": "The Man with the Golden Gun (film)"}]
+    assert first.groups == {"turn_type": ["first"], "is_nq": ["true"]}
+    kinds = Counter(s.groups["turn_type"][0] for s in dev.samples)
+    assert kinds == {"first": 205, "topic-continuation": 1400, "topic-shift": 909}
+    assert Counter(s.groups["is_nq"][0] for s in dev.samples) == {"false": 2350, "true": 164}
+    by_id = dev.by_id()
+    for s in dev.samples:  # a shift means the Topic differs from the previous turn's
+        if s.raw["Turn_no"] > 1:
+            prev = by_id[f"{s.raw['Conversation_no']}_{s.raw['Turn_no'] - 1}"]
+            expected = "topic-shift" if prev.raw["Topic"] != s.raw["Topic"] else "topic-continuation"
+            assert s.groups["turn_type"] == [expected]
+
+
+def test_additional_answers_become_a_reference_list(tmp_path, dev):
+    rec = dict(dev.samples[0].raw, Additional_answers=[{"Answer": "in Britain"}, {"Answer": "UK"}])
+    path = tmp_path / "dev_with_additional.json"
+    path.write_text(json.dumps([rec]))
+    ds = load_dataset("topiocqa:dev", str(path))
+    assert ds.samples[0].answer == ["Britain", "in Britain", "UK"]
+    assert ds.info.version.endswith("+file")
+
+
+def test_history_formats_on_a_real_third_turn(dev):
+    s = dev.by_id()["1_3"]
+    assert format_history(s, "original") == "is this a movie?"
+    assert format_history(s, "original", include_question=False) == ""
+    assert format_history(s, "all-history") == (
+        "where does the man with the golden gun take place [SEP] Britain [SEP] who are the actors?"
+        " [SEP] Christopher Lee, Joseph Wiseman, Britt Ekland [SEP] is this a movie?"
+    )
+    assert format_history(s, "all-history", style="fid") == (
+        "question 1: where does the man with the golden gun take place answer 1: Britain"
+        " question 2: who are the actors? answer 2: Christopher Lee, Joseph Wiseman, Britt Ekland"
+        " question 3: is this a movie?"
+    )
+    assert format_history(s, "all-history", style="prompt", include_question=False) == (
+        "Q1: where does the man with the golden gun take place\nA1: Britain\n"
+        "Q2: who are the actors?\nA2: Christopher Lee, Joseph Wiseman, Britt Ekland"
+    )
+    with pytest.raises(ValueError):
+        format_history(s, "rewritten")
+
+
+# --- metric --------------------------------------------------------------------------------------
+CASES = [
+    (["Britain"], "Britain"),
+    (["Britain"], "The Britain."),
+    (["Christopher Lee, Joseph Wiseman, Britt Ekland"], "Christopher Lee and Britt Ekland"),
+    (["Yes"], "no"),
+    (["Yes"], ""),
+    ([""], ""),
+    (["the"], "a"),  # both normalize to nothing: F1 1, EM 1
+    (["Britain", "in Britain", "UK"], "Britain"),
+    (["Britain", "in Britain", "UK"], "UK"),
+    (["1962", "in 1962", "the year 1962"], "1962 film"),
+    (["a b", "c", "b"], "b"),
+]
+
+
+@pytest.mark.parametrize("gold,pred", CASES)
+def test_metric_matches_official(gold, pred):
+    from harness.scoring.topiocqa_metrics import turn_score
+
+    assert turn_score(gold, pred) == pytest.approx(ref_compute_turn_score(gold, pred))
+
+
+def test_metric_aggregate_breakdown_and_bleu(dev):
+    qs = dev.samples[:4]
+    answers = [
+        {"id": "1_1", "answer": "Britain"},
+        {"id": "1_2", "answer": "Christopher Lee and Britt Ekland"},
+        {"id": "1_3", "answer": "no"},
+    ]  # 1_4 unanswered: counts 0, as the official aggregate_scores does
+    out = topiocqa(qs, answers, only_answered=False)
+    preds = {a["id"]: a["answer"] for a in answers}
+    ref = [ref_compute_turn_score([q.answer], preds[q.id]) if q.id in preds else {"em": 0, "f1": 0} for q in qs]
+    assert out["aggregate"]["em"] == pytest.approx(100 * sum(r["em"] for r in ref) / 4)
+    assert out["aggregate"]["f1"] == pytest.approx(100 * sum(r["f1"] for r in ref) / 4)
+    assert out["raw"]["1_4"] == {"em": 0.0, "f1": 0.0, "bleu": 0.0}
+    # BLEU is sacrebleu's own sentence BLEU (max over references)
+    bleu = sacrebleu.sentence_bleu("Christopher Lee and Britt Ekland", [qs[1].answer]).score
+    assert out["raw"]["1_2"]["bleu"] == pytest.approx(bleu) and 0 < bleu < 100
+    assert out["raw"]["1_1"]["bleu"] == pytest.approx(100.0)
+    assert sentence_bleu("UK", ["Britain", "UK"]) == pytest.approx(
+        max(sacrebleu.sentence_bleu("UK", [g]).score for g in ["Britain", "UK"])
+    )
+    assert out["aggregate"]["bleu_corpus"] == pytest.approx(
+        sacrebleu.corpus_bleu(["Britain", "Christopher Lee and Britt Ekland", "no", ""], [[q.answer for q in qs]]).score
+    )
+    scores = score_answers(dev, qs, answers)
+    assert set(scores["breakdown"]) == {"turn_type", "is_nq"}
+    assert scores["breakdown"]["turn_type"]["first"]["n"] == 1
+
+
+# --- end to end ----------------------------------------------------------------------------------
+def _run(tmp_path, name, *extra):
+    out = tmp_path / name
+    proc = run_harness(
+        "run", "--dataset", "topiocqa:dev", "--agent", "conversational", "--setting", "closed-book",
+        "--limit", "3", "--max-tokens", "24", "--out", str(out), *extra,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    return samples, json.loads((out / "results.json").read_text())
+
+
+def test_conversational_end_to_end_real_model(tmp_path):
+    samples, results = _run(tmp_path, "all")
+    by_id = {s["id"]: s for s in samples}
+    assert sorted(by_id) == ["1_1", "1_2", "1_3"]
+    third = by_id["1_3"]["messages"][0]["content"]
+    assert "[Conversation so far]:\nQ1: where does the man with the golden gun take place\nA1: Britain\n" in third
+    assert "A2: Christopher Lee, Joseph Wiseman, Britt Ekland" in third
+    assert third.endswith("[Question]: is this a movie?")
+    assert "[Conversation so far]" not in by_id["1_1"]["messages"][0]["content"]
+    assert all(s["model_calls"] == 1 for s in samples)
+    assert results["scores"]["meta"]["metrics"] == ["topiocqa"]
+    assert {"em", "f1", "bleu"} <= set(results["scores"])
+    assert set(results["scores"]["breakdown"]) == {"turn_type", "is_nq"}
+
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("history: original\n")
+    samples, results = _run(tmp_path, "orig", "--config", str(cfg))
+    third = {s["id"]: s for s in samples}["1_3"]["messages"][0]["content"]
+    assert "Britain" not in third and "Conversation so far" not in third
+    assert third.endswith("[Question]: is this a movie?")
