@@ -122,6 +122,7 @@ AGENT_MODULES = {
     "evidence-provided": "agents.evidence_provided",
     "entity-set": "agents.entity_set",
     "conversational": "agents.conversational",
+    "conversational-open-book": "agents.conversational_open_book",
 }
 
 

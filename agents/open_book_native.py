@@ -27,11 +27,17 @@ class OpenBookNative(Agent):
     def describe(self):
         return {**super().describe(), **search_knobs(self.config), "protocol": "native"}
 
+    def first_prompt(self, sample) -> str:
+        return self.prompt(sample.question)
+
+    def final_answer(self, content: str) -> str:
+        return content
+
     async def solve(self, sample, ctx: AgentContext) -> SampleResult:
         session = SearchSession(self.tool, sample.question, self.config.repeat_question)
         guard = ContextGuard(self.model, ctx.params.max_tokens, self.config.context_policy)
         tools = [self.tool.openai_schema()]
-        messages = [{"role": "user", "content": self.prompt(sample.question)}]
+        messages = [{"role": "user", "content": self.first_prompt(sample)}]
         answer, outcome, rounds = None, "max_rounds", 0
         for rounds in range(1, self.config.max_rounds + 1):
             if not guard.ensure(messages, tools):
@@ -46,7 +52,7 @@ class OpenBookNative(Agent):
                 break
             messages.append(response.as_message())
             if not response.tool_calls:
-                answer, outcome = response.content or "", "answered"
+                answer, outcome = self.final_answer(response.content or ""), "answered"
                 break
             for call in response.tool_calls:
                 content = session.call(call.name, call.arguments)

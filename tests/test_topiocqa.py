@@ -216,3 +216,36 @@ def test_conversational_end_to_end_real_model(tmp_path):
     third = {s["id"]: s for s in samples}["1_3"]["messages"][0]["content"]
     assert "Britain" not in third and "Conversation so far" not in third
     assert third.endswith("[Question]: is this a movie?")
+
+
+def test_conversational_open_book_real_model(tmp_path):
+    """TopiOCQA open-book: history in the first prompt, then real (forced-first) search calls."""
+    import json as _json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    fixtures = Path(__file__).parent / "fixtures"
+    snap = tmp_path / "physics.db"
+    build = subprocess.run(
+        [sys.executable, "-m", "harness", "snapshot", "build", "--from",
+         str(fixtures / "wikipedia_en_science_physics_10.json"), "--out", str(snap)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "--dataset", "topiocqa:dev", "--setting", "open-book",
+         "--agent", "conversational-open-book", "--snapshot", str(snap), "--sample-id", "1_3",
+         "--max-tokens", "32", "--max-rounds", "2", "--out", str(out)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    sample = _json.loads((out / "samples.jsonl").read_text())
+    first = sample["messages"][0]["content"]
+    assert "[Conversation so far]:" in first and "Q1:" in first and "A2:" in first
+    assert sample["messages"][1]["tool_calls"][0]["function"]["name"] == "search"
+    assert sample["messages"][2]["role"] == "tool"
+    assert sample["extra"]["evidence_recall"]["needed"]  # the turn's Topic page
+    results = _json.loads((out / "results.json").read_text())
+    assert results["agent"]["history"] == "all-history" and "topiocqa" in str(results["scores"]["meta"]["metrics"])

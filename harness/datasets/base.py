@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -63,6 +65,56 @@ class DatasetLoader:
 
     def load(self, split: str, version: str, data_path: str | None = None) -> Dataset:
         raise NotImplementedError
+
+    def dataset(
+        self, split: str, version: str, path: Path, data_path: str | None, samples: list[Sample], has_answers: bool
+    ) -> Dataset:
+        """Wrap loaded samples with the facts every results file records."""
+        info = DatasetInfo(
+            name=self.name,
+            split=split,
+            version=version if not data_path else f"{version}+file",
+            path=str(path),
+            sha256=sha256_file(path),
+            license=self.license,
+            has_answers=has_answers,
+        )
+        return Dataset(info=info, samples=samples, metrics=list(self.metrics))
+
+
+def shipped_file(*parts: str) -> Path:
+    """A data file vendored under harness/datasets/data/."""
+    return Path(str(resources.files("harness.datasets").joinpath("data", *parts)))
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DatasetError(f"dataset file not found: {path}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{path}: not valid JSON ({exc})") from None
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DatasetError(f"dataset file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{path}: cannot read ({exc})") from None
+    records = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
+        if not isinstance(rec, dict):
+            raise DatasetError(f"{path}:{n}: expected a JSON object per line")
+        records.append(rec)
+    return records
 
 
 DATASETS: Registry[type[DatasetLoader]] = Registry("dataset")

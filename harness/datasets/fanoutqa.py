@@ -7,17 +7,15 @@ leaderboard. ``@2026`` selects the upstream 2026 corrections (82 top-level answe
 
 from __future__ import annotations
 
-import json
-from importlib import resources
 from pathlib import Path
 
 from harness.datasets.base import (
     DATASETS,
     Dataset,
-    DatasetInfo,
     DatasetLoader,
     Sample,
-    sha256_file,
+    read_json,
+    shipped_file,
 )
 from harness.errors import DatasetError
 
@@ -60,15 +58,8 @@ class FanOutQA(DatasetLoader):
         if data_path:
             path = Path(data_path)
         else:
-            path = Path(
-                str(resources.files("harness.datasets") / "data" / "fanoutqa" / version / f"fanout-final-{split}.json")
-            )
-        try:
-            records = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise DatasetError(f"dataset file not found: {path}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise DatasetError(f"{path}: not valid JSON ({exc})") from None
+            path = shipped_file("fanoutqa", version, f"fanout-final-{split}.json")
+        records = read_json(path)
         if not isinstance(records, list):
             raise DatasetError(f"{path}: expected a JSON list of questions")
         has_answers = split != "test"
@@ -99,13 +90,4 @@ class FanOutQA(DatasetLoader):
                     groups={"category": list(rec.get("categories") or [])},
                 )
             )
-        info = DatasetInfo(
-            name=self.name,
-            split=split,
-            version=version if not data_path else f"{version}+file",
-            path=str(path),
-            sha256=sha256_file(path),
-            license=self.license,
-            has_answers=has_answers,
-        )
-        return Dataset(info=info, samples=samples, metrics=list(self.metrics))
+        return self.dataset(split, version, path, data_path, samples, has_answers=has_answers)

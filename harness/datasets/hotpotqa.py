@@ -3,11 +3,9 @@ text (991 Wikipedia intro paragraphs) is all here, so open-book and evidence-pro
 
 from __future__ import annotations
 
-import json
-from importlib import resources
 from pathlib import Path
 
-from harness.datasets.base import DATASETS, Dataset, DatasetInfo, DatasetLoader, Sample, sha256_file
+from harness.datasets.base import DATASETS, Dataset, DatasetLoader, Sample, read_json, shipped_file
 from harness.errors import DatasetError
 
 
@@ -25,15 +23,8 @@ class HotpotQA(DatasetLoader):
         if data_path:
             path = Path(data_path)
         else:
-            path = Path(
-                str(resources.files("harness.datasets") / "data" / "hotpotqa" / "hotpot_dev_distractor_first100.json")
-            )
-        try:
-            records = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise DatasetError(f"dataset file not found: {path}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise DatasetError(f"{path}: not valid JSON ({exc})") from None
+            path = shipped_file("hotpotqa", "hotpot_dev_distractor_first100.json")
+        records = read_json(path)
         if not isinstance(records, list):
             raise DatasetError(f"{path}: expected a JSON list of questions")
         samples = []
@@ -58,13 +49,4 @@ class HotpotQA(DatasetLoader):
                     needed_titles=needed,
                 )
             )
-        info = DatasetInfo(
-            name=self.name,
-            split=split,
-            version=version if not data_path else f"{version}+file",
-            path=str(path),
-            sha256=sha256_file(path),
-            license=self.license,
-            has_answers=True,
-        )
-        return Dataset(info=info, samples=samples, metrics=list(self.metrics))
+        return self.dataset(split, version, path, data_path, samples, has_answers=True)

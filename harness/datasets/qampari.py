@@ -11,11 +11,9 @@ data/qampari/SOURCE.md) ships so the loader and metric run offline.
 
 from __future__ import annotations
 
-import json
-from importlib import resources
 from pathlib import Path
 
-from harness.datasets.base import DATASETS, Dataset, DatasetInfo, DatasetLoader, Sample, sha256_file
+from harness.datasets.base import DATASETS, Dataset, DatasetLoader, Sample, read_jsonl, shipped_file
 from harness.errors import DatasetError
 
 OFFICIAL_URL = "https://github.com/samsam3232/qampari (dev_data.jsonl / test_data.jsonl)"
@@ -24,27 +22,6 @@ OFFICIAL_URL = "https://github.com/samsam3232/qampari (dev_data.jsonl / test_dat
 def question_type(qid: str) -> str:
     """``"7445__wikidata_comp"`` -> ``"wikidata_comp"``; ``"unknown"`` when the qid has no suffix."""
     return qid.rsplit("__", 1)[1] if "__" in qid else "unknown"
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DatasetError(f"dataset file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DatasetError(f"{path}: cannot read ({exc})") from None
-    records = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DatasetError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
-        if not isinstance(rec, dict):
-            raise DatasetError(f"{path}:{n}: expected a JSON object per line")
-        records.append(rec)
-    return records
 
 
 @DATASETS.register("qampari")
@@ -61,7 +38,7 @@ class Qampari(DatasetLoader):
         if data_path:
             path = Path(data_path)
         elif split == "sample":
-            path = Path(str(resources.files("harness.datasets") / "data" / "qampari" / "qampari_sample.jsonl"))
+            path = shipped_file("qampari", "qampari_sample.jsonl")
         else:
             raise DatasetError(
                 f"qampari:{split} is not shipped: download the official {split}_data.jsonl from "
@@ -94,13 +71,4 @@ class Qampari(DatasetLoader):
                     groups={"type": [question_type(qid)]},
                 )
             )
-        info = DatasetInfo(
-            name=self.name,
-            split=split,
-            version=version if not data_path else f"{version}+file",
-            path=str(path),
-            sha256=sha256_file(path),
-            license=self.license,
-            has_answers=True,
-        )
-        return Dataset(info=info, samples=samples, metrics=list(self.metrics))
+        return self.dataset(split, version, path, data_path, samples, has_answers=True)

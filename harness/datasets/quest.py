@@ -10,11 +10,9 @@ QUEST rows have no id; the harness names them ``quest-{split}-{index:04d}`` in f
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 
-from harness.datasets.base import DATASETS, Dataset, DatasetInfo, DatasetLoader, Sample, sha256_file
-from harness.datasets.qampari import read_jsonl
+from harness.datasets.base import DATASETS, Dataset, DatasetLoader, Sample, read_jsonl, shipped_file
 from harness.errors import DatasetError
 
 
@@ -32,7 +30,7 @@ class Quest(DatasetLoader):
         if data_path:
             path = Path(data_path)
         elif split == "train-sample":
-            path = Path(str(resources.files("harness.datasets") / "data" / "quest" / "train_sample.jsonl"))
+            path = shipped_file("quest", "train_sample.jsonl")
         else:
             raise DatasetError(
                 f"quest:{split} is not shipped: download https://storage.googleapis.com/gresearch/quest/"
@@ -61,13 +59,6 @@ class Quest(DatasetLoader):
                     groups=groups,
                 )
             )
-        info = DatasetInfo(
-            name=self.name,
-            split=split,
-            version=version if not data_path else f"{version}+file",
-            path=str(path),
-            sha256=sha256_file(path),
-            license=self.license,
-            has_answers=bool(samples) and all(s.answer for s in samples),
+        return self.dataset(
+            split, version, path, data_path, samples, has_answers=bool(samples) and all(s.answer for s in samples)
         )
-        return Dataset(info=info, samples=samples, metrics=list(self.metrics))

@@ -16,12 +16,10 @@ answer followed by the current question. ``format_history`` renders them in the 
 
 from __future__ import annotations
 
-import json
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from harness.datasets.base import DATASETS, Dataset, DatasetInfo, DatasetLoader, Sample, sha256_file
+from harness.datasets.base import DATASETS, Dataset, DatasetLoader, Sample, read_json, shipped_file
 from harness.errors import DatasetError
 
 REPRESENTATIONS = ("original", "all-history")
@@ -99,15 +97,10 @@ class TopiOCQA(DatasetLoader):
         if data_path:
             path = Path(data_path)
         elif split == "dev":
-            path = Path(str(resources.files("harness.datasets") / "data" / "topiocqa" / "topiocqa_dev.json"))
+            path = shipped_file("topiocqa", "topiocqa_dev.json")
         else:
             raise DatasetError(f"topiocqa:{split} is not shipped; pass its file with --data-path")
-        try:
-            records = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise DatasetError(f"dataset file not found: {path}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise DatasetError(f"{path}: not valid JSON ({exc})") from None
+        records = read_json(path)
         if not isinstance(records, list):
             raise DatasetError(f"{path}: expected a JSON list of turns")
         samples: list[Sample] = []
@@ -147,16 +140,7 @@ class TopiOCQA(DatasetLoader):
                     groups=groups,
                 )
             )
-        info = DatasetInfo(
-            name=self.name,
-            split=split,
-            version=version if not data_path else f"{version}+file",
-            path=str(path),
-            sha256=sha256_file(path),
-            license=self.license,
-            has_answers=True,
-        )
-        return Dataset(info=info, samples=samples, metrics=list(self.metrics))
+        return self.dataset(split, version, path, data_path, samples, has_answers=True)
 
 
 def _turn_key(rec: Any, path: Path, i: int) -> tuple[str, int]:

@@ -21,6 +21,7 @@ from typing import Any
 
 from harness.datasets.base import Sample
 from harness.errors import HarnessError
+from harness.scoring.fanoutqa_metrics import str_answer
 from harness.scoring.metrics import METRICS, ScoringOptions, _dist_version
 
 BATCH_SIZE = 16  # bleurt.score.BleurtScorer's default batch size
@@ -28,19 +29,6 @@ NO_CHECKPOINT = (
     "no --bleurt-checkpoint given; BLEURT-20 cannot be downloaded here: pass a local directory holding a "
     "bleurt-pytorch checkpoint (e.g. lucadiliello/BLEURT-20) to score BLEURT"
 )
-
-
-def str_answer(ans: Any) -> str:
-    """fanoutqa.eval.utils.str_answer."""
-    if isinstance(ans, list):
-        return "\n".join(map(str_answer, ans))
-    elif isinstance(ans, dict):
-        return "\n".join(f"{k} - {str_answer(v)}" for k, v in ans.items())
-    elif isinstance(ans, bool):
-        return "yes" if ans else "no"
-    elif ans is None:
-        return ""
-    return str(ans)
 
 
 def _unavailable(pool: list[Sample], reason: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Any
 from harness.datasets.base import Sample
 from harness.errors import HarnessError
 from harness.models.base import GenerationParams, ModelResponse
+from harness.scoring.fanoutqa_metrics import str_answer
 from harness.scoring.metrics import METRICS, ScoringOptions
 
 # --- copied byte for byte from fanoutqa==1.1.1 fanoutqa/eval/llm.py -----------------------------
@@ -56,19 +57,6 @@ NO_JUDGE_MESSAGE = (
     "the llm-judge metric needs --judge MODEL (e.g. openai/gpt-4o-2024-11-20, FanOutQA's); "
     "it is never run by default because it costs money"
 )
-
-
-def str_answer(ans: Any) -> str:
-    """fanoutqa.eval.utils.str_answer: the reference as text, not normalised otherwise."""
-    if isinstance(ans, list):
-        return "\n".join(map(str_answer, ans))
-    elif isinstance(ans, dict):
-        return "\n".join(f"{k} - {str_answer(v)}" for k, v in ans.items())
-    elif isinstance(ans, bool):
-        return "yes" if ans else "no"
-    elif ans is None:
-        return ""
-    return str(ans)
 
 
 def prompt_sha256() -> str:
