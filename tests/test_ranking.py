@@ -9,6 +9,7 @@ with their own questions.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import random
 import sys
@@ -30,25 +31,12 @@ HOTPOT_PATHS = (
     ROOT / "harness" / "datasets" / "data" / "hotpotqa" / "hotpot_dev_distractor_first100.json",
 )
 
-# Questions written for the articles (the ranking query of the search tool is the question).
-ARTICLE_QUESTIONS = {
-    "Anatomy": [
-        "What is the difference between gross anatomy and microscopic anatomy?",
-        "Which ancient Greek physicians dissected human bodies in Alexandria?",
-        "How do invertebrates such as insects breathe?",
-        "When did Vesalius publish De humani corporis fabrica?",
-    ],
-    "Android (robot)": [
-        "Who coined the word android and in which novel?",
-        "What is the name of the Japanese android built by Hiroshi Ishiguro?",
-        "How is an android different from a gynoid?",
-    ],
-    "Agricultural science": ["Which fields of study make up agricultural science?", "Who was Justus von Liebig?"],
-    "Alien": ["What does the word alien mean in law?", "Which 1979 film is called Alien?"],
-    "Astronomer": ["How many professional astronomers are there?", "What do amateur astronomers observe?"],
-    "Academy Award for Best Production Design": ["Who won the first Academy Award for art direction?"],
-    "Argument (disambiguation)": ["What is an argument in mathematics?"],
-}
+# Questions written for the articles (the search tool ranks by the question), shared with the benchmark.
+_bench_spec = importlib.util.spec_from_file_location("bench_ranking", ROOT / "benchmarks" / "ranking.py")
+_bench = importlib.util.module_from_spec(_bench_spec)
+_bench_spec.loader.exec_module(_bench)
+ARTICLE_QUESTIONS = _bench.ARTICLE_QUESTIONS
+
 SIZES = (128, 512, 1024, 2048)
 
 
