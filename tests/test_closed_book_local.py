@@ -15,7 +15,10 @@ PAPER_PROMPT = (
 
 
 def read_samples(run_dir):
-    return [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    """Samples in dataset order: the runner appends them as they finish, in any order."""
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    order = {q.id: i for i, q in enumerate(load_dataset("fanoutqa:dev@nov23").samples)}
+    return sorted(samples, key=lambda s: order[s["id"]])
 
 
 def test_closed_book_run_real_model(tmp_path):
