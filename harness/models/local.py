@@ -101,6 +101,9 @@ class LocalLlamaBackend(ModelBackend):
         # One llama.cpp context is not safe to share between threads.
         self._lock = threading.Lock()
         self._closing = threading.Event()
+        # Requests wait here, first come first served, rather than parked in worker threads on the
+        # lock above (which wakes them in any order): one model, so samples finish in a stable order.
+        self._turn: asyncio.Lock | None = None
 
     async def start(self) -> None:
         if self._llm is not None:
@@ -160,8 +163,11 @@ class LocalLlamaBackend(ModelBackend):
             await self.start()
         kwargs = chat_request_kwargs(messages, params, tools, tool_choice)
         cancelled = threading.Event()
+        if self._turn is None:
+            self._turn = asyncio.Lock()
         try:
-            out = await asyncio.to_thread(self._call, kwargs, cancelled)
+            async with self._turn:
+                out = await asyncio.to_thread(self._call, kwargs, cancelled)
         except asyncio.CancelledError:
             cancelled.set()  # the thread finishes its current token and returns
             raise
