@@ -30,13 +30,15 @@ class SampleResult:
 class AgentContext:
     """What a strategy may use for one sample; tallies what it spent."""
 
-    def __init__(self, model: ModelBackend, params: GenerationParams, cache: ResponseCache | None):
+    def __init__(self, model: ModelBackend, params: GenerationParams, cache: ResponseCache | None, budget: Any = None):
         self.model = model
         self.params = params
         self.cache = cache
+        self.budget = budget  # harness.cost.Budget (--max-cost): may refuse a request before it is sent
         self.model_calls = 0  # requests actually sent to the model (cache hits excluded)
         self.cache_hits = 0
         self.usage = Usage()
+        self.sent_usage = Usage()  # tokens of the requests actually sent: what is billed
         self.finish_reasons: list[str | None] = []
 
     async def generate(
@@ -55,8 +57,16 @@ class AgentContext:
                 self.cache_hits += 1
                 self._tally(hit)
                 return hit
+        hold = self.budget.reserve(self.model, messages, tools, params) if self.budget is not None else None
         self.model_calls += 1
-        response = await self.model.generate(messages, params, tools, tool_choice)
+        response = None
+        try:
+            response = await self.model.generate(messages, params, tools, tool_choice)
+        finally:
+            if hold is not None:
+                self.budget.settle(hold, response.usage if response is not None else None)
+        self.sent_usage.prompt_tokens += response.usage.prompt_tokens
+        self.sent_usage.completion_tokens += response.usage.completion_tokens
         if key is not None:
             self.cache.put(key, response)
         self._tally(response)
@@ -112,6 +122,7 @@ SETTINGS: dict[str, str] = {
     "closed-book": "closed-book",
     "open-book": "open-book-native",
     "evidence-provided": "evidence-provided",
+    "retrieve-read": "retrieve-read-joint",
 }
 
 # strategy name -> the module that registers it (imported only when used)
@@ -123,6 +134,9 @@ AGENT_MODULES = {
     "entity-set": "agents.entity_set",
     "conversational": "agents.conversational",
     "conversational-open-book": "agents.conversational_open_book",
+    "retrieve-read-joint": "agents.retrieve_read_joint",
+    "retrieve-read-each": "agents.retrieve_read_each",
+    "retrieve-classify": "agents.retrieve_classify",
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import logging
 import os
@@ -16,6 +17,15 @@ from harness import __version__
 from harness.errors import HarnessError
 
 EXIT_BAD_INPUT = 2
+# command -> the module that defines it (add_parser(sub), command(args)): one file per feature
+FEATURE_COMMANDS = {
+    "leaderboard": "harness.leaderboard",
+    "export": "harness.export",
+    "ablate": "harness.ablate",
+    "report": "harness.report",
+    "index": "wiki_snapshot.index_cli",
+    "retrieval-eval": "harness.retrieval_eval",
+}
 
 
 def _run_parser(sub) -> None:
@@ -29,17 +39,23 @@ def _run_parser(sub) -> None:
         ),
         argument_default=argparse.SUPPRESS,
     )
+    _run_options(p)
+
+
+def _run_options(p) -> None:
+    """Every ``harness run`` option (``harness ablate`` takes them too)."""
     g = p.add_argument_group("what to run")
     g.add_argument(
         "--model",
         help="PREFIX/NAME: local/smollm2 (default), local/PATH.gguf, llamacpp-server/PATH.gguf, "
         "vllm/HF_ID, openai/MODEL, anthropic/MODEL",
     )
-    g.add_argument("--setting", help="closed-book (default), open-book, evidence-provided")
+    g.add_argument("--setting", help="closed-book (default), open-book, evidence-provided, retrieve-read")
     g.add_argument(
         "--agent",
         help="strategy: closed-book, open-book-native (open-book default), open-book-text "
-        "(the paper's <search> protocol), evidence-provided; default: the setting's own",
+        "(the paper's <search> protocol), evidence-provided, retrieve-read-joint (retrieve-read default), "
+        "retrieve-read-each, retrieve-classify; default: the setting's own",
     )
     g.add_argument(
         "--dataset",
@@ -94,7 +110,18 @@ def _run_parser(sub) -> None:
     g.add_argument("--startup-timeout", type=float, help="seconds to wait for a launched server (default 300)")
     g.add_argument("--no-cache", dest="cache", action="store_false", help="do not read or write the response cache")
     g.add_argument("--cache-path", help="SQLite response cache (default $HARNESS_CACHE_DIR or ~/.cache/harness)")
+    g = p.add_argument_group("cost")
+    g.add_argument(
+        "--max-cost",
+        type=float,
+        help="budget in USD: a request whose worst case could pass it is not sent, the run stops "
+        "(rerun with a higher budget to resume); not hashed",
+    )
+    g.add_argument("--price-table", help="price table YAML, USD per 1M tokens (default: harness/prices.yaml)")
     _retrieval_options(p)
+    from harness.retrieval_eval import add_retrieve_read_options
+
+    add_retrieve_read_options(p)
 
 
 def _scoring_options(p, suppress: bool = True) -> None:
@@ -217,6 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
     from wiki_snapshot.cli import add_snapshot_parser
 
     add_snapshot_parser(sub)
+    for module in FEATURE_COMMANDS.values():
+        importlib.import_module(module).add_parser(sub)
     return parser
 
 
@@ -258,7 +287,16 @@ def _print_summary(results: dict[str, Any]) -> None:
             f"{scores['rouge']['rouge2']['fscore']:.4f}/{scores['rouge']['rougeL']['fscore']:.4f}"
         )
     print(line)
-    if c["failed"]:
+    cost = results.get("cost") or {}
+    if cost.get("spent_usd"):
+        print(f"cost: ${cost['spent_usd']:.6f} spent (list price of the finished samples ${cost['model_usd']:.6f})")
+    if results.get("stopped_on_budget"):
+        print(
+            f"stopped on budget: ${cost['spent_usd']:.6f} spent of --max-cost ${cost['max_cost_usd']:g}; "
+            f"{c['pending']} sample(s) not started; rerun with a higher --max-cost to resume",
+            file=sys.stderr,
+        )
+    elif c["failed"]:
         first = next(iter(results.get("failures", {}).values()), {})
         print(
             f"{c['failed']} sample(s) failed (e.g. {first.get('type')}: {first.get('error')}); "
@@ -295,6 +333,10 @@ def cmd_score(args: argparse.Namespace) -> int:
         answers = [{"id": i, "answer": finished[i]["answer"]} for i in ids if i in finished]
         scores = score_answers(dataset, questions, answers, metrics, args.only_answered, options)
         results["scores"] = scores
+        if results.get("cost"):  # a judge named now has a cost of its own
+            from harness.cost import refresh_judge_cost
+
+            refresh_judge_cost(results)
         write_json_atomic(run_dir / RESULTS_FILE, results)
     else:
         if not args.dataset or not args.generations:
@@ -368,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     from wiki_snapshot.cli import cmd_snapshot
 
     handlers = {"run": cmd_run, "score": cmd_score, "ceiling": cmd_ceiling, "snapshot": cmd_snapshot}
+    for name, module in FEATURE_COMMANDS.items():
+        handlers[name] = importlib.import_module(module).command
     try:
         return handlers[args.command](args)
     except HarnessError as exc:

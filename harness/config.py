@@ -35,6 +35,8 @@ NOT_HASHED = frozenset(
         "metrics",
         "judge",
         "bleurt_checkpoint",
+        "max_cost",  # like --limit: raising the budget resumes the same run
+        "price_table",
     }
 )
 BACKEND_NOT_HASHED = frozenset({"request_timeout", "max_attempts", "retry_max_wait", "startup_timeout", "n_threads"})
@@ -64,6 +66,9 @@ class RunConfig(BaseModel):
     metrics: list[str] | None = Field(None, description="metric names; default: the dataset's")
     judge: str | None = Field(None, description="LLM judge model (none unless asked: it costs money)")
     bleurt_checkpoint: str | None = Field(None, description="BLEURT checkpoint directory")
+    # cost (never changes generation) -------------------------------------------------------------
+    max_cost: float | None = Field(None, ge=0, description="USD: stop before a request could pass this budget")
+    price_table: str | None = Field(None, description="price table YAML (default: harness/prices.yaml)")
     # open-book and evidence-provided ------------------------------------------------------------
     snapshot: str | None = Field(None, description="wiki snapshot (SQLite) the settings read pages from")
     search_style: Literal["fanoutqa", "paper-2024"] = Field(
@@ -85,6 +90,18 @@ class RunConfig(BaseModel):
     evidence_reserve: int = Field(520, ge=0, description="tokens kept free for the answer (paper: 520)")
     repeat_question: bool = Field(False, description="repeat the question after each retrieval (paper F.2)")
     text_protocol_strict: bool = Field(True, description="<search> must open the reply (the paper's parser)")
+    # retrieve-read: corpus-level retrieve-and-read baselines over a passage index ---------------
+    retriever: Literal["bm25", "dense"] = Field("bm25", description="passage index the retrieve-read strategies search")
+    retrieval_k: int | None = Field(
+        None, ge=1, description="passages (classify: entities) retrieved; default: the strategy's (15, 200, 100)"
+    )
+    passage_kind: str | None = Field(
+        None, pattern=r"^(words\d+|chunk\d+|page)$", description="words100 | chunk1024 | page; default: the strategy's"
+    )
+    question_representation: Literal["original", "all-history", "rewritten"] = Field(
+        "all-history", description="conversations: what retriever and reader see (TopiOCQA section 5.1.2)"
+    )
+    classify_doc_tokens: int = Field(384, ge=16, description="retrieve-classify: document tokens shown (QUEST: 384)")
     generation: GenerationParams = Field(default_factory=GenerationParams)
     backend: BackendOptions = Field(default_factory=BackendOptions)
 

@@ -12,22 +12,35 @@ from typing import Any, Iterator
 from harness.errors import HarnessError
 
 
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# Read once at import: os.umask can only be read by setting it, which is not thread-safe later on.
+_UMASK = _read_umask()
+
+
 def write_json_atomic(path: str | Path, data: Any) -> None:
+    write_bytes_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def write_bytes_atomic(path: str | Path, data: bytes | str) -> None:
+    """Any file (JSON, HTML, PNG, JSONL) written whole or not at all: a temp file, fsync, then rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, ensure_ascii=False)
-            f.write("\n")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
             f.flush()
             os.fsync(f.fileno())
+        # mkstemp makes the file private; results are meant to be shared, as a plain open() would make them
+        os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        Path(tmp).unlink(missing_ok=True)
         raise
 
 

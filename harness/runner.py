@@ -22,6 +22,7 @@ import harness
 from agents import AgentContext, create_agent
 from harness.cache import ResponseCache
 from harness.config import RunConfig
+from harness.cost import Budget, BudgetExhausted, load_price_table, pricing_for, run_cost, spent_in_records
 from harness.datasets import Dataset, Sample, load_dataset
 from harness.errors import (
     ConfigError,
@@ -129,6 +130,11 @@ class Run:
         # Constructed now (cheap: no model load, no server) so a bad model name or a missing
         # API key is reported before anything is written.
         self.backend = create_backend(config.model, config.backend)
+        self.price_table = load_price_table(config.price_table)
+        self.pricing = pricing_for(config.model, self.price_table)
+        if config.max_cost is not None and not self.pricing.priced:
+            raise ConfigError(f"--max-cost needs a price for {config.model}: {self.pricing.reason}")
+        self.budget: Budget | None = None
         self.invocation: dict[str, Any] = {}
 
     def _open_snapshot(self):
@@ -172,6 +178,8 @@ class Run:
         previous = self._check_run_dir()
         finished = load_finished(self.run_dir)
         todo = [s for s in self.samples if s.id not in finished]
+        if self.config.max_cost is not None:  # the budget covers every invocation of the run
+            self.budget = Budget(self.config.max_cost, self.pricing, spent_in_records(self._attempt_records()))
         invocations = list((previous or {}).get("invocations", []))
         self.invocation = {
             "number": len(invocations) + 1,
@@ -211,6 +219,8 @@ class Run:
             if (self.run_dir / CONFIG_FILE).exists():
                 if status == "complete" and failures:
                     status = "incomplete"
+                if status in ("complete", "incomplete") and self.budget is not None and self.budget.exhausted:
+                    status = "budget_exhausted"
                 self.invocation["ended_at"] = now_iso()
                 self.invocation["status"] = status
                 invocations.append(self.invocation)
@@ -227,6 +237,8 @@ class Run:
 
         async def one(sample: Sample) -> None:
             async with semaphore:
+                if self.budget is not None and self.budget.exhausted:
+                    return  # over budget: not started, left pending for a rerun with a higher --max-cost
                 record = await self._solve_one(sample, cache)
             if record["status"] == "ok":
                 samples_out.append(record)
@@ -254,7 +266,7 @@ class Run:
                 cache.close()
 
     async def _solve_one(self, sample: Sample, cache: ResponseCache | None) -> dict[str, Any]:
-        ctx = AgentContext(self.backend, self.config.generation, cache)
+        ctx = AgentContext(self.backend, self.config.generation, cache, self.budget)
         started = time.monotonic()
         started_at = now_iso()
         self.invocation["attempted"] += 1
@@ -272,6 +284,8 @@ class Run:
             missing_titles = exc.titles
         except TransientModelError as exc:
             error_type, error = "model_unavailable", f"gave up after retries: {exc}"
+        except BudgetExhausted as exc:
+            error_type, error = "budget_exhausted", str(exc)
         except ModelError:
             raise  # a broken backend (bad key, server gone) fails every sample: stop the run
         except Exception as exc:  # a bug or malformed response must not sink the whole run
@@ -290,6 +304,9 @@ class Run:
             "model_calls": ctx.model_calls,
             "cache_hits": ctx.cache_hits,
             "usage": ctx.usage.model_dump(),
+            # list price of the sample's tokens, and money actually spent (requests sent); None: unpriced
+            "cost_usd": self.pricing.usage_cost(ctx.usage),
+            "spent_usd": self.pricing.usage_cost(ctx.sent_usage),
         }
         if error_type is not None:
             self.invocation["failed"] += 1
@@ -310,6 +327,14 @@ class Run:
             "messages": result.messages,
             "extra": result.extra,
         }
+
+    def _attempt_records(self):
+        """Every attempt recorded so far: finished samples and failed attempts."""
+        for name in (SAMPLES_FILE, FAILURES_FILE):
+            path = self.run_dir / name
+            if path.exists():
+                for _, record in iter_jsonl(path, strict=False):
+                    yield record
 
     # results ---------------------------------------------------------------------
     def _results(self, finished, failures, status, model_info, invocations, previous) -> dict[str, Any]:
@@ -366,6 +391,16 @@ class Run:
                 "total": tokens_prompt + tokens_completion,
             },
             "model_calls": sum(r.get("model_calls", 0) for r in done),
+            "cost": run_cost(
+                self.pricing,
+                self.price_table,
+                done,
+                list(self._attempt_records()),
+                scores,
+                self.budget,
+                self.config.max_cost,
+            ),
+            "stopped_on_budget": bool(self.budget is not None and self.budget.exhausted),
             "failures": {
                 sid: {"type": failures[sid]["error_type"], "error": failures[sid]["error"]} for sid in failed_now
             },
@@ -419,7 +454,8 @@ def _retrieval_summary(done: list[dict[str, Any]]) -> dict[str, Any] | None:
         searches = [len(r["extra"].get("searches", [])) for r in done if "searches" in (r.get("extra") or {})]
         out["evidence_recall_mean"] = sum(recalls) / len(recalls)
         out["evidence_recall_n"] = len(recalls)
-        out["searches_mean"] = sum(searches) / len(searches) if searches else 0
+        if searches:  # open-book agents search; retrieve-read agents query an index once
+            out["searches_mean"] = sum(searches) / len(searches)
     if packed:
         out["evidence_cut"] = sum(1 for p in packed if p["cut"])
         out["chunks_packed_mean"] = sum(p["chunks_packed"] for p in packed) / len(packed)

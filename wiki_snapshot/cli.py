@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import sys
@@ -73,20 +74,33 @@ def add_snapshot_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def run_subcommand(args: argparse.Namespace, handlers: dict[str, Any], chosen: str, parser: str) -> int:
+    """Call the handler of the sub-command in ``args.<chosen>``; without one, print ``args.<parser>``'s help."""
+    handler = handlers.get(getattr(args, chosen, None))
+    if handler is None:
+        getattr(args, parser).print_help(sys.stderr)
+        return 2
+    return handler(args)
+
+
+@contextlib.contextmanager
+def sigterm_interrupts():
+    """A kill (SIGTERM) unwinds like Ctrl-C, so a build removes its partial output."""
+
+    def raise_interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    command = getattr(args, "snapshot_command", None)
-    if command == "build":
-        return _build(args)
-    if command == "info":
-        return _info(args)
-    if command == "search":
-        return _search(args)
-    args.snapshot_parser.print_help(sys.stderr)
-    return 2
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
+    return run_subcommand(
+        args, {"build": _build, "info": _info, "search": _search}, "snapshot_command", "snapshot_parser"
+    )
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -126,21 +140,19 @@ def _build(args: argparse.Namespace) -> int:
         flags = ", ".join("--" + e.replace("_", "-") for e in extra)
         raise HarnessError(f"{flags} {'does' if len(extra) == 1 else 'do'} not apply to --kind {kind}")
     # A kill unwinds like Ctrl-C: the partial file is removed, --out is untouched.
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        summary = build_snapshot(
-            args.source,
-            args.out,
-            kind=kind,
-            overwrite=args.overwrite,
-            progress=None if args.quiet else sys.stderr,
-            **options,
-        )
+        with sigterm_interrupts():
+            summary = build_snapshot(
+                args.source,
+                args.out,
+                kind=kind,
+                overwrite=args.overwrite,
+                progress=None if args.quiet else sys.stderr,
+                **options,
+            )
     except KeyboardInterrupt:
         print(f"interrupted: nothing written to {args.out}", file=sys.stderr)
         return 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     meta = summary["metadata"]
     size = summary["input_bytes"]
     print(

@@ -574,6 +574,22 @@ class Snapshot:
                 yield t
             last = rows[-1][0]
 
+    def pages(self, batch: int = 500) -> Iterator[Page]:
+        """All pages in pageid order (fetched in batches; safe to interleave with other calls)."""
+        last = None
+        while True:
+            if last is None:
+                rows = self._all(f"SELECT {self._PAGE_COLS} FROM pages ORDER BY pageid LIMIT ?", (batch,))
+            else:
+                rows = self._all(
+                    f"SELECT {self._PAGE_COLS} FROM pages WHERE pageid > ? ORDER BY pageid LIMIT ?", (last, batch)
+                )
+            if not rows:
+                return
+            for row in rows:
+                yield Page(*row)
+            last = rows[-1][0]
+
     # search
     def search(self, query: str, k: int = 10) -> list[tuple[str, float]]:
         """Full-text search over titles and texts: ``(title, score)`` best first (score = -bm25,

@@ -1,0 +1,258 @@
+"""``harness ablate``: the context-length study (FanOutQA paper, appendix F.1) as one command.
+
+One ordinary run per context size (``DIR/ctx-<size>/``: resumable, and the response cache makes a
+repeat free), then the answerability ceiling (``harness ceiling``) at the same sizes, then
+``DIR/ablation.json``, ``DIR/ablation.md`` (the table) and ``DIR/ablation.png`` (each metric against
+the context size, the ceiling as dashed lines). The ceiling is evidence-provided's packing; for an
+open-book sweep it is drawn too, as the best a perfect reader of the gold evidence could do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.errors import ConfigError
+from harness.leaderboard import is_headline, metric_values
+from harness.records import write_bytes_atomic
+
+SETTINGS = ("evidence-provided", "open-book")
+ABLATION_JSON, ABLATION_MD, ABLATION_PNG = "ablation.json", "ablation.md", "ablation.png"
+PLOT_SIZE_IN, PLOT_DPI = (10.0, 6.0), 100  # 1000 x 600 pixels
+
+
+def parse_sizes(text: str) -> list[int]:
+    try:
+        sizes = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise ConfigError(f"--context-sizes must be comma-separated integers, not {text!r}") from None
+    if not sizes or sizes[0] <= 0:
+        raise ConfigError(f"--context-sizes must be positive integers, not {text!r}")
+    return sizes
+
+
+def max_supported_context(model: str) -> int | None:
+    """The longest context the model supports, where it can be known before starting it."""
+    prefix, _, name = model.partition("/")
+    if prefix in ("local", "llamacpp-server"):
+        from harness.models.llamacpp_server import gguf_trained_context, resolve_model_file
+
+        return gguf_trained_context(resolve_model_file(name))
+    if prefix == "openai":
+        from harness.models.openai_api import known_context_size
+
+        return known_context_size(name)
+    if prefix == "anthropic" and name.startswith("claude"):
+        from harness.models.anthropic_api import DEFAULT_CONTEXT
+
+        return DEFAULT_CONTEXT
+    return None  # vLLM: the server itself refuses a --max-model-len the model cannot take
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:60]
+
+
+def _row(size: int, run_dir: Path, results: dict[str, Any], ceiling_row: dict[str, Any] | None) -> dict[str, Any]:
+    cost = results.get("cost") or {}
+    return {
+        "context_size": size,
+        "run_dir": str(run_dir),
+        "run_id": results.get("run_id"),
+        "status": results.get("status"),
+        "counts": results.get("counts"),
+        "metrics": metric_values(results.get("scores")),
+        "tokens": results.get("tokens"),
+        "cost_usd": cost.get("total_usd"),
+        "outcomes": results.get("outcomes"),
+        "retrieval": results.get("retrieval"),
+        "ceiling": {"loose": ceiling_row["loose"], "strict": ceiling_row["strict"]} if ceiling_row else None,
+    }
+
+
+def format_table(ablation: dict[str, Any]) -> str:
+    metrics = [m for m in ablation["metrics"] if is_headline(m)]
+    head = ["context size", *metrics, "ceiling loose", "ceiling strict", "finished", "failed", "tokens", "cost USD"]
+    lines = [
+        (
+            f"Context-length ablation: {ablation['model']}, {ablation['setting']}, {ablation['dataset']} "
+            f"({ablation['n_samples']} questions). Ceiling: {ablation['ceiling_note']}"
+        ),
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join("---:" for _ in head) + "|",
+    ]
+
+    def num(value: Any, digits: int = 4) -> str:
+        return "—" if value is None else f"{value:.{digits}f}"
+
+    for r in ablation["rows"]:
+        ceiling = r["ceiling"] or {}
+        cells = [str(r["context_size"]), *[num(r["metrics"].get(m)) for m in metrics]]
+        cells += [num(ceiling.get("loose")), num(ceiling.get("strict"))]
+        cells += [str(r["counts"]["finished"]), str(r["counts"]["failed"]), str((r["tokens"] or {}).get("total"))]
+        cells.append(num(r["cost_usd"], 6))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(ablation: dict[str, Any], path: Path) -> list[str]:
+    """Each headline metric against the context size on one axes (all are shares in [0, 1]), the
+    ceiling loose/strict dashed. Returns the metrics plotted."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display; must precede pyplot
+    import matplotlib.pyplot as plt
+
+    rows = ablation["rows"]
+    sizes = [r["context_size"] for r in rows]
+    plotted = []
+    fig, ax = plt.subplots(figsize=PLOT_SIZE_IN, dpi=PLOT_DPI)
+    try:
+        for metric in ablation["metrics"]:
+            values = [r["metrics"].get(metric) for r in rows]
+            # only shares: metrics on another scale (x100 EM, BLEU) would flatten the rest
+            if not is_headline(metric) or any(v is None or not 0 <= v <= 1 for v in values):
+                continue
+            ax.plot(sizes, values, marker="o", label=metric)
+            plotted.append(metric)
+        for key, style, color in (("loose", "--", "black"), ("strict", ":", "dimgray")):
+            values = [(r["ceiling"] or {}).get(key) for r in rows]
+            if all(v is not None for v in values):
+                ax.plot(sizes, values, linestyle=style, color=color, label=f"answerability ceiling ({key})")
+        if len(set(sizes)) > 1:
+            ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [str(s) for s in sizes])
+        ax.set_ylim(-0.02, 1.02)  # a line at 0 stays visible
+        ax.set_xlabel("context size (tokens)")
+        ax.set_ylabel("score")
+        ax.set_title(f"{ablation['model']} — {ablation['setting']} — {ablation['dataset']} (n={ablation['n_samples']})")
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="small")
+        fig.subplots_adjust(left=0.07, right=0.68, top=0.92, bottom=0.1)
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=PLOT_DPI)  # no bbox_inches: the size stays exact
+    finally:
+        plt.close(fig)
+    write_bytes_atomic(path, buffer.getvalue())
+    return plotted
+
+
+def _ceiling_note(setting: str, computed: bool) -> str:
+    if not computed:
+        return "not computed (the dataset has no reference answers)"
+    note = "evidence-provided packing of the gold evidence (FanOutQA string accuracy of the packed documents)"
+    if setting == "open-book":
+        note += "; shown for open-book too, as the best a perfect reader of that evidence could do"
+    return note
+
+
+async def run_ablation(flat: dict[str, Any], sizes: list[int], out: Path) -> dict[str, Any]:
+    from harness.ceiling import compute_ceiling
+    from harness.config import build_config
+    from harness.records import write_json_atomic
+    from harness.runner import Run
+
+    base = build_config(flat)
+    results: dict[int, dict[str, Any]] = {}
+    for size in sizes:
+        config = build_config({**flat, "context_size": size, "out": str(out / f"ctx-{size}")})
+        print(f"ablate: context size {size} -> {config.out}", file=sys.stderr)
+        results[size] = await Run(config).execute()
+
+    first = results[sizes[0]]
+    ceiling = None
+    if first.get("scores") is not None:  # the ceiling needs reference answers
+        ceiling_flat = {k: v for k, v in flat.items() if k not in ("agent", "out", "prompt_template")}
+        ceiling = await compute_ceiling(build_config({**ceiling_flat, "setting": "evidence-provided"}), sizes)
+    by_size = {r["context_size"]: r for r in (ceiling or {}).get("rows", [])}
+    rows = [_row(size, out / f"ctx-{size}", results[size], by_size.get(size)) for size in sizes]
+    metrics: list[str] = []
+    for r in rows:
+        metrics += [m for m in r["metrics"] if m not in metrics]
+    ablation = {
+        "model": base.model,
+        "setting": base.setting,
+        "agent": first.get("agent", {}).get("name"),
+        "dataset": first["dataset"]["spec"],
+        "n_samples": first["counts"]["selected"],
+        "context_sizes": sizes,
+        "metrics": metrics,
+        "rows": rows,
+        "ceiling_note": _ceiling_note(base.setting, ceiling is not None),
+        "ceiling": {k: v for k, v in ceiling.items() if k != "per_sample"} if ceiling else None,
+        "config": base.model_dump(mode="json"),
+        "files": {"table": ABLATION_MD, "plot": ABLATION_PNG},
+    }
+    ablation["plotted_metrics"] = plot(ablation, out / ABLATION_PNG)
+    write_bytes_atomic(out / ABLATION_MD, format_table(ablation).encode())
+    write_json_atomic(out / ABLATION_JSON, ablation)
+    return ablation
+
+
+# --------------------------------------------------------------------------- CLI
+def add_parser(sub) -> None:
+    from harness.cli import _run_options
+
+    p = sub.add_parser(
+        "ablate",
+        help="context-length sweep: one run per size, the ceiling, a table and a plot",
+        description=(
+            "Run the same configuration once per context size (DIR/ctx-<size>/, ordinary resumable runs), compute "
+            "the answerability ceiling at those sizes, and write DIR/ablation.json, DIR/ablation.md and "
+            "DIR/ablation.png. Takes every `harness run` option; --out is the ablation folder."
+        ),
+        argument_default=argparse.SUPPRESS,
+    )
+    p.add_argument("--context-sizes", required=True, help="comma-separated sizes in tokens, e.g. 2048,4096,8192")
+    _run_options(p)
+
+
+def command(args) -> int:
+    from harness.config import build_config, load_yaml
+
+    given = {k: v for k, v in vars(args).items() if k not in ("command", "verbose", "config", "context_sizes")}
+    flat: dict[str, Any] = load_yaml(args.config) if getattr(args, "config", None) else {}
+    flat = {k.replace("-", "_"): v for k, v in flat.items()}
+    flat.update(given)
+    sizes = parse_sizes(args.context_sizes)
+    if flat.pop("context_size", None) is not None:
+        raise ConfigError("ablate sets the context size of each run: give the sizes with --context-sizes only")
+    flat.setdefault("model", "local/smollm2")
+    if flat.get("setting") not in SETTINGS:
+        raise ConfigError(f"ablate needs --setting {' or '.join(SETTINGS)} (got {flat.get('setting')!r})")
+    reserve = build_config(flat).evidence_reserve  # also checks every option before the first run
+    if sizes[0] <= reserve:
+        raise ConfigError(f"context sizes must each exceed the answer reserve (--evidence-reserve {reserve})")
+    supported = max_supported_context(flat["model"])
+    if supported is not None and sizes[-1] > supported:
+        raise ConfigError(f"context size {sizes[-1]} is larger than {flat['model']} supports ({supported} tokens)")
+    default_out = (
+        Path("results")
+        / f"ablation-{_slug(flat.get('dataset', 'fanoutqa:dev'))}-{_slug(flat['model'])}-{flat['setting']}"
+    )
+    out = Path(flat.pop("out", None) or default_out)
+
+    async def main() -> dict[str, Any]:
+        task = asyncio.current_task()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        return await run_ablation(flat, sizes, out)
+
+    try:
+        ablation = asyncio.run(main())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("interrupted: run the same command again to resume", file=sys.stderr)
+        return 130
+    print(format_table(ablation), end="")
+    print(f"wrote {out / ABLATION_JSON}, {out / ABLATION_MD}, {out / ABLATION_PNG}", file=sys.stderr)
+    if any(r["counts"]["failed"] for r in ablation["rows"]):
+        print("some samples failed: see each ctx-<size>/failures.jsonl; rerun to retry them", file=sys.stderr)
+        return 1
+    return 0

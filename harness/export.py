@@ -1,0 +1,282 @@
+"""``harness export fanoutqa-submission RUN_DIR... --out DIR``: FanOutQA's official leaderboard
+submission from test-set runs.
+
+The layout and the metadata template are those of zhudotexe/fanoutqa ``leaderboard-submissions/``:
+``{closedbook,openbook,evidenceprovided}-generations/NAME.jsonl`` (one ``{"id", "answer"}`` line per
+test question, answers as strings, as ``hydrate.py``'s ``read_jsonl_answers`` asserts) and
+``metadata/NAME.json`` with the fields of ``hydrate.py``'s ``SubmissionMetadata``, a setting that is
+not submitted being ``null`` (as in ``metadata/deepseek-v3-LightRAG.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
+
+from harness.errors import HarnessError
+from harness.records import write_bytes_atomic
+
+# our --setting -> the leaderboard's setting name (folder prefix and metadata key)
+SETTING_NAMES = {"closed-book": "closedbook", "open-book": "openbook", "evidence-provided": "evidenceprovided"}
+SUBMISSION_TYPES = ("FOUNDATION", "FINETUNE", "PROMPT", "OTHER")
+TEMPLATE_FIELDS = (
+    "name",
+    "authors",
+    "url",
+    "citation",
+    "type",
+    "context",
+    "is_trained_for_function_calling",
+    "details",
+)
+
+
+class SubmissionMetadata(BaseModel):
+    """leaderboard-submissions/metadata/NAME.json (field order as in the official files)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, description="the name of your model")
+    authors: str = Field(min_length=1, description="the list of authors, in natural language")
+    url: str | None = Field(description="a link to your model's website, if applicable (null otherwise)")
+    citation: str = Field(description="authors and year in citation format, e.g. 'Zhu et al., 2024'")
+    type: Literal["FOUNDATION", "FINETUNE", "PROMPT", "OTHER"]
+    context: StrictInt = Field(gt=0, description="the context length of the model your system uses")
+    is_trained_for_function_calling: StrictBool
+    details: str | None = Field(None, description="e.g. API model revision or Hugging Face model ID")
+    closedbook_generations: str | None
+    openbook_generations: str | None
+    evidenceprovided_generations: str | None
+
+
+def file_stem(name: str) -> str:
+    stem = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-.")
+    if not stem:
+        raise HarnessError(f"cannot make a file name from --name {name!r}: pass --file-name")
+    return stem
+
+
+def load_metadata_file(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))  # YAML is a superset of JSON
+    except FileNotFoundError:
+        raise HarnessError(f"metadata file not found: {path}") from None
+    except yaml.YAMLError as exc:
+        raise HarnessError(f"{path}: not valid YAML/JSON ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise HarnessError(f"{path}: expected a mapping of metadata fields")
+    unknown = sorted(set(data) - set(TEMPLATE_FIELDS))
+    if unknown:
+        raise HarnessError(f"{path}: unknown field(s) {', '.join(unknown)} (known: {', '.join(TEMPLATE_FIELDS)})")
+    return data
+
+
+class RunForExport:
+    """One finished test-set run: its setting, facts and answers in test-set order."""
+
+    def __init__(self, run_dir: Path):
+        from harness.datasets import load_dataset
+        from harness.records import read_json
+        from harness.runner import RESULTS_FILE, load_finished
+
+        self.dir = run_dir
+        if not (run_dir / RESULTS_FILE).exists():
+            raise HarnessError(f"{run_dir}: not a run directory (no {RESULTS_FILE})")
+        self.results = results = read_json(run_dir / RESULTS_FILE)
+        try:
+            dataset, self.setting, config = results["dataset"], results["setting"], results["config"]
+        except (KeyError, TypeError):
+            raise HarnessError(f"{run_dir / RESULTS_FILE}: not a harness results file") from None
+        if dataset.get("name") != "fanoutqa":
+            raise HarnessError(f"{run_dir}: a {dataset.get('spec')} run; the FanOutQA leaderboard takes FanOutQA runs")
+        if dataset.get("split") != "test":
+            raise HarnessError(
+                f"{run_dir}: a {dataset.get('spec')} run; the leaderboard takes test-set generations "
+                "(run with --dataset fanoutqa:test)"
+            )
+        if self.setting not in SETTING_NAMES:
+            raise HarnessError(f"{run_dir}: setting {self.setting!r} is not one of the leaderboard's")
+        self.model = config.get("model")
+        self.agent = results.get("agent") or {}
+        self.context_size = (results.get("model") or {}).get("context_size")
+        test = load_dataset(dataset["spec"], config.get("data_path"))
+        if test.info.sha256 != dataset.get("sha256"):
+            raise HarnessError(f"{run_dir}: {dataset['spec']} changed since the run (sha256 differs)")
+        finished = load_finished(run_dir)
+        self.test_ids = [s.id for s in test.samples]
+        # The official reader wants a string per line; a finished sample with no answer (context
+        # full, rounds exhausted) is exported as "" and scores 0, as a missing line would.
+        self.answers = [
+            {"id": qid, "answer": _as_text(finished[qid].get("answer"))} for qid in self.test_ids if qid in finished
+        ]
+        self.no_answer = [qid for qid in self.test_ids if qid in finished and finished[qid].get("answer") is None]
+        self.failed = [qid for qid in (results.get("failures") or {}) if qid not in finished]
+        self.missing = len(self.test_ids) - len(self.answers)
+
+    @property
+    def native_tool_calling(self) -> bool:
+        return self.agent.get("protocol") == "native"
+
+
+def _as_text(answer: Any) -> str:
+    if answer is None:
+        return ""
+    return answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False)
+
+
+def validate_submission(out: Path, stem: str, test_ids: set[str]) -> dict[str, Any]:
+    """Check what was written the way the official side reads it: the metadata against the template,
+    each named generations file present, every line {"id": str, "answer": str}, ids unique and known."""
+    meta_path = out / "metadata" / f"{stem}.json"
+    try:
+        metadata = SubmissionMetadata(**json.loads(meta_path.read_text(encoding="utf-8")))
+    except (ValueError, TypeError) as exc:
+        raise HarnessError(f"{meta_path}: does not match the submission template ({exc})") from None
+    counts = {}
+    for setting in SETTING_NAMES.values():
+        name = getattr(metadata, f"{setting}_generations")
+        if name is None:
+            continue
+        path = out / f"{setting}-generations" / name
+        if not path.is_file():
+            raise HarnessError(f"{meta_path}: {setting}_generations names {path}, which does not exist")
+        seen: set[str] = set()
+        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            record = json.loads(line)
+            if not isinstance(record.get("id"), str) or not isinstance(record.get("answer"), str):
+                raise HarnessError(f"{path}:{lineno}: each line needs 'id' and 'answer' strings")
+            if record["id"] in seen or record["id"] not in test_ids:
+                raise HarnessError(f"{path}:{lineno}: duplicate or unknown id {record['id']!r}")
+            seen.add(record["id"])
+        counts[setting] = len(seen)
+    if not counts:
+        raise HarnessError(f"{meta_path}: names no generations file")
+    return {"metadata": metadata.model_dump(), "answers": counts}
+
+
+def export_fanoutqa_submission(
+    run_dirs: list[str],
+    out: str | Path,
+    fields: dict[str, Any],
+    file_name: str | None = None,
+    allow_partial: bool = False,
+) -> dict[str, Any]:
+    out = Path(out)
+    runs = [RunForExport(Path(d)) for d in run_dirs]
+    models = sorted({r.model for r in runs})
+    if len(models) > 1:
+        raise HarnessError(f"the runs are of different models ({', '.join(models)}): a submission is one system")
+    by_setting: dict[str, RunForExport] = {}
+    for run in runs:
+        if run.setting in by_setting:
+            raise HarnessError(
+                f"two {run.setting} runs ({by_setting[run.setting].dir}, {run.dir}): give one per setting"
+            )
+        by_setting[run.setting] = run
+    warnings = []
+    for run in runs:
+        if run.missing:
+            what = f"{run.dir} answers {len(run.answers)} of {len(run.test_ids)} test questions"
+            if run.failed:
+                what += f" ({len(run.failed)} failed)"
+            if not allow_partial:
+                raise HarnessError(f"{what}: finish the run (rerun it) or pass --allow-partial")
+            warnings.append(f"{what}; the leaderboard scores the missing ones 0")
+        if run.no_answer:
+            warnings.append(f'{run.dir}: {len(run.no_answer)} finished question(s) without an answer exported as ""')
+
+    # What the runs know, unless given: the context size and native tool calling.
+    if fields.get("context") is None:
+        sizes = sorted({r.context_size for r in runs if r.context_size})
+        if len(sizes) != 1:
+            found = ", ".join(map(str, sizes)) or "unknown"
+            raise HarnessError(f"the runs' context sizes are {found}: pass --context N")
+        fields["context"] = sizes[0]
+    if fields.get("is_trained_for_function_calling") is None:
+        # a model run with native tool calling is one trained for it; otherwise we cannot tell
+        fields["is_trained_for_function_calling"] = any(r.native_tool_calling for r in runs)
+        if not any(r.native_tool_calling for r in runs):
+            warnings.append(
+                "is_trained_for_function_calling set to false (no run used native tool calling); "
+                "pass --trained-for-function-calling if the model is"
+            )
+    fields.setdefault("details", models[0])
+    missing = [f for f in ("name", "authors", "citation", "type") if fields.get(f) is None]
+    if missing:
+        raise HarnessError(f"the submission needs {', '.join('--' + f for f in missing)} (or --metadata FILE)")
+    stem = file_name or file_stem(fields["name"])
+    generations = {
+        f"{SETTING_NAMES[s]}_generations": (f"{stem}.jsonl" if s in by_setting else None) for s in SETTING_NAMES
+    }
+    try:
+        metadata = SubmissionMetadata(**{k: fields.get(k) for k in TEMPLATE_FIELDS}, **generations)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise HarnessError(f"metadata: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+
+    written = []
+    for setting, run in by_setting.items():
+        written.append(f"{SETTING_NAMES[setting]}-generations/{stem}.jsonl")
+        write_bytes_atomic(out / written[-1], "".join(json.dumps(a, ensure_ascii=False) + "\n" for a in run.answers))
+    written.append(f"metadata/{stem}.json")
+    write_bytes_atomic(out / written[-1], json.dumps(metadata.model_dump(), indent=2) + "\n")
+    report = validate_submission(out, stem, set(runs[0].test_ids))
+    report["warnings"] = warnings
+    report["files"] = written
+    return report
+
+
+# --------------------------------------------------------------------------- CLI
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "export",
+        help="export runs in an official submission format (fanoutqa-submission)",
+        description=(
+            "fanoutqa-submission: write FanOutQA's leaderboard submission from test-set runs, one per setting: "
+            "DIR/{closedbook,openbook,evidenceprovided}-generations/NAME.jsonl and DIR/metadata/NAME.json in the "
+            "official template (checked after writing). Dev-set and non-FanOutQA runs are refused; so is a run "
+            "that does not answer every test question, unless --allow-partial."
+        ),
+    )
+    p.add_argument("format", choices=["fanoutqa-submission"], help="what to export")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="finished fanoutqa:test runs, one per setting")
+    p.add_argument("--out", required=True, help="submission folder (the repository's leaderboard-submissions/)")
+    p.add_argument("--metadata", help="YAML or JSON file with template fields; the options below override it")
+    p.add_argument("--name", help="the name of your model/system")
+    p.add_argument("--authors", help="the list of authors, in natural language")
+    p.add_argument("--url", help="a link to the model's website (default: null)")
+    p.add_argument("--citation", help="e.g. 'Zhu et al., 2024' ('' if none)")
+    p.add_argument("--type", type=str.upper, choices=SUBMISSION_TYPES, help="FOUNDATION | FINETUNE | PROMPT | OTHER")
+    p.add_argument("--details", help="model details, e.g. API revision or Hugging Face id (default: the --model)")
+    p.add_argument("--context", type=int, help="context length in tokens (default: the runs' context size)")
+    p.add_argument(
+        "--trained-for-function-calling",
+        dest="is_trained_for_function_calling",
+        action=argparse.BooleanOptionalAction,
+        help="is_trained_for_function_calling (default: true if a run used native tool calling)",
+    )
+    p.add_argument("--file-name", help="NAME of the files (default: --name, lower-cased, dashes)")
+    p.add_argument("--allow-partial", action="store_true", help="export runs that do not answer every test question")
+
+
+def command(args) -> int:
+    fields: dict[str, Any] = load_metadata_file(args.metadata) if args.metadata else {}
+    for key in TEMPLATE_FIELDS:
+        value = getattr(args, key, None)
+        if value is not None:
+            fields[key] = value
+    fields.setdefault("url", None)
+    report = export_fanoutqa_submission(args.run_dirs, args.out, fields, args.file_name, args.allow_partial)
+    for warning in report["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
+    answers = ", ".join(f"{s} {n}" for s, n in report["answers"].items())
+    print(f"wrote {args.out}: {', '.join(report['files'])} (answers: {answers}); checked against the template")
+    return 0

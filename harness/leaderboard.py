@@ -1,0 +1,231 @@
+"""``harness leaderboard DIR``: every run under a folder as one row (model x dataset x version x
+setting x agent), with every metric, the run's facts (context size, native tool calling, tokens,
+cost, path), as JSON and as a markdown table. Runs that share a key are separate rows, told apart
+by the knobs whose values differ."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from harness.config import BACKEND_NOT_HASHED, NOT_HASHED
+from harness.errors import HarnessError
+
+RESULTS_FILE = "results.json"
+SCORE_SECTIONS = ("raw", "breakdown", "meta")  # per-question and bookkeeping, not headline numbers
+# Identity of a row (shown in its own columns, never as a knob)
+KEY_FIELDS = ("model", "dataset", "split", "version", "setting", "agent")
+NOT_KNOBS = NOT_HASHED | BACKEND_NOT_HASHED | {"model", "dataset", "setting", "agent"}
+
+
+def numeric_leaves(values: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, (bool, int, float)):  # bool too: a per-question hit counts 1.0
+            out[name] = float(value)
+        elif isinstance(value, dict):
+            out.update(numeric_leaves(value, name + "."))
+    return out
+
+
+def metric_values(scores: dict[str, Any] | None) -> dict[str, float]:
+    """Every aggregate number of a scores dict (acc.loose, rouge.rouge1.fscore, em, f1, ...)."""
+    if not scores:
+        return {}
+    return numeric_leaves({k: v for k, v in scores.items() if k not in SCORE_SECTIONS})
+
+
+def is_headline(name: str) -> bool:
+    """Shown in tables and plots: F-scores and accuracies, not their precision/recall parts."""
+    last = name.rsplit(".", 1)[-1]
+    return not (last in ("precision", "recall") or last.endswith(("_precision", "_recall")))
+
+
+def _flat_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Config leaves under their flag names (generation and backend knobs unnested). A knob that a
+    run from an older harness did not record has its default, so it does not show as a difference."""
+    from harness.config import RunConfig
+
+    merged = RunConfig().model_dump(mode="json")
+    for key, value in config.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    out: dict[str, Any] = {}
+    for key, value in merged.items():
+        if key in ("generation", "backend") and isinstance(value, dict):
+            for sub, v in value.items():
+                if sub not in NOT_KNOBS:
+                    out[sub] = v
+        elif key not in NOT_KNOBS:
+            out[key] = value
+    return out
+
+
+def find_runs(root: Path) -> list[Path]:
+    runs = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        if RESULTS_FILE in filenames:
+            runs.append(Path(dirpath))
+    return runs
+
+
+def load_row(run_dir: Path) -> dict[str, Any]:
+    """One run as a leaderboard row; HarnessError (one line) when results.json is unusable."""
+    path = run_dir / RESULTS_FILE
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise HarnessError(f"{path}: not valid JSON ({exc})") from None
+    try:
+        dataset = results["dataset"]
+        config = results["config"]
+        counts = results["counts"]
+        model = results.get("model") or {}
+        agent = results.get("agent") or {}
+        scores = results.get("scores")
+        cost = results.get("cost") or {}
+        return {
+            "model": config["model"],
+            "dataset": dataset["name"],
+            "split": dataset["split"],
+            "version": dataset["version"],
+            "setting": results["setting"],
+            "agent": agent.get("name") or config.get("agent"),
+            "knobs": {},
+            "run_id": results.get("run_id"),
+            "status": results.get("status"),
+            "n_scored": (scores or {}).get("meta", {}).get("n_questions"),
+            "n_selected": counts["selected"],
+            "n_finished": counts["finished"],
+            "n_failed": counts["failed"],
+            "metrics": metric_values(scores),
+            "tokens": results.get("tokens"),
+            "cost_usd": cost.get("total_usd"),
+            "cost_per_sample_usd": cost.get("per_sample_usd"),
+            "spent_usd": cost.get("spent_usd"),
+            "cost_note": (cost.get("price") or {}).get("reason") or (cost.get("price") or {}).get("note"),
+            "context_size": model.get("context_size"),
+            "native_tool_calling": agent.get("protocol") == "native",
+            "backend": model.get("backend"),
+            "path": str(run_dir),
+            "config_hash": results.get("config_hash"),
+            "ended_at": results.get("ended_at"),
+            "_config": _flat_config(config),
+        }
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise HarnessError(f"{path}: not a harness results file (missing {exc})") from None
+
+
+def _differing_knobs(rows: list[dict[str, Any]]) -> None:
+    """Within each key, the knobs whose values differ between its runs."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row[k] for k in KEY_FIELDS), []).append(row)
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        names = sorted({k for r in members for k in r["_config"]})
+        differing = [n for n in names if len({json.dumps(r["_config"].get(n), sort_keys=True) for r in members}) > 1]
+        for r in members:
+            r["knobs"] = {n: r["_config"].get(n) for n in differing} or {"run": r["run_id"]}
+
+
+def build_leaderboard(root: str | Path) -> dict[str, Any]:
+    root = Path(root)
+    if not root.is_dir():
+        raise HarnessError(f"not a folder: {root}")
+    rows, warnings = [], []
+    for run_dir in find_runs(root):
+        try:
+            rows.append(load_row(run_dir))
+        except HarnessError as exc:
+            warnings.append(f"{exc}; skipped")
+    if not rows and not warnings:
+        raise HarnessError(f"no runs (folders with {RESULTS_FILE}) under {root}")
+    _differing_knobs(rows)
+    rows.sort(key=lambda r: ([str(r[k]) for k in KEY_FIELDS], json.dumps(r["knobs"], sort_keys=True), r["path"]))
+    metrics: list[str] = []
+    for r in rows:
+        metrics += [m for m in r["metrics"] if m not in metrics]
+        del r["_config"]
+    return {
+        "root": str(root),
+        "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "key": list(KEY_FIELDS),
+        "metrics": metrics,
+        "rows": rows,
+        "warnings": warnings,
+    }
+
+
+def _cell(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def format_markdown(board: dict[str, Any]) -> str:
+    metrics = [m for m in board["metrics"] if is_headline(m)]
+    head = ["model", "dataset", "setting", "agent", "knobs", "n", "status", *metrics]
+    head += ["tokens", "cost USD", "USD/sample", "context", "native tools", "path"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" if h in metrics else "---" for h in head) + "|"]
+    for r in board["rows"]:
+        knobs = ", ".join(f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in r["knobs"].items())
+        cells = [
+            r["model"],
+            f"{r['dataset']}:{r['split']}@{r['version']}",
+            r["setting"],
+            r["agent"],
+            knobs,
+            r["n_scored"] if r["n_scored"] is not None else r["n_finished"],
+            r["status"],
+            *[r["metrics"].get(m) for m in metrics],
+            (r["tokens"] or {}).get("total"),
+            _cell(r["cost_usd"], 6) if r["cost_usd"] is not None else "—",
+            _cell(r["cost_per_sample_usd"], 6) if r["cost_per_sample_usd"] is not None else "—",
+            r["context_size"],
+            r["native_tool_calling"],
+            r["path"],
+        ]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "leaderboard",
+        help="gather every run under a folder into one table (JSON and markdown)",
+        description=(
+            "One row per run found under DIR (any folder holding a results.json), keyed by model, dataset, "
+            "split, version, setting and agent, with every metric, tokens, cost, context size, native tool "
+            "calling and the run's path. Runs sharing a key show the knobs whose values differ. The markdown "
+            "table goes to stdout."
+        ),
+    )
+    p.add_argument("root", metavar="DIR", help="folder to search for runs (e.g. results/)")
+    p.add_argument("--out", help="write the leaderboard JSON here")
+
+
+def command(args) -> int:
+    from harness.records import write_json_atomic
+
+    board = build_leaderboard(args.root)
+    for warning in board["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
+    if args.out:
+        write_json_atomic(args.out, board)
+        print(f"wrote {args.out} ({len(board['rows'])} runs)", file=sys.stderr)
+    print(format_markdown(board))
+    return 0

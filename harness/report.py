@@ -1,0 +1,396 @@
+"""``harness report RUN_DIR``: one self-contained HTML page of a run (inline CSS and JS, no network):
+its metadata and scores, a sortable per-question table, and every transcript with its tool calls,
+the titles of the pages and chunks returned, token counts and per-metric scores.
+
+Everything from the dataset or the model is HTML-escaped where it is rendered; the same data is
+embedded as JSON in a ``<script type="application/json">`` with ``<``, ``>`` and ``&`` written as
+``\\u003c``, ``\\u003e``, ``\\u0026``, so no text can close the script or open a tag.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from harness.errors import HarnessError
+from harness.leaderboard import is_headline, metric_values, numeric_leaves
+from harness.records import write_bytes_atomic
+
+REPORT_FILE = "report.html"
+SHORT = 240  # characters of a question or answer shown in the table (all of it in the transcript)
+
+
+def _e(value: Any) -> str:
+    return escape("" if value is None else str(value), quote=True)
+
+
+def _json_for_script(data: Any) -> str:
+    text = json.dumps(data, ensure_ascii=False, sort_keys=True)
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+def _short(text: Any, n: int = SHORT) -> str:
+    text = "" if text is None else str(text)
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value)
+
+
+def _load_records(run_dir: Path) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    from harness.records import iter_jsonl
+    from harness.runner import FAILURES_FILE, load_finished
+
+    finished = load_finished(run_dir)
+    failed: dict[str, dict[str, Any]] = {}
+    if (run_dir / FAILURES_FILE).exists():
+        for _, record in iter_jsonl(run_dir / FAILURES_FILE, strict=False):
+            if isinstance(record.get("id"), str):
+                failed[record["id"]] = record  # the last attempt
+    return finished, failed
+
+
+def _dataset_samples(results: dict[str, Any]) -> dict[str, Any]:
+    """The run's questions by id, when its dataset can still be loaded: the question of a sample
+    that never finished, and the reference answer shown in each transcript."""
+    from harness.datasets import load_dataset
+
+    try:
+        dataset = load_dataset(results["dataset"]["spec"], (results.get("config") or {}).get("data_path"))
+    except HarnessError:
+        return {}
+    return {s.id: s for s in dataset.samples} if dataset.info.sha256 == results["dataset"].get("sha256") else {}
+
+
+def build_report_data(run_dir: Path) -> dict[str, Any]:
+    from harness.records import read_json
+    from harness.runner import RESULTS_FILE
+
+    if not (run_dir / RESULTS_FILE).exists():
+        raise HarnessError(f"{run_dir}: not a run directory (no {RESULTS_FILE})")
+    results = read_json(run_dir / RESULTS_FILE)
+    if not isinstance(results, dict) or "counts" not in results or "dataset" not in results:
+        raise HarnessError(f"{run_dir / RESULTS_FILE}: not a harness results file")
+    finished, failed = _load_records(run_dir)
+    scores = results.get("scores") or {}
+    per_question = {r["question_id"]: numeric_leaves(r) for r in scores.get("raw", []) if "question_id" in r}
+    samples = _dataset_samples(results)
+    ids = results.get("sample_ids") or list(finished)
+    rows = []
+    for index, qid in enumerate(ids, 1):
+        record = finished.get(qid) or failed.get(qid)
+        status = (
+            "ok" if qid in finished else (f"failed: {failed[qid].get('error_type')}" if qid in failed else "pending")
+        )
+        extra = (record or {}).get("extra") or {}
+        usage = (record or {}).get("usage") or {}
+        rows.append(
+            {
+                "index": index,
+                "id": qid,
+                "status": status,
+                "outcome": extra.get("outcome", "answered" if qid in finished else None),
+                "question": (record or {}).get("question") or getattr(samples.get(qid), "question", None),
+                "answer": (record or {}).get("answer"),
+                "reference": getattr(samples.get(qid), "answer", None),
+                "error": (record or {}).get("error"),
+                "scores": {k: v for k, v in per_question.get(qid, {}).items()},
+                "prompt_tokens": usage.get("prompt_tokens"),
+                "completion_tokens": usage.get("completion_tokens"),
+                "tokens": (usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)) if usage else None,
+                "model_calls": (record or {}).get("model_calls"),
+                "cache_hits": (record or {}).get("cache_hits"),
+                "latency_s": (record or {}).get("latency_s"),
+                "cost_usd": (record or {}).get("cost_usd"),
+                "searches": len(extra.get("searches", [])) if "searches" in extra else None,
+                "truncated_output": (record or {}).get("truncated_output"),
+                "messages": (record or {}).get("messages") or [],
+                "extra": extra,
+            }
+        )
+    score_columns: list[str] = []
+    for row in rows:
+        score_columns += [k for k in row["scores"] if k not in score_columns and is_headline(k)]
+    return {"results": results, "rows": rows, "score_columns": score_columns}
+
+
+# --------------------------------------------------------------------------- HTML
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;max-width:1400px;padding:1em 2em;color:#1a1a1a}
+h1{font-size:1.5em;margin:.3em 0}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #ddd;padding:3px 7px;vertical-align:top;text-align:left}
+th{background:#f4f4f4}table.kv th{width:14em}td.text{min-width:18em}td.id{white-space:nowrap}td.num{text-align:right;font-variant-numeric:tabular-nums}
+#questions th{cursor:pointer;user-select:none;white-space:nowrap}#questions th[aria-sort=ascending]::after{content:" ▲"}
+#questions th[aria-sort=descending]::after{content:" ▼"}
+tr.failed td{background:#fff3f3}tr.pending td{background:#f7f7f7;color:#777}
+details.transcript{border:1px solid #ddd;border-radius:4px;margin:.6em 0;padding:.3em .8em}
+details.transcript>summary{cursor:pointer;font-weight:600}
+.msg{border-left:4px solid #bbb;margin:.5em 0;padding:.2em .6em}.msg .role{font-weight:600;font-size:.85em;text-transform:uppercase;color:#555}
+.msg.user{border-color:#4a7bd0}.msg.assistant{border-color:#3a9b5c}.msg.tool{border-color:#c98a1b}.msg.system{border-color:#888}
+pre{white-space:pre-wrap;word-break:break-word;background:#fafafa;margin:.2em 0;padding:.4em;max-height:30em;overflow:auto}
+.call{background:#fff8e6;padding:.2em .5em;margin:.2em 0}.muted{color:#777}
+"""
+
+SORT_JS = """
+(function () {
+  var data = JSON.parse(document.getElementById("report-data").textContent);
+  var byId = {};
+  data.rows.forEach(function (r) { byId[String(r.index)] = r; });
+  var table = document.getElementById("question-table");
+  var tbody = table.tBodies[0];
+  function value(row, key) {
+    var r = byId[row.getAttribute("data-index")];
+    var v = key.indexOf("score:") === 0 ? r.scores[key.slice(6)] : r[key];
+    return v === undefined ? null : v;
+  }
+  function compare(a, b) {
+    if (a === null && b === null) return 0;
+    if (a === null) return 1;
+    if (b === null) return -1;
+    if (typeof a === "number" && typeof b === "number") return a - b;
+    return String(a).localeCompare(String(b));
+  }
+  Array.prototype.forEach.call(table.tHead.rows[0].cells, function (th) {
+    th.addEventListener("click", function () {
+      var key = th.getAttribute("data-key");
+      var dir = th.getAttribute("aria-sort") === "ascending" ? -1 : 1;
+      Array.prototype.forEach.call(table.tHead.rows[0].cells, function (o) { o.removeAttribute("aria-sort"); });
+      th.setAttribute("aria-sort", dir === 1 ? "ascending" : "descending");
+      var rows = Array.prototype.slice.call(tbody.rows);
+      rows.sort(function (x, y) {
+        var c = compare(value(x, key), value(y, key));
+        if (c === 0) c = Number(x.getAttribute("data-index")) - Number(y.getAttribute("data-index"));
+        return dir * c;
+      });
+      rows.forEach(function (row) { tbody.appendChild(row); });
+    });
+  });
+})();
+"""
+
+
+def _kv_table(pairs: list[tuple[str, Any]]) -> str:
+    body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(_fmt(v))}</td></tr>" for k, v in pairs)
+    return f'<table class="kv">{body}</table>'
+
+
+def _meta_section(results: dict[str, Any]) -> str:
+    model = results.get("model") or {}
+    agent = results.get("agent") or {}
+    cost = results.get("cost") or {}
+    tokens = results.get("tokens") or {}
+    counts = results.get("counts") or {}
+    config = results.get("config") or {}
+    pairs = [
+        ("run id", results.get("run_id")),
+        ("status", results.get("status")),
+        ("dataset", (results.get("dataset") or {}).get("spec")),
+        ("setting", results.get("setting")),
+        ("agent", agent.get("name")),
+        ("native tool calling", agent.get("protocol") == "native"),
+        ("model", config.get("model")),
+        ("backend", model.get("backend")),
+        ("context size", model.get("context_size")),
+        ("tokenizer", model.get("tokenizer")),
+        ("generation", json.dumps(results.get("generation"), sort_keys=True)),
+        ("selected / finished / failed / pending", "{selected} / {finished} / {failed} / {pending}".format(**counts)),
+        ("outcomes", json.dumps(results.get("outcomes"), sort_keys=True)),
+        ("tokens prompt / completion", f"{tokens.get('prompt')} / {tokens.get('completion')}"),
+        ("model calls", results.get("model_calls")),
+        ("cost USD (list price, total)", cost.get("total_usd")),
+        ("spent USD", cost.get("spent_usd")),
+        ("cost note", (cost.get("price") or {}).get("reason") or (cost.get("price") or {}).get("note")),
+        ("started / ended", f"{results.get('started_at')} / {results.get('ended_at')}"),
+        ("harness", json.dumps(results.get("harness"), sort_keys=True)),
+        ("config hash", results.get("config_hash")),
+    ]
+    if results.get("retrieval"):
+        pairs.append(("retrieval", json.dumps(results["retrieval"], sort_keys=True)))
+    if results.get("scoring_note"):
+        pairs.append(("scoring", results["scoring_note"]))
+    return f'<section id="metadata"><h2>Run</h2>{_kv_table(pairs)}</section>'
+
+
+def _scores_section(results: dict[str, Any]) -> str:
+    values = metric_values(results.get("scores"))
+    if not values:
+        return '<section id="scores"><h2>Scores</h2><p class="muted">No scores (see scoring above).</p></section>'
+    return f'<section id="scores"><h2>Scores</h2>{_kv_table(list(values.items()))}</section>'
+
+
+def _question_table(rows: list[dict[str, Any]], score_columns: list[str]) -> str:
+    columns = [("index", "#"), ("id", "id"), ("status", "status"), ("outcome", "outcome")]
+    columns += [("question", "question"), ("answer", "answer")]
+    columns += [(f"score:{c}", c) for c in score_columns]
+    columns += [("tokens", "tokens"), ("model_calls", "calls"), ("searches", "searches")]
+    columns += [("latency_s", "latency s"), ("cost_usd", "cost USD")]
+    head = "".join(f'<th data-key="{_e(k)}" scope="col">{_e(label)}</th>' for k, label in columns)
+    body = []
+    for r in rows:
+        cls = "failed" if r["status"].startswith("failed") else ("pending" if r["status"] == "pending" else "")
+        cells = [
+            f'<td class="num">{r["index"]}</td>',
+            f'<td class="id"><a href="#t-{r["index"]}">{_e(r["id"])}</a></td>',
+            f"<td>{_e(r['status'])}</td>",
+            f"<td>{_e(r['outcome'] or '')}</td>",
+            f'<td class="text" title="{_e(r["question"])}">{_e(_short(r["question"]))}</td>',
+            f'<td class="text" title="{_e(r["answer"])}">{_e(_short(r["answer"]))}</td>',
+        ]
+        cells += [f'<td class="num">{_e(_fmt(r["scores"].get(c)))}</td>' for c in score_columns]
+        for key in ("tokens", "model_calls", "searches", "latency_s", "cost_usd"):
+            cells.append(f'<td class="num">{_e(_fmt(r[key]))}</td>')
+        body.append(f'<tr class="{cls}" data-index="{r["index"]}" data-id="{_e(r["id"])}">{"".join(cells)}</tr>')
+    return (
+        '<section id="questions"><h2>Questions</h2><p class="muted">Click a column header to sort.</p>'
+        f'<table id="question-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></section>'
+    )
+
+
+def _pretty_arguments(arguments: Any) -> str:
+    try:
+        return json.dumps(json.loads(arguments), indent=2, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(arguments)
+
+
+def _message_html(m: dict[str, Any]) -> str:
+    role = str(m.get("role", "?"))
+    content = m.get("content")
+    if isinstance(content, list):
+        content = "\n".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+    parts = [f'<div class="role">{_e(role)}</div>']
+    if m.get("tool_call_id"):
+        parts.append(f'<div class="muted">result of tool call {_e(m["tool_call_id"])}</div>')
+    if content:
+        parts.append(f"<pre>{_e(content)}</pre>")
+    for call in m.get("tool_calls") or []:
+        fn = call.get("function") or {}
+        parts.append(
+            f'<div class="call">tool call <b>{_e(fn.get("name"))}</b> <span class="muted">{_e(call.get("id"))}</span>'
+            f"<pre>{_e(_pretty_arguments(fn.get('arguments')))}</pre></div>"
+        )
+    css_role = role if role in ("user", "assistant", "tool", "system") else "other"
+    return f'<div class="msg {css_role}">{"".join(parts)}</div>'
+
+
+def _retrieval_html(extra: dict[str, Any]) -> str:
+    out = []
+    if extra.get("searches"):
+        items = []
+        for s in extra["searches"]:
+            found = s.get("found_title")
+            if found:
+                what = "whole page" if s.get("whole_page") else f"{s.get('fragments', 0)} chunk(s)"
+                if s.get("truncated"):
+                    what += ", cut to fit"
+                desc = f"<b>{_e(found)}</b> ({_e(what)}, {_e(s.get('tokens'))} tokens)"
+            else:
+                similar = ", ".join(s.get("similar_titles") or [])
+                desc = f'<span class="muted">not found; similar: {_e(similar)}</span>'
+            items.append(f"<li>query <code>{_e(s.get('query'))}</code> → {desc}</li>")
+        out.append(f'<div><b>Searches</b><ol class="searches">{"".join(items)}</ol></div>')
+    recall = extra.get("evidence_recall")
+    if recall and recall.get("recall") is not None:
+        out.append(
+            f"<div>evidence recall {_e(_fmt(recall['recall']))}: found {_e(', '.join(recall.get('found', [])))} "
+            f"of {_e(', '.join(recall.get('needed', [])))}</div>"
+        )
+    evidence = extra.get("evidence")
+    if evidence:
+        titles = ", ".join(evidence.get("packed_titles") or [])
+        out.append(
+            f"<div><b>Evidence packed</b>: {_e(evidence.get('chunks_packed'))} of {_e(evidence.get('chunks_total'))} "
+            f"chunks, {_e(evidence.get('prompt_tokens'))} tokens{' (cut)' if evidence.get('cut') else ''}; "
+            f'titles: <span class="chunk-titles">{_e(titles)}</span></div>'
+        )
+    return "".join(out)
+
+
+def _transcript(r: dict[str, Any]) -> str:
+    summary = f"#{r['index']} {_e(r['id'])} — {_e(r['status'])} — {_e(_short(r['answer'], 120))}"
+    facts = [
+        ("question", r["question"]),
+        ("answer", r["answer"]),
+        ("reference", json.dumps(r["reference"], ensure_ascii=False) if r["reference"] is not None else None),
+        ("outcome", r["outcome"]),
+        ("error", r["error"]),
+        ("tokens prompt / completion", f"{r['prompt_tokens']} / {r['completion_tokens']}"),
+        ("model calls / cache hits", f"{r['model_calls']} / {r['cache_hits']}"),
+        ("latency s", r["latency_s"]),
+        ("cost USD", r["cost_usd"]),
+        ("answer cut at max tokens", r["truncated_output"]),
+    ]
+    facts += [(f"score {k}", v) for k, v in r["scores"].items()]
+    facts = [(k, v) for k, v in facts if v is not None]
+    messages = "".join(_message_html(m) for m in r["messages"])
+    rest = {k: v for k, v in r["extra"].items() if k not in ("searches", "evidence", "evidence_recall")}
+    extra = (
+        f"<details><summary>other records</summary><pre>{_e(json.dumps(rest, indent=2, ensure_ascii=False))}</pre></details>"
+        if rest
+        else ""
+    )
+    return (
+        f'<details class="transcript" id="t-{r["index"]}" data-id="{_e(r["id"])}"><summary>{summary}</summary>'
+        f"{_kv_table(facts)}{_retrieval_html(r['extra'])}<h3>Transcript</h3>"
+        f"{messages or '<p class=muted>No transcript recorded.</p>'}{extra}</details>"
+    )
+
+
+def render_report(data: dict[str, Any]) -> str:
+    results, rows = data["results"], data["rows"]
+    title = f"{(results.get('config') or {}).get('model')} · {results.get('setting')} · {(results.get('dataset') or {}).get('spec')}"
+    embedded = {
+        "run_id": results.get("run_id"),
+        "score_columns": data["score_columns"],
+        "rows": [{k: v for k, v in r.items() if k not in ("messages", "extra")} for r in rows],
+    }
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
+        "script-src 'unsafe-inline'\">"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_e(title)} — run {_e(results.get('run_id'))}</title><style>{CSS}</style></head><body>"
+        f"<h1>{_e(title)}</h1>"
+        f"{_meta_section(results)}{_scores_section(results)}{_question_table(rows, data['score_columns'])}"
+        f'<section id="transcripts"><h2>Transcripts</h2>{"".join(_transcript(r) for r in rows)}</section>'
+        f'<script type="application/json" id="report-data">{_json_for_script(embedded)}</script>'
+        f"<script>{SORT_JS}</script></body></html>\n"
+    )
+
+
+def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
+    run_dir = Path(run_dir)
+    out = Path(out) if out else run_dir / REPORT_FILE
+    html = render_report(build_report_data(run_dir))
+    write_bytes_atomic(out, html)
+    return out
+
+
+# --------------------------------------------------------------------------- CLI
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "report",
+        help="write a static HTML page of a run (metadata, scores, sortable questions, transcripts)",
+        description=(
+            "Write one self-contained HTML file (no network): the run's metadata and scores, a per-question "
+            "table (click a header to sort) and every transcript with its tool calls, the titles returned, "
+            "token counts and per-metric scores."
+        ),
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory")
+    p.add_argument("--out", help=f"HTML file to write (default RUN_DIR/{REPORT_FILE})")
+
+
+def command(args) -> int:
+    path = write_report(args.run_dir, args.out)
+    print(f"wrote {path}", file=sys.stderr)
+    return 0

@@ -1,0 +1,297 @@
+"""``harness retrieval-eval``: a passage index scored with the seed papers' retrieval metrics, no reader.
+
+Each question's query (TopiOCQA: the question representation) retrieves the top max(K) passages
+once; every metric at every K is computed from that ranking. Gold pages are resolved in the
+snapshot (titles, any case, redirects); gold pages the snapshot lacks can never be retrieved, so
+they are left out of the gold set and a question with none left is skipped. How many were left
+out is reported (``gold_coverage``, ``skipped``): a score over a partial snapshot says so.
+
+Metrics per dataset (averaged over the evaluated questions):
+
+- HotpotQA, FanOutQA (and any dataset with ``needed_titles``): ``page_recall@K`` = share of the
+  question's evidence pages (HotpotQA: supporting-fact titles; FanOutQA: the decomposition's
+  evidence) with at least one passage in the top K; ``all_pages@K`` = 1 if every one has.
+- QUEST: documents are entities, ranked by their best passage (one per page with ``--passages
+  page``, QUEST's setting); ``recall@K`` and ``mrecall@K`` over the top K documents, as
+  ``harness.scoring.retrieval_metrics`` (QUEST ``analyze_retriever.py``; MRecall capped at K).
+- QAMPARI: ``answer_recall@K`` (share of gold answers with an alias in a top-K passage, QAMPARI
+  normalization) and ``evidence_recall@K`` (share of proof passages matched by a top-K passage:
+  same title, longest common substring > 0.7 of the shorter text), over all answers and proofs.
+- TopiOCQA: the paper's top-K retrieval accuracy asks whether the gold passage of its 25.7M-passage
+  corpus is in the top K; that corpus and the gold passage ids are not here. Computable here:
+  ``page_hit@K`` = 1 if a top-K passage comes from the turn's gold page (``Topic``: the page the
+  gold passage belongs to), and ``answer_hit@K`` = 1 if a top-K passage contains the gold answer
+  (normalized, whole tokens: DPR's has-answer test), over turns whose answer is not UNANSWERABLE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from harness.errors import HarnessError
+
+DEFAULT_KS = (10, 25, 50, 100, 200)
+UNANSWERABLE = "unanswerable"
+
+
+def add_retrieval_eval_parser(sub) -> None:
+    p = sub.add_parser(
+        "retrieval-eval",
+        help="score a passage index on a dataset's gold evidence (no reader, no model)",
+        description=__doc__.split("\n\n", 1)[1].split("\n\nMetrics", 1)[0].replace("``", ""),
+    )
+    p.add_argument("--dataset", required=True, help="NAME[:SPLIT][@VERSION], e.g. hotpotqa:dev, quest:train-sample")
+    p.add_argument("--data-path", help="read the dataset from this file")
+    p.add_argument("--snapshot", required=True, help="SNAP.db with an index (harness index build)")
+    p.add_argument("--retriever", default="bm25", choices=["bm25", "dense"])
+    p.add_argument("--passages", help="words100 (default; QUEST: page), chunk1024, page")
+    p.add_argument(
+        "--k", default=",".join(map(str, DEFAULT_KS)), help="comma-separated K values (default 10,25,50,100,200)"
+    )
+    p.add_argument(
+        "--question-representation",
+        choices=["original", "all-history"],
+        default="all-history",
+        help="conversations (TopiOCQA): the question alone, or every previous turn with it ('q1 [SEP] a1 [SEP] q2', "
+        "the official retriever input; default). 'rewritten' needs a model: use harness run --setting retrieve-read",
+    )
+    p.add_argument("--limit", type=int, help="only the first N questions")
+    p.add_argument("--sample-id", dest="sample_ids", help="comma-separated question ids")
+    p.add_argument("--out", help="write the full result (per question too) as JSON")
+
+
+def add_retrieve_read_options(p) -> None:
+    """``harness run`` options of the retrieve-read strategies (argparse.SUPPRESS defaults: RunConfig's)."""
+    g = p.add_argument_group("retrieve-read (corpus-level retrieve-and-read baselines over a passage index)")
+    g.add_argument("--retriever", choices=["bm25", "dense"], help="passage index to search (default bm25)")
+    g.add_argument(
+        "--retrieval-k",
+        type=int,
+        help="passages retrieved (retrieve-classify: entities); default: the strategy's paper value "
+        "(joint 15, each 200, classify 100)",
+    )
+    g.add_argument(
+        "--passage-kind",
+        help="words100, chunk1024 or page (default: words100; retrieve-classify: page); the index must exist",
+    )
+    g.add_argument(
+        "--question-representation",
+        choices=["original", "all-history", "rewritten"],
+        help="conversations: the question alone, with every previous turn (default), or rewritten by the model",
+    )
+    g.add_argument(
+        "--classify-doc-tokens", type=int, help="retrieve-classify: tokens of each entity document shown (QUEST: 384)"
+    )
+
+
+def parse_ks(text: str) -> list[int]:
+    try:
+        ks = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise HarnessError(f"--k must be comma-separated integers, not {text!r}") from None
+    if not ks or ks[0] < 1:
+        raise HarnessError("--k needs positive integers")
+    return ks
+
+
+def cmd_retrieval_eval(args: argparse.Namespace) -> int:
+    from harness.config import build_config
+    from harness.datasets import load_dataset
+    from harness.records import write_json_atomic
+    from harness.runner import select_samples
+    from wiki_snapshot.retrieval import open_retriever
+    from wiki_snapshot.store import Snapshot
+
+    ks = parse_ks(args.k)
+    if args.limit is not None and args.limit < 1:
+        raise HarnessError("--limit must be at least 1")
+    config = build_config({"dataset": args.dataset, "limit": args.limit, "sample_ids": args.sample_ids})
+    dataset = load_dataset(args.dataset, args.data_path)
+    samples = select_samples(dataset, config)
+    passages = args.passages or ("page" if dataset.info.name == "quest" else "words100")
+    with Snapshot.open(args.snapshot) as snapshot:
+        retriever = open_retriever(snapshot, args.retriever, passages)
+        result = evaluate(dataset.info.name, samples, snapshot, retriever, ks, args.question_representation)
+    result.update(
+        {
+            "dataset": {"spec": dataset.info.spec(), "sha256": dataset.info.sha256, "n_selected": len(samples)},
+            "snapshot": {"path": args.snapshot, "content_sha256": snapshot.metadata.get("content_sha256")},
+            "index": retriever.describe(),
+        }
+    )
+    if args.out:
+        write_json_atomic(args.out, result)
+        print(f"wrote {args.out}", file=sys.stderr)
+    print(format_table(result))
+    return 0
+
+
+# evaluation -------------------------------------------------------------------------------
+def query_of(sample, representation: str) -> str:
+    from harness.datasets.topiocqa import format_history, history_parts
+
+    if representation == "all-history" and history_parts(sample):
+        return format_history(sample, "all-history", style="sep")
+    return sample.question
+
+
+def resolve(snapshot, titles: list[str]) -> tuple[list[str], list[str]]:
+    """(page titles present in the snapshot, in order, deduplicated; titles missing)."""
+    present, missing = [], []
+    for t in titles:
+        page = snapshot.resolve_title(t)
+        if page is None:
+            missing.append(t)
+        elif page.title not in present:
+            present.append(page.title)
+    return present, missing
+
+
+def unique_titles(hits) -> list[str]:
+    return list(dict.fromkeys(h.title for h in hits))
+
+
+def _proofs(sample) -> list[dict[str, Any]]:
+    return [p for a in sample.raw.get("answer_list") or [] for p in (a.get("proof") or []) if isinstance(p, dict)]
+
+
+def metric_names(dataset: str) -> list[str]:
+    return {
+        "quest": ["recall", "mrecall"],
+        "qampari": ["answer_recall", "evidence_recall"],
+        "topiocqa": ["page_hit", "answer_hit"],
+    }.get(dataset, ["page_recall", "all_pages"])
+
+
+def score_question(dataset: str, sample, hits, ks: list[int], snapshot) -> dict[str, Any] | None:
+    """Per-K values for one question, or a dict with ``skip`` (the reason)."""
+    from harness.scoring.retrieval_metrics import (
+        answer_recall_at_k,
+        evidence_recall_at_k,
+        mrecall_at_k,
+        recall_at_k,
+    )
+
+    titles = [h.title for h in hits]
+    texts = [h.text for h in hits]
+    values: dict[str, dict[str, float]] = {}
+    info: dict[str, Any] = {}
+    if dataset == "qampari":
+        answers = list(sample.answer or [])
+        proofs = _proofs(sample)
+        if not answers:
+            return {"skip": "no gold answers"}
+        present, missing = resolve(snapshot, list(sample.needed_titles))
+        info = {"gold_pages": len(present) + len(missing), "gold_pages_present": len(present)}
+        retrieved = [{"title": h.title, "text": h.text} for h in hits]
+        values["answer_recall"] = {str(k): answer_recall_at_k(texts, answers, k) for k in ks}
+        if proofs:
+            values["evidence_recall"] = {str(k): evidence_recall_at_k(retrieved, proofs, k) for k in ks}
+        return {"values": values, **info}
+    if dataset == "topiocqa":
+        present, missing = resolve(snapshot, list(sample.needed_titles))
+        if not present:
+            return {"skip": "gold page not in the snapshot", "gold_pages": 1, "gold_pages_present": 0}
+        values["page_hit"] = {str(k): float(present[0] in titles[:k]) for k in ks}
+        answer = sample.raw.get("Answer")
+        if isinstance(answer, str) and answer.strip() and answer.strip().casefold() != UNANSWERABLE:
+            values["answer_hit"] = {str(k): answer_recall_at_k(texts, [answer], k) for k in ks}
+        return {"values": values, "gold_pages": 1, "gold_pages_present": 1}
+    gold = list(sample.answer or []) if dataset == "quest" else list(sample.needed_titles)
+    present, missing = resolve(snapshot, gold)
+    info = {"gold_pages": len(present) + len(missing), "gold_pages_present": len(present)}
+    if not present:
+        return {"skip": "no gold page in the snapshot", **info}
+    if dataset == "quest":
+        ranked = unique_titles(hits)
+        values["recall"] = {str(k): recall_at_k(ranked, present, k) for k in ks}
+        values["mrecall"] = {str(k): mrecall_at_k(ranked, present, k) for k in ks}
+    else:
+        values["page_recall"] = {str(k): recall_at_k(titles, present, k) for k in ks}
+        values["all_pages"] = {str(k): mrecall_at_k(titles, present, k, cap=False) for k in ks}
+    return {"values": values, **info}
+
+
+def evaluate(dataset: str, samples, snapshot, retriever, ks: list[int], representation: str) -> dict[str, Any]:
+    depth = max(ks)
+    if dataset == "quest" and retriever.meta.get("passages") != "page":
+        depth *= 8  # documents ranked by their best passage: deeper, so max(K) distinct pages can be reached
+    queries = [query_of(s, representation) for s in samples]
+    started = time.perf_counter()
+    rankings = retriever.search_many(queries, depth) if queries else []
+    seconds = time.perf_counter() - started
+    per_question = []
+    skipped: dict[str, int] = {}
+    sums: dict[str, dict[str, list[float]]] = {}
+    gold_total = gold_present = 0
+    for sample, query, hits in zip(samples, queries, rankings):
+        row = score_question(dataset, sample, hits, ks, snapshot)
+        gold_total += row.get("gold_pages", 0)
+        gold_present += row.get("gold_pages_present", 0)
+        entry = {"id": sample.id, "query": query, "hits": [[h.passage_id, h.title, round(h.score, 6)] for h in hits]}
+        if "skip" in row:
+            skipped[row["skip"]] = skipped.get(row["skip"], 0) + 1
+            entry["skipped"] = row["skip"]
+        else:
+            entry["values"] = row["values"]
+            for name, by_k in row["values"].items():
+                for k, v in by_k.items():
+                    sums.setdefault(name, {}).setdefault(k, []).append(v)
+        per_question.append(entry)
+    metrics = {name: {k: sum(v) / len(v) for k, v in by_k.items()} for name, by_k in sums.items() if by_k}
+    counts = {name: len(next(iter(by_k.values()))) for name, by_k in sums.items() if by_k}
+    return {
+        "dataset_name": dataset,
+        "retriever": retriever.kind,
+        "passages": retriever.meta.get("passages"),
+        "question_representation": representation,
+        "ks": ks,
+        "n_questions": len(samples),
+        "n_evaluated": len(samples) - sum(skipped.values()),
+        "skipped": skipped,
+        "gold_coverage": {"gold_pages": gold_total, "in_snapshot": gold_present},
+        "metric_names": metric_names(dataset),
+        "metrics": metrics,
+        "metric_counts": counts,
+        "timing": {
+            "queries": len(queries),
+            "seconds": round(seconds, 4),
+            "queries_per_s": round(len(queries) / seconds, 1) if seconds > 0 else None,
+        },
+        "per_question": per_question,
+    }
+
+
+def format_table(result: dict[str, Any]) -> str:
+    ks = result["ks"]
+    lines = [
+        f"{result['retriever']} over {result['passages']} passages: {result['n_evaluated']} of "
+        f"{result['n_questions']} questions evaluated"
+        + (
+            f" (skipped: {', '.join(f'{n} {why}' for why, n in result['skipped'].items())})"
+            if result["skipped"]
+            else ""
+        )
+        + f"; gold pages in the snapshot {result['gold_coverage']['in_snapshot']}/{result['gold_coverage']['gold_pages']}"
+        + (f"; {result['timing']['queries_per_s']} queries/s" if result["timing"]["queries_per_s"] else ""),
+        "",
+        "| metric | n | " + " | ".join(f"@{k}" for k in ks) + " |",
+        "|---|---|" + "---|" * len(ks),
+    ]
+    for name in result["metric_names"]:
+        by_k = result["metrics"].get(name)
+        if not by_k:
+            lines.append(f"| {name} | 0 | " + " | ".join("—" for _ in ks) + " |")
+            continue
+        lines.append(
+            f"| {name} | {result['metric_counts'][name]} | " + " | ".join(f"{by_k[str(k)]:.4f}" for k in ks) + " |"
+        )
+    return "\n".join(lines)
+
+
+# the interface of harness.cli.FEATURE_COMMANDS
+add_parser = add_retrieval_eval_parser
+command = cmd_retrieval_eval

@@ -1,0 +1,187 @@
+"""harness ablate: one run per context size, the answerability ceiling, a table and a PNG plot.
+Evidence-provided with the real local model over the HotpotQA snapshot; open-book with a scripted
+model behind a local OpenAI-protocol server."""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from pathlib import Path
+
+import pytest
+from conftest import run_harness
+from fake_openai import FakeServer, scripted_search_model
+
+from harness.ablate import PLOT_DPI, PLOT_SIZE_IN
+from harness.leaderboard import is_headline, metric_values
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SIZES = [1024, 2048]
+
+
+@pytest.fixture(scope="module")
+def snapshot(tmp_path_factory):
+    path = tmp_path_factory.mktemp("snap") / "hotpot.db"
+    proc = run_harness(
+        "snapshot", "build", "--from", str(FIXTURES / "hotpot_dev_distractor_first100.json"), "--out", str(path)
+    )
+    assert proc.returncode == 0, proc.stderr
+    return path
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def table_rows(md: str) -> tuple[list[str], list[list[str]]]:
+    lines = [line for line in md.splitlines() if line.startswith("|")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    return head, [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+
+
+def check_outputs(out: Path, setting: str) -> dict:
+    ablation = json.loads((out / "ablation.json").read_text())
+    assert ablation["setting"] == setting and ablation["context_sizes"] == SIZES
+    assert png_size(out / "ablation.png") == (PLOT_SIZE_IN[0] * PLOT_DPI, PLOT_SIZE_IN[1] * PLOT_DPI)
+    head, rows = table_rows((out / "ablation.md").read_text())
+    assert [int(r[0]) for r in rows] == SIZES
+    for size, row, cells in zip(SIZES, ablation["rows"], rows):
+        results = json.loads((out / f"ctx-{size}" / "results.json").read_text())
+        assert results["model"]["context_size"] == size and results["config"]["backend"]["context_size"] == size
+        assert results["status"] == "complete" and results["counts"]["finished"] == 2
+        metrics = metric_values(results["scores"])
+        assert row["metrics"] == metrics  # the JSON holds every number of the run, unchanged
+        for name, value in metrics.items():
+            if is_headline(name):  # the table shows them to 4 decimals
+                assert cells[head.index(name)] == f"{value:.4f}"
+        assert cells[head.index("tokens")] == str(results["tokens"]["total"])
+        assert cells[head.index("ceiling loose")] == f"{row['ceiling']['loose']:.4f}"
+    assert set(ablation["plotted_metrics"]) >= {"acc.loose", "acc.strict", "em", "f1"}
+    return ablation
+
+
+def test_evidence_provided_sweep_real_model(snapshot, tmp_path):
+    out = tmp_path / "ablation"
+    args = [
+        "ablate",
+        "--setting",
+        "evidence-provided",
+        "--dataset",
+        "hotpotqa:dev",
+        "--snapshot",
+        str(snapshot),
+        "--context-sizes",
+        ",".join(map(str, reversed(SIZES))),  # any order: sorted
+        "--limit",
+        "2",
+        "--max-tokens",
+        "16",
+        "--out",
+        str(out),
+    ]
+    proc = run_harness(*args)
+    assert proc.returncode == 0, proc.stderr
+    ablation = check_outputs(out, "evidence-provided")
+    assert proc.stdout == (out / "ablation.md").read_text()
+    # each run packed to its own size: the smaller one cuts the evidence
+    small = [json.loads(line) for line in (out / "ctx-1024" / "samples.jsonl").read_text().splitlines()]
+    assert all(s["extra"]["evidence"]["budget_tokens"] == 1024 - 520 for s in small)
+
+    # the ceiling is harness ceiling's, for the same questions and sizes
+    ceiling_out = tmp_path / "ceiling.json"
+    proc = run_harness(
+        "ceiling",
+        "--dataset",
+        "hotpotqa:dev",
+        "--snapshot",
+        str(snapshot),
+        "--context-sizes",
+        "1024,2048",
+        "--limit",
+        "2",
+        "--out",
+        str(ceiling_out),
+    )
+    assert proc.returncode == 0, proc.stderr
+    expected = {r["context_size"]: r for r in json.loads(ceiling_out.read_text())["rows"]}
+    for row in ablation["rows"]:
+        assert row["ceiling"] == {k: expected[row["context_size"]][k] for k in ("loose", "strict")}
+
+    # Rerun: every run resumes finished, nothing is generated again.
+    proc = run_harness(*args)
+    assert proc.returncode == 0, proc.stderr
+    for size in SIZES:
+        results = json.loads((out / f"ctx-{size}" / "results.json").read_text())
+        assert len(results["invocations"]) == 2 and results["invocations"][-1]["attempted"] == 0
+
+
+def test_open_book_sweep_with_ceiling(snapshot, tmp_path):
+    out = tmp_path / "ob"
+    script = {
+        "Scott Derrickson": ("Scott Derrickson", "yes"),
+        "Corliss Archer": ("Shirley Temple", "Chief of Protocol"),
+    }
+    with FakeServer(scripted_search_model(script)) as server:
+        proc = run_harness(
+            "ablate",
+            "--model",
+            "openai/scripted",
+            "--base-url",
+            server.url + "/v1",
+            "--setting",
+            "open-book",
+            "--dataset",
+            "hotpotqa:dev",
+            "--snapshot",
+            str(snapshot),
+            "--context-sizes",
+            "1024,2048",
+            "--limit",
+            "2",
+            "--max-tokens",
+            "16",
+            "--out",
+            str(out),
+        )
+    assert proc.returncode == 0, proc.stderr
+    ablation = check_outputs(out, "open-book")
+    assert "shown for open-book too" in ablation["ceiling_note"]
+    for row in ablation["rows"]:
+        assert row["metrics"]["em"] == 1.0  # both scripted answers are right at every size
+        assert row["retrieval"]["evidence_recall_n"] == 2
+
+
+def test_bad_sweeps_are_one_line_errors(snapshot, tmp_path):
+    base = ["ablate", "--dataset", "hotpotqa:dev", "--snapshot", str(snapshot), "--out", str(tmp_path / "x")]
+    cases = [
+        (
+            ["--setting", "evidence-provided", "--context-sizes", "4096,16384"],
+            "error: context size 16384 is larger than local/smollm2 supports (8192 tokens)",
+        ),
+        (
+            ["--setting", "closed-book", "--context-sizes", "2048"],
+            "error: ablate needs --setting evidence-provided or open-book (got 'closed-book')",
+        ),
+        (
+            ["--setting", "open-book", "--context-sizes", "2048", "--context-size", "4096"],
+            "error: ablate sets the context size of each run: give the sizes with --context-sizes only",
+        ),
+        (
+            ["--setting", "open-book", "--context-sizes", "2k"],
+            "error: --context-sizes must be comma-separated integers",
+        ),
+        (
+            ["--setting", "open-book", "--context-sizes", "512"],
+            "error: context sizes must each exceed the answer reserve",
+        ),
+    ]
+    for extra, message in cases:
+        proc = run_harness(*base, *extra)
+        assert proc.returncode == 2, (extra, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(message), (extra, lines)
+    assert not (tmp_path / "x").exists()
+    assert re.search(r"--context-sizes", run_harness("ablate", "--help").stdout)

@@ -1,0 +1,117 @@
+"""harness leaderboard: runs found under a folder (nested too), one row each with every metric and
+the run's facts; runs sharing a key show the knobs that differ; non-runs ignored, a corrupt
+results.json a one-line warning. The runs are real runs of scripted models behind a local server
+speaking the OpenAI protocol (fast, exact token counts)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import run_harness
+from fake_openai import FakeServer, scripted_search_model
+
+from harness.leaderboard import is_headline, metric_values
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lb") / "results"
+    prices = root.parent / "prices.yaml"
+    prices.write_text("models:\n  openai/gpt-test: {input: 3.0, output: 15.0}\n")
+    snapshot = root.parent / "hotpot.db"
+    proc = run_harness(
+        "snapshot", "build", "--from", str(FIXTURES / "hotpot_dev_distractor_first100.json"), "--out", str(snapshot)
+    )
+    assert proc.returncode == 0, proc.stderr
+    script = {
+        "Scott Derrickson": ("Scott Derrickson", "yes"),
+        "Corliss Archer": ("Shirley Temple", "Chief of Protocol"),
+    }
+    with FakeServer(scripted_search_model(script)) as server:
+        common = ["--base-url", server.url + "/v1", "--price-table", str(prices), "--limit", "2"]
+        runs = [
+            ("a", "openai/gpt-test", ["--max-tokens", "16"]),
+            ("b", "openai/gpt-test", ["--max-tokens", "32"]),
+            ("c", "openai/other", ["--max-tokens", "16"]),
+            (
+                "nested/deeper/d",
+                "openai/gpt-test",
+                ["--dataset", "hotpotqa:dev", "--setting", "open-book", "--snapshot", str(snapshot)]
+                + ["--context-size", "4096"],
+            ),
+        ]
+        for name, model, args in runs:
+            proc = run_harness("run", "--model", model, *common, *args, "--out", str(root / name))
+            assert proc.returncode == 0, proc.stderr
+    (root / "notarun").mkdir()
+    (root / "notarun" / "notes.txt").write_text("not a run")
+    (root / "corrupt").mkdir()
+    (root / "corrupt" / "results.json").write_text('{"run_id": "x", ')
+    return root
+
+
+def results_of(path):
+    return json.loads((Path(path) / "results.json").read_text())
+
+
+def test_leaderboard_rows_json_and_markdown(root, tmp_path):
+    out = tmp_path / "board" / "leaderboard.json"
+    proc = run_harness("leaderboard", str(root), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and str(root / "corrupt" / "results.json") in warnings[0]
+    assert "not valid JSON" in warnings[0] and warnings[0].endswith("skipped")
+
+    board = json.loads(out.read_text())
+    rows = {Path(r["path"]).relative_to(root).as_posix(): r for r in board["rows"]}
+    assert sorted(rows) == ["a", "b", "c", "nested/deeper/d"]
+    for name, row in rows.items():
+        results = results_of(root / name)
+        assert row["metrics"] == metric_values(results["scores"])
+        assert row["tokens"] == results["tokens"] and row["status"] == "complete"
+        assert row["n_scored"] == results["scores"]["meta"]["n_questions"] == 2
+        assert row["cost_usd"] == results["cost"]["total_usd"]
+        assert row["cost_per_sample_usd"] == results["cost"]["per_sample_usd"]
+        assert row["context_size"] == results["model"]["context_size"]
+        assert (row["model"], row["dataset"], row["split"], row["version"]) == (
+            results["config"]["model"],
+            results["dataset"]["name"],
+            results["dataset"]["split"],
+            results["dataset"]["version"],
+        )
+    # same key, different knobs: the differing knob is shown, and only it
+    assert rows["a"]["knobs"] == {"max_tokens": 16} and rows["b"]["knobs"] == {"max_tokens": 32}
+    assert rows["c"]["knobs"] == {} and rows["nested/deeper/d"]["knobs"] == {}
+    # priced model: list price of its tokens; unpriced one: null, never 0
+    tokens = rows["a"]["tokens"]
+    assert rows["a"]["cost_usd"] == pytest.approx((tokens["prompt"] * 3.0 + tokens["completion"] * 15.0) / 1e6)
+    assert rows["c"]["cost_usd"] is None and "not in the price table" in rows["c"]["cost_note"]
+    assert rows["nested/deeper/d"]["native_tool_calling"] is True and rows["a"]["native_tool_calling"] is False
+    assert rows["nested/deeper/d"]["agent"] == "open-book-native" and rows["nested/deeper/d"]["context_size"] == 4096
+    assert rows["nested/deeper/d"]["metrics"]["em"] == 1.0
+
+    # the markdown table: one line per row, the same numbers
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("|")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    body = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+    assert len(body) == 4
+    assert {m for m in board["metrics"] if is_headline(m)} <= set(head)
+    by_path = {cells[head.index("path")]: cells for cells in body}
+    for name, row in rows.items():
+        cells = by_path[row["path"]]
+        for metric, value in row["metrics"].items():
+            if is_headline(metric):
+                assert cells[head.index(metric)] == f"{value:.4f}"
+    assert by_path[str(root / "a")][head.index("knobs")] == "max_tokens=16"
+    assert by_path[str(root / "c")][head.index("cost USD")] == "—"
+
+
+def test_leaderboard_bad_input(tmp_path):
+    proc = run_harness("leaderboard", str(tmp_path / "missing"))
+    assert proc.returncode == 2 and proc.stderr.strip() == f"error: not a folder: {tmp_path / 'missing'}"
+    proc = run_harness("leaderboard", str(tmp_path))
+    assert proc.returncode == 2 and "no runs" in proc.stderr

