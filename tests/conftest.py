@@ -25,3 +25,14 @@ def run_harness(*args: str, cwd=None, timeout=600, env=None) -> subprocess.Compl
     if env:
         full_env.update(env)
     return subprocess.run(harness_cmd(*args), cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+@pytest.fixture(scope="session")
+def hotpot_snapshot(tmp_path_factory):
+    """A snapshot of the 991 real Wikipedia paragraphs of the first 100 HotpotQA dev questions, built
+    once per test session through the CLI; tests that only read it share it."""
+    path = tmp_path_factory.mktemp("hotpot-snapshot") / "hotpot.db"
+    source = REPO / "tests" / "fixtures" / "hotpot_dev_distractor_first100.json"
+    proc = run_harness("snapshot", "build", "--from", str(source), "--out", str(path))
+    assert proc.returncode == 0, proc.stderr
+    return path

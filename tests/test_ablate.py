@@ -9,25 +9,13 @@ import re
 import struct
 from pathlib import Path
 
-import pytest
 from conftest import run_harness
 from fake_openai import FakeServer, scripted_search_model
 
 from harness.ablate import PLOT_DPI, PLOT_SIZE_IN
 from harness.leaderboard import is_headline, metric_values
 
-FIXTURES = Path(__file__).parent / "fixtures"
 SIZES = [1024, 2048]
-
-
-@pytest.fixture(scope="module")
-def snapshot(tmp_path_factory):
-    path = tmp_path_factory.mktemp("snap") / "hotpot.db"
-    proc = run_harness(
-        "snapshot", "build", "--from", str(FIXTURES / "hotpot_dev_distractor_first100.json"), "--out", str(path)
-    )
-    assert proc.returncode == 0, proc.stderr
-    return path
 
 
 def png_size(path: Path) -> tuple[int, int]:
@@ -63,7 +51,7 @@ def check_outputs(out: Path, setting: str) -> dict:
     return ablation
 
 
-def test_evidence_provided_sweep_real_model(snapshot, tmp_path):
+def test_evidence_provided_sweep_real_model(hotpot_snapshot, tmp_path):
     out = tmp_path / "ablation"
     args = [
         "ablate",
@@ -72,7 +60,7 @@ def test_evidence_provided_sweep_real_model(snapshot, tmp_path):
         "--dataset",
         "hotpotqa:dev",
         "--snapshot",
-        str(snapshot),
+        str(hotpot_snapshot),
         "--context-sizes",
         ",".join(map(str, reversed(SIZES))),  # any order: sorted
         "--limit",
@@ -97,7 +85,7 @@ def test_evidence_provided_sweep_real_model(snapshot, tmp_path):
         "--dataset",
         "hotpotqa:dev",
         "--snapshot",
-        str(snapshot),
+        str(hotpot_snapshot),
         "--context-sizes",
         "1024,2048",
         "--limit",
@@ -118,7 +106,7 @@ def test_evidence_provided_sweep_real_model(snapshot, tmp_path):
         assert len(results["invocations"]) == 2 and results["invocations"][-1]["attempted"] == 0
 
 
-def test_open_book_sweep_with_ceiling(snapshot, tmp_path):
+def test_open_book_sweep_with_ceiling(hotpot_snapshot, tmp_path):
     out = tmp_path / "ob"
     script = {
         "Scott Derrickson": ("Scott Derrickson", "yes"),
@@ -136,7 +124,7 @@ def test_open_book_sweep_with_ceiling(snapshot, tmp_path):
             "--dataset",
             "hotpotqa:dev",
             "--snapshot",
-            str(snapshot),
+            str(hotpot_snapshot),
             "--context-sizes",
             "1024,2048",
             "--limit",
@@ -154,8 +142,8 @@ def test_open_book_sweep_with_ceiling(snapshot, tmp_path):
         assert row["retrieval"]["evidence_recall_n"] == 2
 
 
-def test_bad_sweeps_are_one_line_errors(snapshot, tmp_path):
-    base = ["ablate", "--dataset", "hotpotqa:dev", "--snapshot", str(snapshot), "--out", str(tmp_path / "x")]
+def test_bad_sweeps_are_one_line_errors(hotpot_snapshot, tmp_path):
+    base = ["ablate", "--dataset", "hotpotqa:dev", "--snapshot", str(hotpot_snapshot), "--out", str(tmp_path / "x")]
     cases = [
         (
             ["--setting", "evidence-provided", "--context-sizes", "4096,16384"],

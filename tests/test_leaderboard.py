@@ -14,19 +14,13 @@ from fake_openai import FakeServer, scripted_search_model
 
 from harness.leaderboard import is_headline, metric_values
 
-FIXTURES = Path(__file__).parent / "fixtures"
-
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
+def root(tmp_path_factory, hotpot_snapshot):
     root = tmp_path_factory.mktemp("lb") / "results"
     prices = root.parent / "prices.yaml"
     prices.write_text("models:\n  openai/gpt-test: {input: 3.0, output: 15.0}\n")
-    snapshot = root.parent / "hotpot.db"
-    proc = run_harness(
-        "snapshot", "build", "--from", str(FIXTURES / "hotpot_dev_distractor_first100.json"), "--out", str(snapshot)
-    )
-    assert proc.returncode == 0, proc.stderr
+    snapshot = hotpot_snapshot
     script = {
         "Scott Derrickson": ("Scott Derrickson", "yes"),
         "Corliss Archer": ("Shirley Temple", "Chief of Protocol"),

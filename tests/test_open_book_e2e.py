@@ -2,26 +2,13 @@
 built from real Wikipedia paragraphs (HotpotQA dev, tests/fixtures)."""
 
 import json
-from pathlib import Path
 
 import pytest
 from conftest import run_harness
 
-FIXTURES = Path(__file__).parent / "fixtures"
 
-
-@pytest.fixture(scope="module")
-def snapshot(tmp_path_factory):
-    path = tmp_path_factory.mktemp("snap") / "hotpot.db"
-    proc = run_harness(
-        "snapshot", "build", "--from", str(FIXTURES / "hotpot_dev_distractor_first100.json"), "--out", str(path)
-    )
-    assert proc.returncode == 0, proc.stderr
-    return path
-
-
-def run_hotpot(snapshot, out, *args):
-    return run_harness("run", "--dataset", "hotpotqa:dev", "--snapshot", str(snapshot), "--out", str(out), *args)
+def run_hotpot(hotpot_snapshot, out, *args):
+    return run_harness("run", "--dataset", "hotpotqa:dev", "--snapshot", str(hotpot_snapshot), "--out", str(out), *args)
 
 
 def samples(run_dir):
@@ -32,9 +19,9 @@ def results(run_dir):
     return json.loads((run_dir / "results.json").read_text())
 
 
-def test_evidence_provided_packs_real_pages(snapshot, tmp_path):
+def test_evidence_provided_packs_real_pages(hotpot_snapshot, tmp_path):
     out = tmp_path / "ep"
-    proc = run_hotpot(snapshot, out, "--setting", "evidence-provided", "--limit", "2", "--max-tokens", "24")
+    proc = run_hotpot(hotpot_snapshot, out, "--setting", "evidence-provided", "--limit", "2", "--max-tokens", "24")
     assert proc.returncode == 0, proc.stderr
     for s in samples(out):
         prompt = s["messages"][0]["content"]
@@ -52,7 +39,7 @@ def test_evidence_provided_packs_real_pages(snapshot, tmp_path):
     # A small context cuts the evidence, and says so.
     small = tmp_path / "small"
     proc = run_hotpot(
-        snapshot,
+        hotpot_snapshot,
         small,
         "--setting",
         "evidence-provided",
@@ -71,10 +58,10 @@ def test_evidence_provided_packs_real_pages(snapshot, tmp_path):
     assert results(small)["retrieval"]["evidence_cut"] == 2
 
 
-def test_open_book_native_tool_calls_real_model(snapshot, tmp_path):
+def test_open_book_native_tool_calls_real_model(hotpot_snapshot, tmp_path):
     out = tmp_path / "native"
     proc = run_hotpot(
-        snapshot, out, "--setting", "open-book", "--limit", "2", "--max-tokens", "48", "--max-rounds", "3"
+        hotpot_snapshot, out, "--setting", "open-book", "--limit", "2", "--max-tokens", "48", "--max-rounds", "3"
     )
     assert proc.returncode == 0, proc.stderr
     for s in samples(out):
@@ -97,10 +84,10 @@ def test_open_book_native_tool_calls_real_model(snapshot, tmp_path):
     assert r["agent"]["budget_fraction"] == 0.5 and r["agent"]["chunk_size"] == 1024
 
 
-def test_open_book_native_through_llamacpp_server(snapshot, tmp_path):
+def test_open_book_native_through_llamacpp_server(hotpot_snapshot, tmp_path):
     out = tmp_path / "server"
     proc = run_hotpot(
-        snapshot,
+        hotpot_snapshot,
         out,
         "--setting",
         "open-book",
@@ -120,11 +107,11 @@ def test_open_book_native_through_llamacpp_server(snapshot, tmp_path):
 
 
 @pytest.mark.parametrize("repeat", [False, True])
-def test_open_book_text_protocol_real_model(snapshot, tmp_path, repeat):
+def test_open_book_text_protocol_real_model(hotpot_snapshot, tmp_path, repeat):
     """Qwen2.5-Coder-0.5B follows the paper's <search> protocol (SmolLM2-135M does not)."""
     out = tmp_path / "text"
     proc = run_hotpot(
-        snapshot,
+        hotpot_snapshot,
         out,
         "--setting",
         "open-book",
@@ -159,7 +146,7 @@ def test_open_book_text_protocol_real_model(snapshot, tmp_path, repeat):
     assert results(out)["agent"]["repeat_question"] is repeat
 
 
-def test_missing_evidence_is_recorded_not_answered(snapshot, tmp_path):
+def test_missing_evidence_is_recorded_not_answered(hotpot_snapshot, tmp_path):
     out = tmp_path / "missing"
     proc = run_harness(
         "run",
@@ -168,7 +155,7 @@ def test_missing_evidence_is_recorded_not_answered(snapshot, tmp_path):
         "--dataset",
         "fanoutqa:dev",
         "--snapshot",
-        str(snapshot),
+        str(hotpot_snapshot),
         "--limit",
         "1",
         "--out",
@@ -187,14 +174,14 @@ def test_open_book_needs_a_snapshot(tmp_path):
     assert "--snapshot" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_ceiling_grows_with_context(snapshot, tmp_path):
+def test_ceiling_grows_with_context(hotpot_snapshot, tmp_path):
     out = tmp_path / "ceiling.json"
     proc = run_harness(
         "ceiling",
         "--dataset",
         "hotpotqa:dev",
         "--snapshot",
-        str(snapshot),
+        str(hotpot_snapshot),
         "--limit",
         "8",
         "--context-sizes",

@@ -11,13 +11,11 @@ import json
 import os
 import re
 import shutil
-from pathlib import Path
 
 import pytest
 from conftest import run_harness
 from fake_openai import FakeServer, scripted_search_model
 
-FIXTURES = Path(__file__).parent / "fixtures"
 # model output that would run script or inject markup if it were not escaped
 HOSTILE = '</script><script>document.title="pwned"</script><img src=x onerror="window.__xss=1"> & "q" <!--'
 SCRIPT = {
@@ -28,15 +26,11 @@ IDS = ["hotpot-dev-000", "hotpot-dev-001", "hotpot-dev-002"]
 
 
 @pytest.fixture(scope="module")
-def open_book_run(tmp_path_factory):
+def open_book_run(tmp_path_factory, hotpot_snapshot):
     """An open-book HotpotQA run (3 questions) whose model searches, then answers: tool calls,
     real search results from the snapshot, one hostile answer."""
     base = tmp_path_factory.mktemp("report")
-    snapshot = base / "hotpot.db"
-    proc = run_harness(
-        "snapshot", "build", "--from", str(FIXTURES / "hotpot_dev_distractor_first100.json"), "--out", str(snapshot)
-    )
-    assert proc.returncode == 0, proc.stderr
+    snapshot = hotpot_snapshot
     out = base / "run"
     with FakeServer(scripted_search_model(SCRIPT)) as server:
         proc = run_harness(
