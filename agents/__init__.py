@@ -81,7 +81,10 @@ class AgentContext:
 class Agent(ABC):
     name: ClassVar[str]
     default_template: ClassVar[str | None] = None  # a template in prompts/; --prompt-template overrides
+    # fields the strategy fills besides {question} and {current_date}; checked before the run
+    template_fields: ClassVar[tuple[str, ...]] = ()
     needs_snapshot: ClassVar[bool] = False
+    needs_context_size: ClassVar[bool] = False  # packs pages by token budget: refused without one
 
     def __init__(self, config: RunConfig):
         self.config = config
@@ -100,6 +103,27 @@ class Agent(ABC):
 
     def prompt(self, question: str, **fields: Any) -> str:
         return self.template.format(question=question, current_date=self.config.current_date, **fields)
+
+    def check_template(self, samples: list[Sample]) -> None:
+        """Render the template for every sample (other fields blank), so a template that names a
+        field this strategy does not fill fails before the first request, not on sample 1."""
+        if not self.template:
+            return
+        blanks = {name: "" for name in self.template_fields}
+        for sample in samples:
+            try:
+                self.prompt(sample.question, **blanks)
+            except KeyError as exc:
+                known = ", ".join("{" + f + "}" for f in ("question", "current_date", *self.template_fields))
+                raise ConfigError(
+                    f"prompt template {self.template_source} uses {{{exc.args[0]}}}, which agent {self.name} "
+                    f"does not fill (it fills {known})"
+                ) from None
+            except (IndexError, ValueError, AttributeError) as exc:
+                raise ConfigError(
+                    f"prompt template {self.template_source} does not render for sample {sample.id}: {exc} "
+                    "(literal braces must be doubled: {{ }})"
+                ) from None
 
     def identity(self) -> dict[str, Any]:
         """Facts that change the prompts (hashed into the run directory key)."""

@@ -29,6 +29,7 @@ def first_line(text: str) -> str:
 @register_agent("conversational")
 class Conversational(Agent):
     default_template = "conversational_closed_book"
+    template_fields = ("history",)
 
     def describe(self):
         return {**super().describe(), "history": self.config.history}

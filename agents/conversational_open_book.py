@@ -13,6 +13,7 @@ from agents.open_book_native import OpenBookNative
 @register_agent("conversational-open-book")
 class ConversationalOpenBook(OpenBookNative):
     default_template = "conversational_open_book"
+    template_fields = ("history",)
 
     def describe(self):
         return {**super().describe(), "history": self.config.history}

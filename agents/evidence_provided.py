@@ -61,6 +61,8 @@ def ranked_chunks(config, docs: list[tuple[str, str]], question: str) -> list[tu
 @register_agent("evidence-provided")
 class EvidenceProvided(Agent):
     default_template = "evidence_provided"
+    template_fields = ("documents",)
+    needs_context_size = True
     needs_snapshot = True
 
     def describe(self):

@@ -17,6 +17,7 @@ from harness.errors import ContextOverflowError
 @register_agent("open-book-native")
 class OpenBookNative(Agent):
     default_template = "open_book_native"
+    needs_context_size = True
     needs_snapshot = True
 
     def prepare(self, model, snapshot) -> None:

@@ -19,6 +19,7 @@ SEARCH = re.compile(r"<search>(.+?)</search>")
 @register_agent("open-book-text")
 class OpenBookText(Agent):
     default_template = "open_book_text"
+    needs_context_size = True
     needs_snapshot = True
 
     def prepare(self, model, snapshot) -> None:

@@ -27,6 +27,7 @@ def judge(reply: str) -> bool | None:
 @register_agent("retrieve-classify")
 class RetrieveClassify(RetrievalAgent):
     default_template = "retrieve_classify"
+    template_fields = ("title", "document")
     default_k = 100
     default_passages = "page"
     k_source = "QUEST: the classifier scores the retriever's top 100 documents (gen_inference_inputs.py --topk)"

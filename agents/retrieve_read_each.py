@@ -50,6 +50,8 @@ def union(readings: list[list[str]]) -> list[str]:
 @register_agent("retrieve-read-each")
 class RetrieveReadEach(RetrievalAgent):
     default_template = "retrieve_read_each"
+    template_fields = ("documents", "abstain")
+    needs_context_size = True
     default_k = 200
     k_source = "QAMPARI: the retriever depth its readers get (simple_index.py --k 200)"
 

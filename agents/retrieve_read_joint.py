@@ -15,6 +15,8 @@ from agents.evidence_provided import pack
 @register_agent("retrieve-read-joint")
 class RetrieveReadJoint(RetrievalAgent):
     default_template = "evidence_provided"
+    template_fields = ("documents",)
+    needs_context_size = True
     default_k = 15
     k_source = "QAMPARI: zero-shot LLM reader over the top 15 BM25 passages"
 

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError
-from harness.leaderboard import is_headline, metric_values
+from harness.leaderboard import is_headline
 from harness.records import write_bytes_atomic
+from harness.scoring.results import metric_values
 
 SETTINGS = ("evidence-provided", "open-book")
 ABLATION_JSON, ABLATION_MD, ABLATION_PNG = "ablation.json", "ablation.md", "ablation.png"
@@ -31,8 +32,8 @@ def parse_sizes(text: str) -> list[int]:
         sizes = sorted({int(x) for x in text.split(",") if x.strip()})
     except ValueError:
         raise ConfigError(f"--context-sizes must be comma-separated integers, not {text!r}") from None
-    if not sizes or sizes[0] <= 0:
-        raise ConfigError(f"--context-sizes must be positive integers, not {text!r}")
+    if not sizes or sizes[0] <= 0 or sizes[-1] > 100_000_000:
+        raise ConfigError(f"--context-sizes must be integers from 1 to 100000000, not {text!r}")
     return sizes
 
 
@@ -157,15 +158,17 @@ def _ceiling_note(setting: str, computed: bool) -> str:
 async def run_ablation(flat: dict[str, Any], sizes: list[int], out: Path) -> dict[str, Any]:
     from harness.ceiling import compute_ceiling
     from harness.config import build_config
-    from harness.records import write_json_atomic
+    from harness.records import check_output_path, write_json_atomic
     from harness.runner import Run
 
     base = build_config(flat)
+    check_output_path(out, "--out", directory=True)
+    # Every run is set up (and so checked) before the first one spends anything.
+    runs = {size: Run(build_config({**flat, "context_size": size, "out": str(out / f"ctx-{size}")})) for size in sizes}
     results: dict[int, dict[str, Any]] = {}
-    for size in sizes:
-        config = build_config({**flat, "context_size": size, "out": str(out / f"ctx-{size}")})
-        print(f"ablate: context size {size} -> {config.out}", file=sys.stderr)
-        results[size] = await Run(config).execute()
+    for size, run in runs.items():
+        print(f"ablate: context size {size} -> {run.config.out}", file=sys.stderr)
+        results[size] = await run.execute()
 
     first = results[sizes[0]]
     ceiling = None

@@ -13,6 +13,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from harness.errors import ConfigError
 from harness.models.base import GenerationParams, ModelResponse
 
 
@@ -45,10 +46,19 @@ def is_cacheable(params: GenerationParams) -> bool:
 class ResponseCache:
     def __init__(self, path: str | Path | None = None):
         self.path = Path(path) if path else default_cache_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, response TEXT NOT NULL)")
+        try:
+            if self.path.is_dir():
+                raise IsADirectoryError(21, "is a directory")
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, response TEXT NOT NULL)")
+        except (OSError, sqlite3.Error) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc)
+            raise ConfigError(
+                f"--cache-path {self.path}: unusable as the response cache ({reason}); "
+                "pass another --cache-path or --no-cache"
+            ) from None
 
     def get(self, key: str) -> ModelResponse | None:
         row = self._db.execute("SELECT response FROM responses WHERE key = ?", (key,)).fetchone()

@@ -195,9 +195,18 @@ def _score_parser(sub) -> None:
             '{"id", "answer"} object per line (harness score --dataset fanoutqa:dev@nov23 --generations FILE.jsonl).'
         ),
     )
-    p.add_argument("run_dir", nargs="?", help="a run directory to re-score (rewrites its results.json scores)")
+    p.add_argument(
+        "run_dir",
+        nargs="?",
+        help="a run directory to re-score on its own dataset, with its own metrics and options unless given "
+        "(rewrites its results.json scores)",
+    )
     p.add_argument("--dataset", help="NAME[:SPLIT][@VERSION] the generations answer")
-    p.add_argument("--data-path", help="read the dataset from this file instead of the vendored copy")
+    p.add_argument(
+        "--data-path",
+        help="read the dataset from this file instead of the vendored copy; with RUN_DIR, where the run's "
+        "--data-path file is now (its sha256 must match)",
+    )
     p.add_argument("--generations", help='JSONL file of {"id", "answer"} lines')
     p.add_argument("--out", help="write the scores JSON here (default: print it)")
     _scoring_options(p, suppress=False)
@@ -230,8 +239,15 @@ def _ceiling_parser(sub) -> None:
     _retrieval_options(p)
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """Usage errors as one line and exit 2, like every other bad input (sub-parsers inherit it)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_BAD_INPUT, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="harness",
         description="Evaluate LLMs and agents on many-answer, many-document QA over Wikipedia (FanOutQA, ...).",
     )
@@ -246,7 +262,18 @@ def build_parser() -> argparse.ArgumentParser:
     add_snapshot_parser(sub)
     for module in FEATURE_COMMANDS.values():
         importlib.import_module(module).add_parser(sub)
+    _add_verbose(sub)  # `harness run -v` as well as `harness -v run`
     return parser
+
+
+def _add_verbose(sub) -> None:
+    for command in sub.choices.values():
+        command.add_argument(
+            "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="log retries and server activity"
+        )
+        for action in command._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                _add_verbose(action)
 
 
 # commands -------------------------------------------------------------------------
@@ -276,17 +303,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if results["counts"]["failed"] == 0 else 1
 
 
-def _print_summary(results: dict[str, Any]) -> None:
+def _print_summary(results: dict[str, Any], file=None) -> None:
+    """Counts, then one line per metric with its aggregate numbers (every metric the run scored)."""
+    from harness.scoring.results import summary_lines
+
+    file = file or sys.stdout
     c = results["counts"]
-    line = f"finished {c['finished']}/{c['selected']}, failed {c['failed']}"
-    scores = results.get("scores")
-    if scores and "acc" in scores:
-        line += (
-            f" | acc loose {scores['acc']['loose']:.4f} strict {scores['acc']['strict']:.4f}"
-            f" | ROUGE-1/2/L F {scores['rouge']['rouge1']['fscore']:.4f}/"
-            f"{scores['rouge']['rouge2']['fscore']:.4f}/{scores['rouge']['rougeL']['fscore']:.4f}"
-        )
-    print(line)
+    print(f"finished {c['finished']}/{c['selected']}, failed {c['failed']}", file=file)
+    for line in summary_lines(results.get("scores")):
+        print(f"  {line}", file=file)
     cost = results.get("cost") or {}
     if cost.get("spent_usd"):
         print(f"cost: ${cost['spent_usd']:.6f} spent (list price of the finished samples ${cost['model_usd']:.6f})")
@@ -307,37 +332,20 @@ def _print_summary(results: dict[str, Any]) -> None:
 
 def cmd_score(args: argparse.Namespace) -> int:
     from harness.datasets import load_dataset
-    from harness.records import iter_jsonl, read_json, write_json_atomic
-    from harness.runner import RESULTS_FILE, SAMPLES_FILE, load_finished
-    from harness.scoring.metrics import score_answers
-
-    from harness.scoring.metrics import ScoringOptions
+    from harness.records import iter_jsonl, write_json_atomic
+    from harness.scoring.metrics import ScoringOptions, score_answers
 
     metrics = [m for m in args.metrics.split(",") if m] if args.metrics else None
-    options = ScoringOptions(judge=args.judge, bleurt_checkpoint=args.bleurt_checkpoint)
+    given = {"judge": args.judge, "bleurt_checkpoint": args.bleurt_checkpoint}
+    given = {k: v for k, v in given.items() if v is not None}
     if args.run_dir:
-        if args.generations:
-            raise HarnessError("give either a run directory or --generations, not both")
-        run_dir = Path(args.run_dir)
-        results = read_json(run_dir / RESULTS_FILE)
-        cfg = results.get("config") or {}
-        dataset = load_dataset(results["dataset"]["spec"], cfg.get("data_path"))
-        if dataset.info.sha256 != results["dataset"]["sha256"]:
-            raise HarnessError(f"{results['dataset']['spec']} changed since the run (sha256 differs)")
-        if not (run_dir / SAMPLES_FILE).exists():
-            raise HarnessError(f"{run_dir / SAMPLES_FILE} not found")
-        finished = load_finished(run_dir)
-        by_id = dataset.by_id()
-        ids = results.get("sample_ids") or list(finished)
-        questions = [by_id[i] for i in ids if i in by_id]
-        answers = [{"id": i, "answer": finished[i]["answer"]} for i in ids if i in finished]
-        scores = score_answers(dataset, questions, answers, metrics, args.only_answered, options)
-        results["scores"] = scores
-        if results.get("cost"):  # a judge named now has a cost of its own
-            from harness.cost import refresh_judge_cost
+        if args.generations or args.dataset:
+            raise HarnessError("a run is re-scored on its own dataset: give RUN_DIR, or --dataset and --generations")
+        from harness.scoring.run_scoring import rescore_run
 
-            refresh_judge_cost(results)
-        write_json_atomic(run_dir / RESULTS_FILE, results)
+        scores, saved = rescore_run(args.run_dir, metrics, given, args.only_answered, args.data_path)
+        if not saved:
+            print(f"warning: {args.run_dir} has no results.json: scores printed, not saved", file=sys.stderr)
     else:
         if not args.dataset or not args.generations:
             raise HarnessError("score needs a RUN_DIR, or --dataset and --generations")
@@ -358,22 +366,18 @@ def cmd_score(args: argparse.Namespace) -> int:
                 f"warning: {len(unknown)} id(s) not in {dataset.info.spec()} ignored (e.g. {unknown[0]})",
                 file=sys.stderr,
             )
+        options = ScoringOptions(**given)
         scores = score_answers(dataset, dataset.samples, answers, metrics, args.only_answered, options)
     if args.out:
         write_json_atomic(args.out, scores)
         print(f"wrote {args.out}", file=sys.stderr)
     else:
         print(json.dumps(scores, indent=2))
-    _print_summary(
-        {
-            "counts": {
-                "finished": scores["meta"]["n_answered"],
-                "selected": scores["meta"]["n_questions"],
-                "failed": 0,
-            },
-            "scores": scores,
-        }
-    )
+    summary = {
+        "counts": {"finished": scores["meta"]["n_answered"], "selected": scores["meta"]["n_questions"], "failed": 0},
+        "scores": scores,
+    }
+    _print_summary(summary, file=sys.stdout if args.out else sys.stderr)  # stdout stays JSON when it is JSON
     return 0
 
 
@@ -384,10 +388,9 @@ def cmd_ceiling(args: argparse.Namespace) -> int:
 
     flat = {k: v for k, v in vars(args).items() if k not in ("command", "verbose", "context_sizes", "out")}
     flat.setdefault("setting", "evidence-provided")
-    try:
-        sizes = [int(x) for x in args.context_sizes.split(",") if x.strip()]
-    except ValueError:
-        raise HarnessError(f"--context-sizes must be comma-separated integers, not {args.context_sizes!r}") from None
+    from harness.ablate import parse_sizes
+
+    sizes = parse_sizes(args.context_sizes)
     config = build_config(flat)
     result = asyncio.run(compute_ceiling(config, sizes))
     result["config"] = config.model_dump(mode="json")
@@ -404,6 +407,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
+    from harness.redact import install_log_filter, redact
+
+    install_log_filter()
     if not args.command:
         parser.print_help()
         return EXIT_BAD_INPUT
@@ -413,9 +419,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, module in FEATURE_COMMANDS.items():
         handlers[name] = importlib.import_module(module).command
     try:
+        _check_common_paths(args)
         return handlers[args.command](args)
     except HarnessError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_one_line(redact(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -423,8 +430,31 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - last resort: one line, traceback only on request
         if os.environ.get("HARNESS_DEBUG"):
             raise
-        print(f"internal error: {type(exc).__name__}: {exc} (set HARNESS_DEBUG=1 for the traceback)", file=sys.stderr)
+        print(
+            f"internal error: {type(exc).__name__}: {_one_line(redact(exc))} (set HARNESS_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
         return 1
+
+
+# commands whose --out is a folder; every other --out is a file
+OUT_IS_FOLDER = {"run", "ablate", "export"}
+
+
+def _check_common_paths(args: argparse.Namespace) -> None:
+    """Paths every command treats alike, checked before any work so a bad one costs nothing."""
+    from harness.records import check_output_path
+
+    if getattr(args, "out", None):
+        check_output_path(args.out, "--out", directory=args.command in OUT_IS_FOLDER)
+    checkpoint = getattr(args, "bleurt_checkpoint", None)
+    if checkpoint and not Path(checkpoint).is_dir():
+        what = "is a file" if Path(checkpoint).exists() else "not found"
+        raise HarnessError(f"--bleurt-checkpoint {checkpoint}: {what}, expected a checkpoint folder")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
 
 
 if __name__ == "__main__":

@@ -64,7 +64,9 @@ def load_price_table(path: str | Path | None = None) -> PriceTable:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise ConfigError(f"price table not found: {path}") from None
+        raise ConfigError(f"--price-table {path}: file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"--price-table {path}: cannot read ({exc.strerror or exc})") from None
     try:
         data = yaml.safe_load(raw)
     except yaml.YAMLError as exc:

@@ -21,7 +21,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from harness.errors import HarnessError
-from harness.records import write_bytes_atomic
+from harness.records import check_output_path, plain_file_name, write_bytes_atomic
+from harness.argtypes import number
 
 # our --setting -> the leaderboard's setting name (folder prefix and metadata key)
 SETTING_NAMES = {"closed-book": "closedbook", "open-book": "openbook", "evidence-provided": "evidenceprovided"}
@@ -68,7 +69,11 @@ def load_metadata_file(path: str | Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))  # YAML is a superset of JSON
     except FileNotFoundError:
-        raise HarnessError(f"metadata file not found: {path}") from None
+        raise HarnessError(f"--metadata {path}: file not found") from None
+    except UnicodeDecodeError:
+        raise HarnessError(f"--metadata {path}: not UTF-8 text") from None
+    except OSError as exc:
+        raise HarnessError(f"--metadata {path}: cannot read ({exc.strerror or exc})") from None
     except yaml.YAMLError as exc:
         raise HarnessError(f"{path}: not valid YAML/JSON ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict):
@@ -170,6 +175,9 @@ def export_fanoutqa_submission(
     allow_partial: bool = False,
 ) -> dict[str, Any]:
     out = Path(out)
+    if file_name is not None:
+        plain_file_name(file_name, "--file-name")
+    check_output_path(out, "--out", directory=True)
     runs = [RunForExport(Path(d)) for d in run_dirs]
     models = sorted({r.model for r in runs})
     if len(models) > 1:
@@ -256,7 +264,9 @@ def add_parser(sub) -> None:
     p.add_argument("--citation", help="e.g. 'Zhu et al., 2024' ('' if none)")
     p.add_argument("--type", type=str.upper, choices=SUBMISSION_TYPES, help="FOUNDATION | FINETUNE | PROMPT | OTHER")
     p.add_argument("--details", help="model details, e.g. API revision or Hugging Face id (default: the --model)")
-    p.add_argument("--context", type=int, help="context length in tokens (default: the runs' context size)")
+    p.add_argument(
+        "--context", type=number(int, 1, 100_000_000), help="context length in tokens (default: the runs' context size)"
+    )
     p.add_argument(
         "--trained-for-function-calling",
         dest="is_trained_for_function_calling",

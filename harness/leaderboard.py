@@ -14,30 +14,12 @@ from typing import Any
 
 from harness.config import BACKEND_NOT_HASHED, NOT_HASHED
 from harness.errors import HarnessError
+from harness.scoring.results import metric_values  # reads results format 1 and 2
 
 RESULTS_FILE = "results.json"
-SCORE_SECTIONS = ("raw", "breakdown", "meta")  # per-question and bookkeeping, not headline numbers
 # Identity of a row (shown in its own columns, never as a knob)
 KEY_FIELDS = ("model", "dataset", "split", "version", "setting", "agent")
 NOT_KNOBS = NOT_HASHED | BACKEND_NOT_HASHED | {"model", "dataset", "setting", "agent"}
-
-
-def numeric_leaves(values: dict[str, Any], prefix: str = "") -> dict[str, float]:
-    out: dict[str, float] = {}
-    for key, value in values.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, (bool, int, float)):  # bool too: a per-question hit counts 1.0
-            out[name] = float(value)
-        elif isinstance(value, dict):
-            out.update(numeric_leaves(value, name + "."))
-    return out
-
-
-def metric_values(scores: dict[str, Any] | None) -> dict[str, float]:
-    """Every aggregate number of a scores dict (acc.loose, rouge.rouge1.fscore, em, f1, ...)."""
-    if not scores:
-        return {}
-    return numeric_leaves({k: v for k, v in scores.items() if k not in SCORE_SECTIONS})
 
 
 def is_headline(name: str) -> bool:
@@ -92,6 +74,7 @@ def load_row(run_dir: Path) -> dict[str, Any]:
         agent = results.get("agent") or {}
         scores = results.get("scores")
         cost = results.get("cost") or {}
+        metrics = metric_values(scores)  # METRIC.NAME, in either results format
         return {
             "model": config["model"],
             "dataset": dataset["name"],
@@ -106,7 +89,7 @@ def load_row(run_dir: Path) -> dict[str, Any]:
             "n_selected": counts["selected"],
             "n_finished": counts["finished"],
             "n_failed": counts["failed"],
-            "metrics": metric_values(scores),
+            "metrics": metrics,
             "tokens": results.get("tokens"),
             "cost_usd": cost.get("total_usd"),
             "cost_per_sample_usd": cost.get("per_sample_usd"),
@@ -122,6 +105,8 @@ def load_row(run_dir: Path) -> dict[str, Any]:
         }
     except (KeyError, TypeError, AttributeError) as exc:
         raise HarnessError(f"{path}: not a harness results file (missing {exc})") from None
+    except HarnessError as exc:  # a results format this harness does not read
+        raise HarnessError(f"{path}: {exc}") from None
 
 
 def _differing_knobs(rows: list[dict[str, Any]]) -> None:

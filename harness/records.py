@@ -4,12 +4,15 @@ replaced atomically, so a kill at any moment leaves every file whole."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from harness.errors import HarnessError
+from harness.redact import redact_known
 
 
 def _read_umask() -> int:
@@ -22,15 +25,38 @@ def _read_umask() -> int:
 _UMASK = _read_umask()
 
 
+def to_json(data: Any, **kwargs: Any) -> str:
+    """Strict JSON: NaN/inf (invalid JSON for every other reader) are written as null."""
+    try:
+        return json.dumps(data, ensure_ascii=False, allow_nan=False, **kwargs)
+    except ValueError:
+        return json.dumps(_finite(data), ensure_ascii=False, allow_nan=False, **kwargs)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
 def write_json_atomic(path: str | Path, data: Any) -> None:
-    write_bytes_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    write_bytes_atomic(path, redact_known(to_json(data, indent=2) + "\n"))
 
 
 def write_bytes_atomic(path: str | Path, data: bytes | str) -> None:
     """Any file (JSON, HTML, PNG, JSONL) written whole or not at all: a temp file, fsync, then rename."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if path.is_dir():
+        raise HarnessError(f"{path}: is a directory, cannot write a file there")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise HarnessError(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode("utf-8") if isinstance(data, str) else data)
@@ -44,6 +70,41 @@ def write_bytes_atomic(path: str | Path, data: bytes | str) -> None:
         raise
 
 
+def check_output_path(path: str | Path, option: str, directory: bool = False) -> Path:
+    """Refuse, before any work, an output that cannot be written: a folder where a file goes (or the
+    reverse), or a place below a file or in a folder this user cannot write."""
+    path = Path(path)
+    if path.exists():
+        if directory and not path.is_dir():
+            raise HarnessError(f"{option} {path}: is a file, not a folder")
+        if not directory and path.is_dir():
+            raise HarnessError(f"{option} {path}: is a folder, not a file")
+    ancestor = path if path.is_dir() else path.parent  # an existing file is replaced: its folder must be writable
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise HarnessError(f"{option} {path}: cannot be created ({ancestor} is a file)")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise HarnessError(f"{option} {path}: cannot be written (no permission in {ancestor})")
+    return path
+
+
+def plain_file_name(value: str, option: str) -> str:
+    """A name that can only land inside the folder it is joined to: no separators, no '..', no hidden
+    or option-like names (``--file-name ../../x`` must not write outside ``--out``)."""
+    bad = (
+        not value
+        or value in (".", "..")
+        or any(c in value for c in "/\\\0")
+        or value.startswith((".", "-"))
+        or len(value) > 200
+        or any(ord(c) < 32 for c in value)
+    )
+    if bad:
+        raise HarnessError(f"{option} {value!r}: must be a plain file name (no '/', '..' or leading '.')")
+    return value
+
+
 def read_json(path: str | Path) -> Any:
     path = Path(path)
     try:
@@ -52,6 +113,10 @@ def read_json(path: str | Path) -> Any:
         raise HarnessError(f"file not found: {path}") from None
     except json.JSONDecodeError as exc:
         raise HarnessError(f"{path}: not valid JSON ({exc})") from None
+    except UnicodeDecodeError:
+        raise HarnessError(f"{path}: not UTF-8 text") from None
+    except OSError as exc:  # a directory, an unreadable file
+        raise HarnessError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
 
 class JsonlAppender:
@@ -64,7 +129,7 @@ class JsonlAppender:
         self._file = open(self.path, "a", encoding="utf-8")
 
     def append(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._file.write(redact_known(to_json(record)) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
 
@@ -102,11 +167,23 @@ def iter_jsonl(path: str | Path, *, strict: bool = True) -> Iterator[tuple[int, 
     """Yield (line number, record). With ``strict`` a bad line is a one-line HarnessError naming it."""
     path = Path(path)
     try:
-        f = open(path, encoding="utf-8")
+        f = open(path, encoding="utf-8", errors="strict" if strict else "replace")
     except FileNotFoundError:
         raise HarnessError(f"file not found: {path}") from None
+    except OSError as exc:  # a directory, an unreadable file
+        raise HarnessError(f"{path}: cannot read ({exc.strerror or exc})") from None
     with f:
-        for lineno, line in enumerate(f, 1):
+        lineno = 0
+        while True:
+            try:
+                line = f.readline()
+            except UnicodeDecodeError:
+                raise HarnessError(f"{path}:{lineno + 1}: not UTF-8 text") from None
+            except OSError as exc:
+                raise HarnessError(f"{path}: cannot read ({exc.strerror or exc})") from None
+            if not line:
+                break
+            lineno += 1
             if not line.strip():
                 continue
             try:

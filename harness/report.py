@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.leaderboard import is_headline, metric_values, numeric_leaves
+from harness.leaderboard import is_headline
 from harness.records import write_bytes_atomic
+from harness.scoring.results import metric_values, per_question
 
 REPORT_FILE = "report.html"
 SHORT = 240  # characters of a question or answer shown in the table (all of it in the transcript)
@@ -61,13 +62,13 @@ def _load_records(run_dir: Path) -> tuple[dict[str, dict[str, Any]], dict[str, d
 def _dataset_samples(results: dict[str, Any]) -> dict[str, Any]:
     """The run's questions by id, when its dataset can still be loaded: the question of a sample
     that never finished, and the reference answer shown in each transcript."""
-    from harness.datasets import load_dataset
+    from harness.scoring.run_scoring import load_run_dataset
 
-    try:
-        dataset = load_dataset(results["dataset"]["spec"], (results.get("config") or {}).get("data_path"))
+    try:  # as `harness score RUN_DIR` loads it: a --data-path run too, refused if the file changed
+        dataset = load_run_dataset(results)
     except HarnessError:
         return {}
-    return {s.id: s for s in dataset.samples} if dataset.info.sha256 == results["dataset"].get("sha256") else {}
+    return {s.id: s for s in dataset.samples}
 
 
 def build_report_data(run_dir: Path) -> dict[str, Any]:
@@ -80,8 +81,10 @@ def build_report_data(run_dir: Path) -> dict[str, Any]:
     if not isinstance(results, dict) or "counts" not in results or "dataset" not in results:
         raise HarnessError(f"{run_dir / RESULTS_FILE}: not a harness results file")
     finished, failed = _load_records(run_dir)
-    scores = results.get("scores") or {}
-    per_question = {r["question_id"]: numeric_leaves(r) for r in scores.get("raw", []) if "question_id" in r}
+    try:
+        by_question = per_question(results.get("scores"))  # METRIC.NAME values, results format 1 or 2
+    except HarnessError as exc:
+        raise HarnessError(f"{run_dir / RESULTS_FILE}: {exc}") from None
     samples = _dataset_samples(results)
     ids = results.get("sample_ids") or list(finished)
     rows = []
@@ -102,7 +105,7 @@ def build_report_data(run_dir: Path) -> dict[str, Any]:
                 "answer": (record or {}).get("answer"),
                 "reference": getattr(samples.get(qid), "answer", None),
                 "error": (record or {}).get("error"),
-                "scores": {k: v for k, v in per_question.get(qid, {}).items()},
+                "scores": dict(by_question.get(qid, {})),
                 "prompt_tokens": usage.get("prompt_tokens"),
                 "completion_tokens": usage.get("completion_tokens"),
                 "tokens": (usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)) if usage else None,

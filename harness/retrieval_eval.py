@@ -13,7 +13,10 @@ Metrics per dataset (averaged over the evaluated questions):
   evidence) with at least one passage in the top K; ``all_pages@K`` = 1 if every one has.
 - QUEST: documents are entities, ranked by their best passage (one per page with ``--passages
   page``, QUEST's setting); ``recall@K`` and ``mrecall@K`` over the top K documents, as
-  ``harness.scoring.retrieval_metrics`` (QUEST ``analyze_retriever.py``; MRecall capped at K).
+  ``harness.scoring.retrieval_metrics`` (QUEST ``analyze_retriever.py``; MRecall@K = 1 when the whole
+  gold set is in the top K, so more than K gold documents score 0, as the official code; the capped
+  variant of the papers' wording is ``mrecall_at_k(..., cap=True)``). The definitions and options
+  used are recorded in the result (``metric_info``).
 - QAMPARI: ``answer_recall@K`` (share of gold answers with an alias in a top-K passage, QAMPARI
   normalization) and ``evidence_recall@K`` (share of proof passages matched by a top-K passage:
   same title, longest common substring > 0.7 of the shorter text), over all answers and proofs.
@@ -92,8 +95,8 @@ def parse_ks(text: str) -> list[int]:
         ks = sorted({int(x) for x in text.split(",") if x.strip()})
     except ValueError:
         raise HarnessError(f"--k must be comma-separated integers, not {text!r}") from None
-    if not ks or ks[0] < 1:
-        raise HarnessError("--k needs positive integers")
+    if not ks or ks[0] < 1 or ks[-1] > 1_000_000:
+        raise HarnessError(f"--k needs integers from 1 to 1000000, not {text!r}")
     return ks
 
 
@@ -216,6 +219,8 @@ def score_question(dataset: str, sample, hits, ks: list[int], snapshot) -> dict[
 
 
 def evaluate(dataset: str, samples, snapshot, retriever, ks: list[int], representation: str) -> dict[str, Any]:
+    from harness.scoring.retrieval_metrics import metric_info
+
     depth = max(ks)
     if dataset == "quest" and retriever.meta.get("passages") != "page":
         depth *= 8  # documents ranked by their best passage: deeper, so max(K) distinct pages can be reached
@@ -256,6 +261,7 @@ def evaluate(dataset: str, samples, snapshot, retriever, ks: list[int], represen
         "metric_names": metric_names(dataset),
         "metrics": metrics,
         "metric_counts": counts,
+        "metric_info": metric_info(),
         "timing": {
             "queries": len(queries),
             "seconds": round(seconds, 4),

@@ -39,7 +39,10 @@ from harness.records import (
     repair_jsonl_tail,
     write_json_atomic,
 )
-from harness.scoring.metrics import score_answers
+from harness.redact import redact
+from harness.runlock import RunLock
+from harness.scoring.results import RESULTS_FORMAT
+from harness.scoring.run_scoring import score_records
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +87,18 @@ def select_samples(dataset: Dataset, config: RunConfig) -> list[Sample]:
     if config.limit:
         samples = samples[: config.limit]
     return samples
+
+
+def check_sample_ids(dataset: Dataset, data_path: str | None) -> None:
+    """Ids key resume and scoring: a missing or repeated id would merge or drop samples."""
+    where = data_path or dataset.info.spec()
+    seen: set[str] = set()
+    for n, sample in enumerate(dataset.samples, 1):
+        if not isinstance(sample.id, str) or not sample.id.strip():
+            raise ConfigError(f"{where}: sample {n} has no id")
+        if sample.id in seen:
+            raise ConfigError(f"{where}: duplicate sample id {sample.id!r} (sample {n})")
+        seen.add(sample.id)
 
 
 def _slug(text: str) -> str:
@@ -136,6 +151,29 @@ class Run:
             raise ConfigError(f"--max-cost needs a price for {config.model}: {self.pricing.reason}")
         self.budget: Budget | None = None
         self.invocation: dict[str, Any] = {}
+        self._preflight()
+
+    # checks before anything is spent ------------------------------------------------
+    def _preflight(self) -> None:
+        """Everything checkable without a model: a doomed run exits 2 before the first request."""
+        check_sample_ids(self.dataset, self.config.data_path)
+        if self.run_dir.exists() and not self.run_dir.is_dir():
+            raise ConfigError(f"--out {self.run_dir}: is a file, not a run directory")
+        from harness.scoring.metrics import get_metric
+
+        for name in self.config.metrics or []:
+            get_metric(name)  # unknown names: one line listing the known ones
+        self.agent.check_template(self.samples)
+        if self.config.cache:
+            ResponseCache(self.config.cache_path).close()
+
+    def _preflight_started_backend(self) -> None:
+        """Checks that need the backend's facts (an attached server's context size), before any sample."""
+        if self.agent.needs_context_size and not self.backend.context_size():
+            raise ConfigError(
+                f"--setting {self.config.setting} (agent {self.agent.name}) packs pages into the context, but the "
+                f"context size of {self.config.model} is unknown: pass --context-size N"
+            )
 
     def _open_snapshot(self):
         if not self.config.snapshot:
@@ -175,6 +213,14 @@ class Run:
 
     # the loop --------------------------------------------------------------------
     async def execute(self) -> dict[str, Any]:
+        # One writer per run directory, held until the results are written (the kernel drops it on kill -9).
+        lock = RunLock(self.run_dir, purpose="run").acquire()
+        try:
+            return await self._execute_locked()
+        finally:
+            lock.release(remove_if_empty=not (self.run_dir / CONFIG_FILE).exists())
+
+    async def _execute_locked(self) -> dict[str, Any]:
         previous = self._check_run_dir()
         finished = load_finished(self.run_dir)
         todo = [s for s in self.samples if s.id not in finished]
@@ -198,6 +244,7 @@ class Run:
         try:
             if todo:
                 await self.backend.start()
+                self._preflight_started_backend()
                 model_info = self.backend.describe()
                 self.agent.prepare(self.backend, self.snapshot)
             self._claim_run_dir()
@@ -291,7 +338,7 @@ class Run:
         except Exception as exc:  # a bug or malformed response must not sink the whole run
             error_type, error = "exception", f"{type(exc).__name__}: {exc}"
             with open(self.run_dir / ERROR_LOG, "a", encoding="utf-8") as f:
-                f.write(f"--- {now_iso()} sample {sample.id}\n{traceback.format_exc()}\n")
+                f.write(f"--- {now_iso()} sample {sample.id}\n{redact(traceback.format_exc())}\n")
         finally:
             self.invocation["model_calls"] += ctx.model_calls
             self.invocation["cache_hits"] += ctx.cache_hits
@@ -310,7 +357,7 @@ class Run:
         }
         if error_type is not None:
             self.invocation["failed"] += 1
-            record = {**common, "status": "error", "error_type": error_type, "error": error}
+            record = {**common, "status": "error", "error_type": error_type, "error": redact(error)}
             if missing_titles is not None:
                 record["missing_titles"] = missing_titles
             return record
@@ -324,6 +371,9 @@ class Run:
             "finish_reason": last_finish,
             # The answer hit max_tokens: kept, but flagged rather than passed off as complete.
             "truncated_output": last_finish == "length",
+            # longer than scoring reads (ScoringOptions.max_answer_chars): kept whole, scored on its start
+            "oversized_answer": isinstance(result.answer, str)
+            and len(result.answer) > self.config.scoring_options().max_answer_chars,
             "messages": result.messages,
             "extra": result.extra,
         }
@@ -343,19 +393,15 @@ class Run:
         failed_now = [s.id for s in selected if s.id in failures and s.id not in finished]
         scores = None
         scoring_note = None
-        if self.dataset.info.has_answers:
-            # A sample that finished without an answer (context full, rounds exhausted) counts as
-            # unanswered, i.e. 0, exactly like a question missing from an official submission.
-            answers = [{"id": r["id"], "answer": r["answer"]} for r in done if r.get("answer") is not None]
-            scores = score_answers(
-                self.dataset, selected, answers, self.config.metrics, options=self.config.scoring_options()
-            )
+        if self.dataset.info.has_answers:  # the same path as `harness score RUN_DIR` (score_run)
+            scores = score_records(self.dataset, selected, done, self.config.metrics, self.config.scoring_options())
         else:
             scoring_note = f"{self.dataset.info.spec()} has no reference answers; export the generations to score them"
         tokens_prompt = sum(r["usage"]["prompt_tokens"] for r in done)
         tokens_completion = sum(r["usage"]["completion_tokens"] for r in done)
         info = self.dataset.info
         return {
+            "results_format": RESULTS_FORMAT,
             "run_id": self.run_id,
             "config_hash": self.config_hash,
             "status": status,

@@ -18,7 +18,13 @@ def load_template(name_or_path: str) -> tuple[str, str, str]:
     else:
         resource = resources.files(__name__) / f"{name_or_path}.txt"
         if not resource.is_file():
-            raise ConfigError(f"prompt template {name_or_path!r} not found (a name in prompts/ or a .txt file)")
+            raise ConfigError(f"--prompt-template {name_or_path!r}: not found (a name in prompts/ or a .txt file)")
         data = resource.read_bytes()
         where = f"prompts/{name_or_path}.txt"
-    return data.decode("utf-8"), where, hashlib.sha256(data).hexdigest()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"--prompt-template {where}: not UTF-8 text") from None
+    if not text.strip():
+        raise ConfigError(f"--prompt-template {where}: the template is empty")
+    return text, where, hashlib.sha256(data).hexdigest()

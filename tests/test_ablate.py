@@ -13,7 +13,8 @@ from conftest import run_harness
 from fake_openai import FakeServer, scripted_search_model
 
 from harness.ablate import PLOT_DPI, PLOT_SIZE_IN
-from harness.leaderboard import is_headline, metric_values
+from harness.leaderboard import is_headline
+from harness.scoring.results import metric_values
 
 SIZES = [1024, 2048]
 
@@ -47,7 +48,12 @@ def check_outputs(out: Path, setting: str) -> dict:
                 assert cells[head.index(name)] == f"{value:.4f}"
         assert cells[head.index("tokens")] == str(results["tokens"]["total"])
         assert cells[head.index("ceiling loose")] == f"{row['ceiling']['loose']:.4f}"
-    assert set(ablation["plotted_metrics"]) >= {"acc.loose", "acc.strict", "em", "f1"}
+    assert set(ablation["plotted_metrics"]) >= {
+        "fanoutqa-string.acc.loose",
+        "fanoutqa-string.acc.strict",
+        "em-f1.em",
+        "em-f1.f1",
+    }
     return ablation
 
 
@@ -138,7 +144,7 @@ def test_open_book_sweep_with_ceiling(hotpot_snapshot, tmp_path):
     ablation = check_outputs(out, "open-book")
     assert "shown for open-book too" in ablation["ceiling_note"]
     for row in ablation["rows"]:
-        assert row["metrics"]["em"] == 1.0  # both scripted answers are right at every size
+        assert row["metrics"]["em-f1.em"] == 1.0  # both scripted answers are right at every size
         assert row["retrieval"]["evidence_recall_n"] == 2
 
 

@@ -274,6 +274,8 @@ def test_anthropic_against_fake_api(monkeypatch):
     def handler(method, path, headers, body):
         if path.startswith("/v1/messages/count_tokens"):
             return 200, {}, {"input_tokens": 11}
+        if method == "GET":  # start()'s reachability probe
+            return 200, {}, {"data": []}
         calls["n"] += 1
         if calls["n"] == 1:
             return 529, {}, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}

@@ -90,10 +90,10 @@ def test_bleurt_with_a_checkpoint(checkpoint, dataset):
     first = score_answers(dataset, samples, answers, ["bleurt"], options=options)
     second = score_answers(dataset, samples, answers, ["bleurt"], options=options)
 
-    scores = [row["bleurt"] for row in first["raw"]]
+    scores = [row["bleurt"]["bleurt"] for row in first["raw"]]
     assert all(isinstance(s, float) for s in scores)
-    assert scores == [row["bleurt"] for row in second["raw"]], "not deterministic"
-    assert first["bleurt"] == pytest.approx(sum(scores) / 5)
+    assert scores == [row["bleurt"]["bleurt"] for row in second["raw"]], "not deterministic"
+    assert first["bleurt"]["bleurt"] == pytest.approx(sum(scores) / 5)
 
     by_id = {a["id"]: a["answer"] for a in answers}
     references = [str_answer(q.answer) for q in samples]
@@ -124,8 +124,8 @@ def test_bleurt_only_answered(checkpoint, dataset):
 def test_bleurt_without_checkpoint(dataset):
     samples = dataset.samples[:3]
     scores = score_answers(dataset, samples, [{"id": samples[0].id, "answer": "x"}], ["bleurt"])
-    assert scores["bleurt"] is None
-    assert all(row["bleurt"] is None for row in scores["raw"])
+    assert scores["bleurt"] == {"bleurt": None}
+    assert all(row["bleurt"] == {"bleurt": None} for row in scores["raw"])
     info = scores["meta"]["metric_info"]["bleurt"]
     assert info["available"] is False and "--bleurt-checkpoint" in info["reason"]
 

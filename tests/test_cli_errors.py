@@ -89,7 +89,7 @@ def test_bad_yaml_and_unknown_option(tmp_path):
     assert_clean_error(run_harness("run", "--config", str(cfg)), "not valid YAML")
     cfg.write_text("modle: local/smollm2\n")
     assert_clean_error(run_harness("run", "--config", str(cfg)), "modle")
-    assert_clean_error(run_harness("run", "--config", str(tmp_path / "none.yaml")), "config file not found")
+    assert_clean_error(run_harness("run", "--config", str(tmp_path / "none.yaml")), "--config", "file not found")
 
 
 def test_out_dir_of_another_configuration_is_refused(tmp_path):

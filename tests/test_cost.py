@@ -189,7 +189,7 @@ def test_price_table_errors_are_one_line(server, tmp_path):
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "models.openai/gpt-test.input" in proc.stderr
     proc = run_api(server, tmp_path / "r", "--limit", "1", "--price-table", str(tmp_path / "missing.yaml"))
-    assert proc.returncode == 2 and "price table not found" in proc.stderr
+    assert proc.returncode == 2 and "--price-table" in proc.stderr and "file not found" in proc.stderr
 
 
 def test_shipped_price_table_and_lookup():
@@ -264,4 +264,4 @@ def test_judge_cost_is_kept_apart(server, prices, tmp_path, capsys):
     assert cost["judge_usd"] == pytest.approx(judge_usd)
     assert cost["model_usd"] == pytest.approx(2 * COST)  # the model under test is unchanged
     assert cost["total_usd"] == pytest.approx(2 * COST + judge_usd)
-    assert results["scores"]["llm_judge"] == 1.0
+    assert results["scores"]["llm-judge"]["llm_judge"] == 1.0

@@ -115,7 +115,7 @@ def test_metadata_file_and_overrides(local_test_run, tmp_path):
     proc = run_harness(*args, "--name", "X")
     assert proc.returncode == 2 and "needs --authors, --citation, --type" in proc.stderr
     proc = run_harness(*args, *IDENTITY, "--context", "0")
-    assert proc.returncode == 2 and "metadata: context:" in proc.stderr
+    assert proc.returncode == 2 and "--context: must be >= 1" in proc.stderr
 
 
 def test_dev_and_non_fanoutqa_runs_are_refused(tmp_path):

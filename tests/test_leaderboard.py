@@ -12,7 +12,8 @@ import pytest
 from conftest import run_harness
 from fake_openai import FakeServer, scripted_search_model
 
-from harness.leaderboard import is_headline, metric_values
+from harness.leaderboard import is_headline
+from harness.scoring.results import metric_values
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +87,7 @@ def test_leaderboard_rows_json_and_markdown(root, tmp_path):
     assert rows["c"]["cost_usd"] is None and "not in the price table" in rows["c"]["cost_note"]
     assert rows["nested/deeper/d"]["native_tool_calling"] is True and rows["a"]["native_tool_calling"] is False
     assert rows["nested/deeper/d"]["agent"] == "open-book-native" and rows["nested/deeper/d"]["context_size"] == 4096
-    assert rows["nested/deeper/d"]["metrics"]["em"] == 1.0
+    assert rows["nested/deeper/d"]["metrics"]["em-f1.em"] == 1.0
 
     # the markdown table: one line per row, the same numbers
     lines = [line for line in proc.stdout.splitlines() if line.startswith("|")]

@@ -230,10 +230,11 @@ def test_real_judge_smollm2(tmp_path):
     options = ScoringOptions(judge="local/smollm2", cache_path=str(tmp_path / "judge.sqlite"))
     scores = score_answers(dataset, qs, answers, ["llm-judge"], options=options)
     assert [r["question_id"] for r in scores["raw"]] == [q.id for q in qs]
-    for row in scores["raw"]:
+    for row in (r["llm-judge"] for r in scores["raw"]):
         assert isinstance(row["judge_output"], str) and row["judge_output"].strip()
         assert row["llm_judge"] == int(row["judge_output"].strip()[-1].lower() in "bce")
-    assert scores["llm_judge"] == pytest.approx(sum(r["llm_judge"] for r in scores["raw"]) / 2)
+    judged = [r["llm-judge"]["llm_judge"] for r in scores["raw"]]
+    assert scores["llm-judge"]["llm_judge"] == pytest.approx(sum(judged) / 2)
     info = scores["meta"]["metric_info"]["llm-judge"]
     assert info["calls"] == 2 and info["judge_completion_tokens"] > 0
     assert info["backend"]["model"] == "smollm2"

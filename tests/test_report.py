@@ -82,8 +82,9 @@ def test_report_html_is_escaped_and_self_contained(open_book_run):
     results = json.loads((open_book_run / "results.json").read_text())
     raw = {r["question_id"]: r for r in results["scores"]["raw"]}
     for qid in IDS:
-        assert rows[qid]["scores"]["em"] == raw[qid]["em"] and rows[qid]["scores"]["acc"] == raw[qid]["acc"]
-    assert rows["hotpot-dev-001"]["scores"]["em"] == 1.0 and rows["hotpot-dev-001"]["tokens"] == 2 * (120 + 7)
+        assert rows[qid]["scores"]["em-f1.em"] == raw[qid]["em-f1"]["em"]
+        assert rows[qid]["scores"]["fanoutqa-string.acc"] == raw[qid]["fanoutqa-string"]["acc"]
+    assert rows["hotpot-dev-001"]["scores"]["em-f1.em"] == 1.0 and rows["hotpot-dev-001"]["tokens"] == 2 * (120 + 7)
 
 
 def test_report_refuses_a_folder_that_is_not_a_run(tmp_path):
@@ -171,10 +172,10 @@ def test_report_in_headless_chromium(open_book_run, browser):
     assert header.get_attribute("aria-sort") == "ascending"
     header.click()
     assert row_ids(browser) == ["hotpot-dev-000", "hotpot-dev-002", "hotpot-dev-001"]
-    browser.find_element(By.CSS_SELECTOR, '#question-table th[data-key="score:em"]').click()
+    browser.find_element(By.CSS_SELECTOR, '#question-table th[data-key="score:em-f1.em"]').click()
     ems = browser.execute_script(
         "const d = JSON.parse(document.getElementById('report-data').textContent);"
-        "const em = Object.fromEntries(d.rows.map(r => [r.id, r.scores.em]));"
+        "const em = Object.fromEntries(d.rows.map(r => [r.id, r.scores['em-f1.em']]));"
         "return Array.from(document.querySelectorAll('#question-table tbody tr')).map(r => em[r.dataset.id])"
     )
     assert ems == sorted(ems) and ems[-1] == 1.0

@@ -61,7 +61,7 @@ def test_timeout_is_recorded_then_retried(tmp_path):
     assert results["counts"] == {"selected": 3, "finished": 2, "failed": 1, "pending": 0, "truncated_output": 0}
     failure = json.loads((tmp_path / "run" / "failures.jsonl").read_text())
     assert failure["error_type"] == "timeout" and failure["id"] == "7dcbbbdc7f1120cd"
-    assert results["scores"]["raw"][0]["acc"] == 0  # the failed question counts 0
+    assert results["scores"]["raw"][0]["fanoutqa-string"]["acc"] == 0  # the failed question counts 0
 
     SCRIPT["behaviour"] = lambda prompt: "ok"
     SCRIPT["calls"] = 0
@@ -70,7 +70,7 @@ def test_timeout_is_recorded_then_retried(tmp_path):
     assert SCRIPT["calls"] == 1, "only the failed sample runs again"
     assert results["invocations"][-1]["attempted_ids"] == ["7dcbbbdc7f1120cd"]
     # Pat Burrell is one of the five picks in the reference: partial credit now.
-    assert results["scores"]["raw"][0]["acc"] == pytest.approx(0.1)
+    assert results["scores"]["raw"][0]["fanoutqa-string"]["acc"] == pytest.approx(0.1)
 
 
 def test_a_crashing_sample_does_not_sink_the_run(tmp_path):

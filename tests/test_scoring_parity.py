@@ -86,6 +86,23 @@ def test_parity_with_official(cases, version, kind):
     assert len(ours["raw"]) == len(answers if kind == "answered-only" else questions)
 
 
+@pytest.mark.parametrize("kind", ["mixed", "answered-only"])
+def test_results_keep_the_official_shape(cases, kind):
+    """score_answers (what runs and `harness score` write): fanoutqa-string's namespace is the official
+    {acc, rouge}, its per-question values the official raw, whatever metric is scored beside it."""
+    from harness.datasets import load_dataset
+    from harness.scoring.metrics import score_answers
+    from harness.scoring.results import official_fanoutqa
+
+    questions, answers, off = cases["nov23", kind]
+    dataset = load_dataset("fanoutqa:dev@nov23")
+    assert [s.id for s in dataset.samples] == [q["id"] for q in questions]
+    only = kind == "answered-only"
+    scores = score_answers(dataset, dataset.samples, answers, ["em-f1", "fanoutqa-string"], only_answered=only)
+    assert scores["fanoutqa-string"] == {"acc": off["acc"], "rouge": off["rouge"]}
+    _assert_same(official_fanoutqa(scores), off)
+
+
 def test_candidates_are_realistic(cases):
     _, answers, _ = cases["nov23", "chatty"]
     assert min(len(a["answer"].split()) for a in answers) >= 100

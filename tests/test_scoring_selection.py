@@ -19,9 +19,10 @@ def test_fanoutqa_breakdown_by_category():
     for category, row in by_cat.items():
         members = [q for q in qs if category in q.raw["categories"]]
         assert row["n"] == len(members)
-        assert row["acc"] == pytest.approx(sum(raw[q.id]["acc"] for q in members) / len(members))
-        assert row["rouge.rougeL.fscore"] == pytest.approx(
-            sum(raw[q.id]["rouge"]["rougeL"]["fscore"] for q in members) / len(members)
+        row, rows = row["fanoutqa-string"], [raw[q.id]["fanoutqa-string"] for q in members]
+        assert row["acc"] == pytest.approx(sum(r["acc"] for r in rows) / len(members))
+        assert row["rouge"]["rougeL"]["fscore"] == pytest.approx(
+            sum(r["rouge"]["rougeL"]["fscore"] for r in rows) / len(members)
         )
 
 
@@ -34,7 +35,7 @@ def test_metrics_selection_and_unknown_metric(tmp_path):
                        "--out", str(out), "--only-answered")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     scores = json.loads(out.read_text())
-    assert scores["em"] == 1.0 and scores["f1"] == 1.0 and "acc" not in scores
+    assert scores["em-f1"]["em"] == 1.0 and scores["em-f1"]["f1"] == 1.0 and "fanoutqa-string" not in scores
     assert scores["meta"]["metrics"] == ["em-f1"] and scores["meta"]["n_questions"] == 5
 
     proc = run_harness("score", "--dataset", "hotpotqa:dev", "--generations", str(gens), "--metrics", "nosuch")

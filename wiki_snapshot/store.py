@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import sqlite3
 import threading
 import unicodedata
@@ -198,9 +199,13 @@ class SnapshotWriter:
             raise HarnessError(f"{self.path}: is a directory, not a snapshot file path")
         if self.path.exists() and not overwrite:
             raise HarnessError(f"{self.path} already exists (use --overwrite to replace it)")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise HarnessError(f"{self.path}: cannot create its folder ({exc.strerror or exc})") from None
         self.tmp_path = self.path.parent / f".{self.path.name}.{os.getpid()}.partial"
         self._remove_tmp()
+        remove_dead_leftovers(self.path.parent, re.compile(rf"^\.{re.escape(self.path.name)}\.(\d+)\.partial"))
         self.fts5 = fts5_available() if fts5 is None else (fts5 and fts5_available())
         self.trigram = self.fts5 and trigram_available()
         self.batch_size = max(1, batch_size)
@@ -422,6 +427,34 @@ class SnapshotWriter:
                 os.unlink(f"{self.tmp_path}{suffix}")
             except FileNotFoundError:
                 pass
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    return True
+
+
+def remove_dead_leftovers(directory: Path, pattern: re.Pattern) -> list[str]:
+    """Remove the temp files/dirs of builds killed before they could clean up: names matching
+    ``pattern`` whose first group is the pid of a process that no longer runs."""
+    removed = []
+    if not directory.is_dir():
+        return removed
+    for path in directory.iterdir():
+        m = pattern.match(path.name)
+        if not m or int(m.group(1)) == os.getpid() or pid_alive(int(m.group(1))):
+            continue
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(path.name)
+    return removed
 
 
 # reader ------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-from harness.datasets.base import DATASETS, Dataset, DatasetInfo, Sample, parse_spec
+from harness.datasets.base import DATASETS, Dataset, DatasetInfo, Sample, from_file, parse_spec
 from harness.errors import DatasetError
 
 # name -> the module that registers its loader (imported only when that dataset is used)
@@ -18,7 +18,11 @@ DATASET_MODULES = {
 
 
 def load_dataset(spec: str, data_path: str | None = None) -> Dataset:
+    """``spec`` may be a recorded one (``DatasetInfo.spec()``): ``fanoutqa:dev@nov23+file`` with
+    the run's ``data_path`` loads the same dataset again."""
     name, split, version = parse_spec(spec)
+    if from_file(spec) and not data_path:
+        raise DatasetError(f"dataset {spec.strip()} was read from a file: give that file (--data-path)")
     if name in DATASET_MODULES:
         importlib.import_module(DATASET_MODULES[name])
     if name not in DATASETS:

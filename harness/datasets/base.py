@@ -39,6 +39,8 @@ class DatasetInfo:
     has_answers: bool
 
     def spec(self) -> str:
+        """``NAME:SPLIT@VERSION``; VERSION ends in ``+file`` when read from --data-path, and
+        ``load_dataset(spec, data_path)`` reads such a spec back."""
         return f"{self.name}:{self.split}@{self.version}"
 
 
@@ -94,6 +96,8 @@ def read_json(path: Path) -> Any:
         raise DatasetError(f"dataset file not found: {path}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DatasetError(f"{path}: not valid JSON ({exc})") from None
+    except OSError as exc:  # a directory, an unreadable file
+        raise DatasetError(f"{path}: cannot read ({exc.strerror})") from None
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -119,15 +123,24 @@ def read_jsonl(path: Path) -> list[dict]:
 
 DATASETS: Registry[type[DatasetLoader]] = Registry("dataset")
 
-_SPEC = re.compile(r"^(?P<name>[A-Za-z0-9_\-]+)(?::(?P<split>[A-Za-z0-9_\-]+))?(?:@(?P<version>[A-Za-z0-9_.\-]+))?$")
+FILE_SUFFIX = "+file"  # a version read from --data-path (DatasetLoader.dataset adds it)
+_SPEC = re.compile(
+    r"^(?P<name>[A-Za-z0-9_\-]+)(?::(?P<split>[A-Za-z0-9_\-]+))?(?:@(?P<version>[A-Za-z0-9_.\-]+)(?:\+file)?)?$"
+)
 
 
 def parse_spec(spec: str) -> tuple[str, str | None, str | None]:
-    """``NAME[:SPLIT][@VERSION]`` -> (name, split, version)."""
+    """``NAME[:SPLIT][@VERSION]`` -> (name, split, version). A recorded spec's ``@VERSION+file``
+    (see ``DatasetInfo.spec``) parses to VERSION: the file itself comes from ``data_path``."""
     m = _SPEC.match(spec.strip())
     if not m:
         raise DatasetError(f"dataset {spec!r} must look like NAME[:SPLIT][@VERSION], e.g. fanoutqa:dev@nov23")
     return m["name"], m["split"], m["version"]
+
+
+def from_file(spec: str) -> bool:
+    """Whether a spec names a dataset that was read from --data-path (``@VERSION+file``)."""
+    return spec.strip().endswith(FILE_SUFFIX)
 
 
 def sha256_file(path: str | Path) -> str:

@@ -49,8 +49,10 @@ class Qampari(DatasetLoader):
             where = f"{path}: question #{i + 1}"
             try:
                 qid, question = str(rec["qid"]), rec["question_text"]
+                # aliases as given: the official scorer never credits an answer with none (set-f1's
+                # ``alias_fallback`` option matches those by answer_text instead)
                 answers = [
-                    {"answer_text": a["answer_text"], "aliases": list(a.get("aliases") or [a["answer_text"]])}
+                    {"answer_text": a["answer_text"], "aliases": list(a.get("aliases") or [])}
                     for a in rec["answer_list"]
                 ]
                 proofs = [p for a in rec["answer_list"] for p in (a.get("proof") or [])]

@@ -24,7 +24,8 @@ import re
 import uuid
 from typing import Any, Mapping
 
-from harness.errors import ModelError
+from harness.errors import ModelError, TransientModelError
+from harness.redact import strip_credentials
 from harness.models.base import (
     GenerationParams,
     ModelBackend,
@@ -37,6 +38,7 @@ from harness.models.base import (
 from harness.models.openai_compat import map_api_error
 
 API_KEY_ENV = "ANTHROPIC_API_KEY"
+DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_CONTEXT = 200_000
 
 STOP_REASONS = {
@@ -254,7 +256,9 @@ class AnthropicBackend(ModelBackend):
         return anthropic
 
     def where(self) -> str:
-        return f"Anthropic API at {self.options.base_url}" if self.options.base_url else "Anthropic API"
+        return (
+            f"Anthropic API at {strip_credentials(self.options.base_url)}" if self.options.base_url else "Anthropic API"
+        )
 
     def client(self) -> Any:
         import asyncio
@@ -277,6 +281,9 @@ class AnthropicBackend(ModelBackend):
     async def start(self) -> None:
         self.api_key()
         self._sdk()
+        from harness.models.openai_compat import check_reachable
+
+        await check_reachable((self.options.base_url or DEFAULT_BASE_URL).rstrip("/") + "/v1")
 
     async def close(self) -> None:
         clients, self._clients = self._clients, {}
@@ -302,6 +309,8 @@ class AnthropicBackend(ModelBackend):
                     self.dropped_params.add(rejected)
                     continue
                 raise map_api_error(exc, anthropic, self.where(), self.model) from exc
+            except ValueError as exc:  # a 200 whose body is not JSON: a glitch, retried
+                raise TransientModelError(f"{self.where()} returned a body that is not JSON: {exc}") from None
             return from_anthropic_message(message)
         raise ModelError(f"{self.where()} rejected the sampling parameters of {self.model}")
 

@@ -12,32 +12,62 @@ import time
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, Field
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 from harness.errors import TransientModelError
+from harness.redact import register_url_credentials, strip_credentials
 from harness.registry import Registry
+
+
+# Upper bounds catch typos (an extra zero) and values no server accepts, before anything runs.
+WEEK_S = 7 * 24 * 3600.0
 
 
 class GenerationParams(BaseModel):
     """Decoding knobs. Greedy by default so runs are repeatable."""
 
-    temperature: float = 0.0
-    top_p: float = 1.0
-    max_tokens: int = 512
-    seed: int | None = 0
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    temperature: float = Field(0.0, ge=0, le=10)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_tokens: int = Field(512, ge=1, le=10_000_000)
+    seed: int | None = Field(0, ge=0, le=2**32 - 1)
 
 
 class BackendOptions(BaseModel):
-    """How to reach or start a backend; recorded in results (never the API key itself)."""
+    """How to reach or start a backend; recorded in results (never the API key itself, nor a
+    password in ``base_url``: serialized, the URL has no credentials, so they are neither
+    written nor hashed into the run key)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
     base_url: str | None = None
-    context_size: int | None = Field(None, description="override the context size (tokens); llama.cpp n_ctx")
-    request_timeout: float = 600.0
-    max_attempts: int = 6
-    retry_max_wait: float = 120.0
-    startup_timeout: float = 300.0
-    n_threads: int | None = None
+    context_size: int | None = Field(
+        None, ge=1, le=100_000_000, description="override the context size (tokens); llama.cpp n_ctx"
+    )
+    request_timeout: float = Field(600.0, gt=0, le=WEEK_S)
+    max_attempts: int = Field(6, ge=1, le=100)
+    retry_max_wait: float = Field(120.0, ge=0, le=WEEK_S)
+    startup_timeout: float = Field(300.0, gt=0, le=WEEK_S)
+    n_threads: int | None = Field(None, ge=1, le=4096)
     server_args: list[str] = Field(default_factory=list, description="extra flags passed to a launched server")
+
+    @field_validator("base_url")
+    @classmethod
+    def _url_shape(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"must be an http(s) URL like http://host:8000/v1, not {value!r}")
+        register_url_credentials(value)
+        return value
+
+    @field_serializer("base_url")
+    def _no_credentials(self, value: str | None) -> str | None:
+        return strip_credentials(value)
 
 
 class ToolCall(BaseModel):
@@ -139,14 +169,14 @@ class ModelBackend(ABC):
 
     def cache_identity(self) -> dict[str, Any]:
         """What distinguishes this backend's answers in the response cache (never a key)."""
-        return {"backend": self.prefix, "model": self.model, "base_url": self.options.base_url}
+        return {"backend": self.prefix, "model": self.model, "base_url": strip_credentials(self.options.base_url)}
 
     def describe(self) -> dict[str, Any]:
         """Recorded in results.json."""
         return {
             "backend": self.prefix,
             "model": self.model,
-            "base_url": self.options.base_url,
+            "base_url": strip_credentials(self.options.base_url),
             "context_size": self.context_size(),
             "tokenizer": self.tokenizer_name(),
         }

@@ -14,10 +14,11 @@ from typing import Any
 
 from harness.errors import ModelError
 from harness.models.base import GenerationParams, register_backend
-from harness.models.openai_compat import OpenAICompatibleBackend
+from harness.models.openai_compat import OpenAICompatibleBackend, check_reachable
 from harness.models.tokenizers import encoding_for_model, offline_encoding_name
 
 API_KEY_ENV = "OPENAI_API_KEY"
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 # Context windows (tokens) of OpenAI models; the longest matching name prefix wins.
 KNOWN_CONTEXT_SIZES: dict[str, int] = {
@@ -73,20 +74,8 @@ class OpenAIBackend(OpenAICompatibleBackend):
 
     async def start(self) -> None:
         self.api_key()  # fail before the first sample, not inside it
-        if self.options.base_url:
-            await self._check_reachable(self.options.base_url)
-
-    @staticmethod
-    async def _check_reachable(url: str) -> None:
-        """A server nobody listens on fails the run at once instead of every sample after retries.
-        Only the connection counts: gateways differ in what GET /models answers."""
-        import httpx
-
-        try:
-            async with httpx.AsyncClient(timeout=10, trust_env=False) as client:
-                await client.get(url.rstrip("/") + "/models")
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            raise ModelError(f"cannot reach the server at {url}: {exc or type(exc).__name__}") from None
+        # The default endpoint too: offline, or behind a firewall, the run stops now, not after retries.
+        await check_reachable(self.base_url or DEFAULT_BASE_URL)
 
     def request_kwargs(self, messages, params: GenerationParams, tools, tool_choice) -> dict[str, Any]:
         kwargs = super().request_kwargs(messages, params, tools, tool_choice)

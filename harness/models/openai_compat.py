@@ -23,6 +23,7 @@ import uuid
 from typing import Any, ClassVar, Mapping
 
 from harness.errors import ModelError, TransientModelError
+from harness.redact import redact, strip_credentials
 from harness.models.base import (
     GenerationParams,
     ModelBackend,
@@ -81,7 +82,8 @@ def parse_retry_after(headers: Mapping[str, str] | None, now: float | None = Non
 
 
 def _one_line(text: Any, limit: int = 500) -> str:
-    text = " ".join(str(text).split())
+    """Server text for a message: one line, bounded, secrets masked (error bodies echo headers)."""
+    text = " ".join(redact(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -158,8 +160,24 @@ def map_api_error(exc: Exception, sdk: Any, where: str, model: str | None = None
             return ModelError(f"{where}: model {model!r} or endpoint not found (404): {msg}")
         return ModelError(f"{where} rejected the request ({status}): {msg}")
     if isinstance(exc, getattr(sdk, "APIResponseValidationError", ())):
-        return ModelError(f"{where} returned a response that does not follow the API: {error_message(exc)}")
+        # a 200 the SDK cannot read (truncated, not the schema): transient, retried, then model_unavailable
+        return TransientModelError(f"{where} returned a response that does not follow the API: {error_message(exc)}")
     return ModelError(f"{where}: {type(exc).__name__}: {error_message(exc)}")
+
+
+async def check_reachable(url: str, timeout: float = 10.0) -> None:
+    """A server nobody listens on (or a name that does not resolve) fails the run at once instead
+    of every sample after retries. Only the connection counts: gateways differ in what GET /models
+    answers, and no key is sent."""
+    import httpx
+
+    try:
+        async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+            await client.get(url.rstrip("/") + "/models")
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        raise ModelError(
+            f"cannot reach the server at {strip_credentials(url)}: {_one_line(exc or type(exc).__name__)}"
+        ) from None
 
 
 # --------------------------------------------------------------------------- messages
@@ -244,7 +262,7 @@ class OpenAICompatibleBackend(ModelBackend):
         return self.model
 
     def server_label(self) -> str:
-        return f"{self.label} at {self.base_url}" if self.base_url else self.label
+        return f"{self.label} at {strip_credentials(self.base_url)}" if self.base_url else self.label
 
     def request_kwargs(
         self,
@@ -294,6 +312,8 @@ class OpenAICompatibleBackend(ModelBackend):
             completion = await client.chat.completions.create(**kwargs)
         except openai.APIError as exc:
             raise map_api_error(exc, openai, self.server_label(), self.model) from exc
+        except ValueError as exc:  # a 200 whose body is not JSON (json.JSONDecodeError): a glitch, retried
+            raise TransientModelError(f"{self.server_label()} returned a body that is not JSON: {_one_line(exc)}")
         return response_from_completion(completion, self.server_label())
 
 

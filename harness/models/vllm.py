@@ -21,6 +21,7 @@ import httpx
 
 from harness.errors import ModelError
 from harness.models.base import register_backend
+from harness.redact import register_secret, strip_credentials
 from harness.models.launcher import ServerLauncher, api_base, attach, server_root
 from harness.models.openai_compat import OpenAICompatibleBackend
 
@@ -48,6 +49,7 @@ class VLLMBackend(OpenAICompatibleBackend):
         self.launcher: ServerLauncher | None = None
         self.base_url = api_base(options.base_url) if options.base_url else None
         self._key = os.environ.get("VLLM_API_KEY") if options.base_url else secrets.token_hex(16)
+        register_secret(self._key)
         self._served_id: str | None = None
         self._max_model_len: int | None = None
         self._version: str | None = None
@@ -157,14 +159,20 @@ class VLLMBackend(OpenAICompatibleBackend):
     def cache_identity(self) -> dict[str, Any]:
         identity: dict[str, Any] = {"backend": self.prefix, "model": self.model}
         if self.options.base_url:
-            identity["base_url"] = self.options.base_url
+            identity["base_url"] = strip_credentials(self.options.base_url)
         else:
             identity["server_args"] = list(self.options.server_args)
         return identity
 
     def describe(self) -> dict[str, Any]:
         info = super().describe()
-        info.update({"base_url": self.base_url, "served_model": self._served_id, "vllm_version": self._version})
+        info.update(
+            {
+                "base_url": strip_credentials(self.base_url),
+                "served_model": self._served_id,
+                "vllm_version": self._version,
+            }
+        )
         info["mode"] = "attached" if self.options.base_url else "launched"
         if self.launcher is not None:
             info["pid"] = self.launcher.pid

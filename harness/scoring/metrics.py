@@ -1,6 +1,14 @@
-"""Metric registry. A metric is one function registered by name that scores saved answers
-against a dataset's references with no model call, and returns keys to merge into the official
-score shape: aggregates at the top level, per-question values under ``raw``."""
+"""Metric registry and the one function that turns per-question metric values into scores.
+
+A metric is one function registered by name that scores saved answers against a dataset's
+references with no model call: ``fn(questions, answers, only_answered, options=ScoringOptions)``
+returns ``{"raw": {question id: {name: value}}, "info": {...}}``. ``score_answers`` then averages
+each per-question value over the questions scored (and over each group for the breakdowns), so
+metrics do not each re-implement the mean. A metric whose official aggregate is not that mean
+(FanOutQA's acc/ROUGE as fanoutqa computes them, QAMPARI's F1>=0.5 shares, corpus BLEU) also
+returns ``"aggregate"``, which is used as it is. Each metric's numbers live under its own name in
+the scores (results format 2, see ``harness.scoring.results``), so two metrics cannot clash.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +20,7 @@ from pydantic import BaseModel, Field
 from harness.datasets.base import Dataset, Sample
 from harness.errors import HarnessError
 from harness.registry import Registry
+from harness.scoring.results import RESULTS_FORMAT, SECTIONS
 
 
 class ScoringOptions(BaseModel):
@@ -21,10 +30,13 @@ class ScoringOptions(BaseModel):
     judge_max_connections: int = 8
     bleurt_checkpoint: str | None = Field(None, description="directory of a BLEURT checkpoint")
     cache_path: str | None = None
+    # A server that ignores max_tokens can return megabytes; scoring that whole would take minutes and
+    # gigabytes. Longer answers are scored on their first this-many characters and flagged.
+    max_answer_chars: int = Field(100_000, ge=1_000, le=10_000_000, description="longest answer scored whole")
 
 
 # fn(questions, answers, only_score_answered, options=ScoringOptions)
-#   -> {"aggregate": {...}, "raw": {qid: {...}}, "info": {...}}
+#   -> {"raw": {qid: {...}}, "info": {...}, "aggregate"?: {...}}
 MetricFn = Callable[..., dict[str, Any]]
 METRICS: Registry[MetricFn] = Registry("metric")
 
@@ -38,7 +50,13 @@ METRIC_MODULES = {
 }
 
 
+# Names a metric cannot have: the other keys of a scores dict and of its rows.
+RESERVED_NAMES = frozenset(SECTIONS) | {"question_id", "n", "oversized_answer"}
+
+
 def get_metric(name: str) -> MetricFn:
+    if name in RESERVED_NAMES:
+        raise HarnessError(f"{name!r} cannot be a metric name (reserved in the scores)")
     if name in METRIC_MODULES:
         importlib.import_module(METRIC_MODULES[name])
     if name not in METRICS:
@@ -66,6 +84,8 @@ def fanoutqa_string(
         "rouge_stemmer": True,
         "reference": "fanoutqa==1.1.1 eval.scorer (acc, rouge)",
     }
+    # The official aggregates, not means of raw: strict is the share fully found, and the sums run
+    # over the official int/float values in its order, so they stay bit-identical to fanoutqa's.
     return {"aggregate": {"acc": scores["acc"], "rouge": scores["rouge"]}, "raw": raw, "info": info}
 
 
@@ -86,9 +106,7 @@ def em_f1(
         else:
             em = f1 = precision = recall = 0.0
         raw[q.id] = {"em": em, "f1": f1, "f1_precision": precision, "f1_recall": recall}
-    n = len(pool) or 1
-    aggregate = {k: sum(r[k] for r in raw.values()) / n for k in ("em", "f1", "f1_precision", "f1_recall")}
-    return {"aggregate": aggregate, "raw": raw, "info": {"reference": "hotpot_evaluate_v1.py (answer metrics)"}}
+    return {"raw": raw, "info": {"reference": "hotpot_evaluate_v1.py (answer metrics)"}}  # means: score_answers
 
 
 def _dist_version(name: str) -> str | None:
@@ -109,68 +127,110 @@ def score_answers(
     options: ScoringOptions | None = None,
 ) -> dict[str, Any]:
     """Score ``answers`` ({"id", "answer"}) on ``questions``; unanswered questions count 0
-    unless ``only_answered`` (mirrors the official Scorer's ``only_score_answered``)."""
+    unless ``only_answered`` (mirrors the official Scorer's ``only_score_answered``).
+    Returns a results-format-2 scores dict (see ``harness.scoring.results``)."""
     if not dataset.info.has_answers:
         raise HarnessError(f"{dataset.info.spec()} has no reference answers; it cannot be scored here")
-    names = metrics or dataset.metrics
-    out: dict[str, Any] = {}
-    raw: dict[str, dict[str, Any]] = {}
-    info: dict[str, Any] = {}
-    for name in names:
-        result = get_metric(name)(questions, answers, only_answered, options=options or ScoringOptions())
-        out.update(result["aggregate"])
-        for qid, values in result["raw"].items():
-            raw.setdefault(qid, {}).update(values)
-        info[name] = result.get("info", {})
+    names = list(dict.fromkeys(metrics or dataset.metrics))  # a metric named twice is scored once
+    fns = {name: get_metric(name) for name in names}  # every name checked before any is run
+    options = options or ScoringOptions()
+    answers, oversized = cap_answers(answers, options.max_answer_chars)
     if only_answered:  # the official scorer walks the answers in their order
         known = {q.id for q in questions}
-        order = [a["id"] for a in answers if a["id"] in known]
+        order = list(dict.fromkeys(a["id"] for a in answers if a["id"] in known))
     else:
         order = [q.id for q in questions]
-    out["raw"] = [{"question_id": qid, **raw.get(qid, {})} for qid in order]
-    breakdown = _breakdown(questions, out["raw"])
+    out: dict[str, Any] = {"results_format": RESULTS_FORMAT}
+    rows: dict[str, dict[str, Any]] = {qid: {"question_id": qid} for qid in order}
+    info: dict[str, Any] = {}
+    aggregation: dict[str, str] = {}
+    for name, fn in fns.items():
+        result = fn(questions, answers, only_answered, options=options)
+        per_question = result["raw"]
+        for qid in order:
+            if qid in per_question:
+                rows[qid][name] = per_question[qid]
+        if "aggregate" in result:
+            out[name] = result["aggregate"]
+            aggregation[name] = "the metric's own"
+        else:
+            out[name] = mean_values([per_question[qid] for qid in order if qid in per_question])
+            aggregation[name] = "mean of the per-question values"
+        info[name] = result.get("info", {})
+    for qid, chars in oversized.items():
+        if qid in rows:
+            rows[qid]["oversized_answer"] = {"chars": chars, "scored_chars": options.max_answer_chars}
+    out["raw"] = list(rows.values())
+    breakdown = _breakdown(questions, rows, names)
     if breakdown:
         out["breakdown"] = breakdown
     out["meta"] = {
         "metrics": names,
         "n_questions": len(order),
         "n_answered": sum(1 for a in answers if a.get("answer") is not None),
+        "n_oversized_answers": len(oversized),
         "only_score_answered": only_answered,
         "dataset": dataset.info.spec(),
         "dataset_sha256": dataset.info.sha256,
         "metric_info": info,
-        "options": (options or ScoringOptions()).model_dump(),
+        "aggregation": aggregation,
+        "options": options.model_dump(),
     }
     return out
 
 
-def _numeric_leaves(values: dict[str, Any], prefix: str = "") -> dict[str, float]:
-    out: dict[str, float] = {}
-    for key, value in values.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, bool):
-            out[name] = float(value)
-        elif isinstance(value, (int, float)):
-            out[name] = float(value)
-        elif isinstance(value, dict):
-            out.update(_numeric_leaves(value, name + "."))
+def cap_answers(answers: list[dict[str, Any]], max_chars: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Answers longer than ``max_chars`` cut to it for scoring (never in the records), and their lengths."""
+    oversized: dict[str, int] = {}
+    out = []
+    for a in answers:
+        text = a.get("answer")
+        if isinstance(text, str) and len(text) > max_chars:
+            oversized[a["id"]] = len(text)
+            a = {**a, "answer": text[:max_chars]}
+        out.append(a)
+    return out, oversized
+
+
+def mean_values(rows: list[dict[str, Any]], like: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The mean of each per-question value, nested as the values are. Bools count 0/1; a value
+    that is None for some question has no mean (None); text (a judge's output) is left out.
+    ``like``: only the keys of these (all questions') means, so a group where some text happens
+    to be None everywhere does not get a None for it."""
+    out: dict[str, Any] = {}
+    keys = list(dict.fromkeys(k for row in rows for k in row))
+    for key in keys:
+        if like is not None and key not in like:
+            continue
+        values = [row[key] for row in rows if key in row]
+        if all(isinstance(v, dict) for v in values):
+            sub = like.get(key) if like is not None else None
+            out[key] = mean_values(values, sub if isinstance(sub, dict) else None)
+        elif not all(v is None or isinstance(v, (bool, int, float)) for v in values):
+            continue
+        elif any(v is None for v in values):
+            out[key] = None
+        else:
+            out[key] = sum(float(v) for v in values) / len(values)
     return out
 
 
-def _breakdown(questions: list[Sample], raw: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per-group means of every per-question number (FanOutQA categories, QUEST templates, ...)."""
-    by_id = {r["question_id"]: _numeric_leaves({k: v for k, v in r.items() if k != "question_id"}) for r in raw}
-    groups: dict[str, dict[str, list[dict[str, float]]]] = {}
+def _breakdown(questions: list[Sample], rows: dict[str, dict[str, Any]], names: list[str]) -> dict[str, Any]:
+    """Per-group means of each metric's per-question values (FanOutQA categories, QUEST templates, ...)."""
+    groups: dict[str, dict[str, list[str]]] = {}
     for q in questions:
-        if q.id not in by_id:
+        if q.id not in rows:
             continue
         for group, values in (q.groups or {}).items():
             for value in values:
-                groups.setdefault(group, {}).setdefault(value, []).append(by_id[q.id])
+                groups.setdefault(group, {}).setdefault(value, []).append(q.id)
+    shapes = {name: mean_values([row[name] for row in rows.values() if name in row]) for name in names}
     out: dict[str, Any] = {}
     for group, members in groups.items():
         out[group] = {}
-        for value, rows in sorted(members.items()):
-            keys = sorted({k for row in rows for k in row})
-            out[group][value] = {"n": len(rows), **{k: sum(r.get(k, 0.0) for r in rows) / len(rows) for k in keys}}
+        for value, ids in sorted(members.items()):
+            entry: dict[str, Any] = {"n": len(ids)}
+            for name in names:
+                entry[name] = mean_values([rows[qid][name] for qid in ids if name in rows[qid]], shapes[name])
+            out[group][value] = entry
     return out

@@ -58,6 +58,32 @@ def _post(doc) -> str:
     return _SPACE.sub(" ", _PUNCT.sub("", " ".join(tok.lemma_ for tok in doc)))
 
 
+# Longer texts are lemmatized in pieces: spaCy refuses a doc over nlp.max_length (1M characters) and
+# its memory grows with doc length (a 900k-character answer took 4 GB). Official answers are far shorter.
+LONG_TEXT_CHARS = 100_000
+PIECE_CHARS = 20_000
+
+
+def _pieces(text: str) -> list[str]:
+    """``text`` cut at whitespace into pieces of at most about PIECE_CHARS characters."""
+    out, start = [], 0
+    while start < len(text):
+        end = min(start + PIECE_CHARS, len(text))
+        if end < len(text):
+            cut = max(text.rfind(" ", start, end), text.rfind("\n", start, end))
+            end = cut + 1 if cut > start else end
+        out.append(text[start:end])
+        start = end
+    return out
+
+
+def _lemmatize(pre: str) -> str:
+    nlp = _load()
+    if len(pre) <= LONG_TEXT_CHARS:
+        return _post(nlp(pre))
+    return _SPACE.sub(" ", " ".join(_post(doc) for doc in nlp.pipe(_pieces(pre), batch_size=4))).strip()
+
+
 def _store(key: str, value: str) -> None:
     if len(_cache) >= CACHE_MAX:
         del _cache[next(iter(_cache))]  # dicts keep insertion order: evict the oldest
@@ -70,7 +96,7 @@ def normalize(text: Any) -> str:
     hit = _cache.get(key)
     if hit is None:
         with _lock:
-            hit = _post(_load()(_pre(key)))
+            hit = _lemmatize(_pre(key))
             _store(key, hit)
     return hit
 
@@ -79,11 +105,15 @@ def normalize_many(texts: Iterable[Any]) -> list[str]:
     """``[normalize(t) for t in texts]``, lemmatizing the uncached ones in one ``nlp.pipe`` batch."""
     keys = [str(t) for t in texts]
     todo = list(dict.fromkeys(k for k in keys if k not in _cache))
+    long = [k for k in todo if len(k) > LONG_TEXT_CHARS // 2]  # _pre can lengthen a text (ftfy)
+    todo = [k for k in todo if len(k) <= LONG_TEXT_CHARS // 2]
     if todo:
         with _lock:
             docs = _load().pipe(_pre(k) for k in todo)
             for key, doc in zip(todo, docs):
                 _store(key, _post(doc))
+    for key in long:
+        normalize(key)
     # Re-check: a tiny CACHE_MAX could evict entries stored in this very call.
     return [_cache[k] if k in _cache else normalize(k) for k in keys]
 

@@ -1,29 +1,41 @@
-"""``quest``: QUEST's end-to-end set metric (google-research/language, ``language/quest/eval/
-run_eval.py``): per query, with P = the predicted title set and G = the gold ``docs`` set,
+"""``quest``: QUEST's end-to-end set metric (google-research/language@cd31d413, ``language/quest/eval/
+run_eval.py``): per query, with P = the set of predicted titles and G = the set of gold ``docs``,
 tp = |P & G|; precision = tp / |P|, recall = tp / |G|, F1 = harmonic mean, all 0 when tp = 0;
 averaged over queries (``eval_utils.print_avg``). The per-template averages the official script
 prints come from ``Sample.groups`` (template and domain) in ``score_answers(...)["breakdown"]``.
 
-The official script compares exact title strings (its predictions are document titles from the
-corpus). An agent writes free text, so we extract one title per line and normalize lightly before
-the exact comparison, on both sides: strip bullets ("- ", "* ", "• "), numbering ("1.", "1)"),
-wrapping quotes / ``**`` / ``[[...]]``, and surrounding whitespace; collapse internal whitespace;
-and upper-case the first character (Wikipedia titles are case-insensitive in their first letter
-only). Otherwise matching stays case- and punctuation-sensitive, as titles are.
+The official script compares exact title strings and normalizes nothing; so do we by default
+(``title_normalization="none"``): "1. FC Köln" or "iPhone" stay as they are, "" is a (wrong)
+prediction, and a list answer is scored as given. A free-form string answer (our extension) is
+read one title per line, each line stripped of surrounding whitespace, empty lines dropped.
+
+``title_normalization="light"`` (recorded in ``info``) also cleans predictions that are not
+already a gold title: strips bullets ("- ", "* ", "• "), numbering ("1.", "1)"), wrapping quotes /
+``**`` / ``[[...]]``, collapses internal whitespace, upper-cases the first character (Wikipedia
+titles are case-insensitive in their first letter only), and drops empty ones. Gold titles are
+never changed; matching stays case- and punctuation-sensitive beyond the first letter.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from typing import Any
 
 from harness.scoring.metrics import METRICS, ScoringOptions
 
 _BULLET = re.compile(r"^\s*(?:[-*•]\s+|\(?\d+[.)]\s+)")
+TITLE_NORMALIZATIONS = ("none", "light")
 
 
-def normalize_title(title: str) -> str:
+def normalize_title(title: str, known: Collection[str] = ()) -> str:
+    """The ``light`` cleaning of one predicted title; a title in ``known`` (the gold titles) is
+    returned unchanged, so a real title such as "1. FC Köln" keeps its "1. "."""
+    if title in known:
+        return title
     t = " ".join(str(title).split())
+    if t in known:
+        return t
     prev = None
     while prev != t:
         prev = t
@@ -34,19 +46,41 @@ def normalize_title(title: str) -> str:
             t = t[2:-2].strip()
         if len(t) > 1 and t[0] == t[-1] and t[0] in "\"'`":
             t = t[1:-1].strip()
+        if t in known:
+            return t
     return t[:1].upper() + t[1:]
 
 
-def titles_from(answer: Any) -> list[str]:
+def _check(title_normalization: str) -> None:
+    if title_normalization not in TITLE_NORMALIZATIONS:
+        raise ValueError(
+            f"unknown title_normalization {title_normalization!r} (one of: {', '.join(TITLE_NORMALIZATIONS)})"
+        )
+
+
+def titles_from(answer: Any, title_normalization: str = "none", gold: Collection[str] = ()) -> list[str]:
+    """The predicted titles of one answer: a list as given (items stringified), a string one per
+    line (stripped, empty lines dropped); ``light`` cleans them (see the module docstring)."""
+    _check(title_normalization)
     if answer is None:
         return []
-    lines = answer if isinstance(answer, list) else str(answer).splitlines()
-    return [t for t in (normalize_title(x) for x in lines) if t]
+    if isinstance(answer, list):
+        titles = [a if isinstance(a, str) else str(a) for a in answer]
+    else:
+        titles = [line.strip() for line in str(answer).splitlines() if line.strip()]
+    if title_normalization == "light":
+        known = set(gold)
+        titles = [t for t in (normalize_title(x, known) for x in titles) if t]
+    return titles
 
 
-def score_sets(predicted: list[str], gold: list[str]) -> dict[str, float]:
-    pred_set = {normalize_title(t) for t in predicted} - {""}
-    gold_set = {normalize_title(t) for t in gold}
+def score_sets(predicted: list[str], gold: list[str], title_normalization: str = "none") -> dict[str, float]:
+    """One query as run_eval.py scores it (``predicted`` already read by ``titles_from``)."""
+    _check(title_normalization)
+    gold_set = set(gold)
+    if title_normalization == "light":
+        predicted = [t for t in (normalize_title(x, gold_set) for x in predicted) if t]
+    pred_set = set(predicted)
     tp = len(gold_set & pred_set)
     if tp:
         precision = tp / len(pred_set)
@@ -59,15 +93,29 @@ def score_sets(predicted: list[str], gold: list[str]) -> dict[str, float]:
 
 @METRICS.register("quest")
 def quest(
-    questions: list, answers: list[dict[str, Any]], only_answered: bool, options: ScoringOptions | None = None
+    questions: list,
+    answers: list[dict[str, Any]],
+    only_answered: bool,
+    options: ScoringOptions | None = None,
+    *,
+    title_normalization: str = "none",
 ) -> dict[str, Any]:
+    _check(title_normalization)
     by_id = {a["id"]: a.get("answer") for a in answers}
     pool = [q for q in questions if q.id in by_id] if only_answered else questions
-    raw = {q.id: score_sets(titles_from(by_id.get(q.id)), list(q.answer or [])) for q in pool}
+    raw = {}
+    for q in pool:
+        gold = list(q.answer or [])
+        raw[q.id] = score_sets(titles_from(by_id.get(q.id)), gold, title_normalization)  # cleans if "light"
     n = len(pool)
     agg = {k: (sum(r[k] for r in raw.values()) / n if n else 0.0) for k in ("precision", "recall", "f1")}
     info = {
-        "reference": "google-research/language language/quest/eval/run_eval.py",
-        "title_normalization": "one per line; bullets/numbering/quotes stripped; first letter upper-cased",
+        "reference": "google-research/language@cd31d413 language/quest/eval/run_eval.py",
+        "title_normalization": title_normalization,
+        "titles": (
+            "exact strings (official); string answers: one per line, stripped, empty lines dropped"
+            if title_normalization == "none"
+            else "light: bullets/numbering/quotes stripped, first letter upper-cased, unless already a gold title"
+        ),
     }
     return {"aggregate": agg, "raw": raw, "info": info}

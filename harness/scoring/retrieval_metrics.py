@@ -1,18 +1,26 @@
 """Retrieval metrics of QUEST and QAMPARI, as plain per-question functions (average them yourself).
 
 * ``recall_at_k``: QUEST ``eval/analyze_retriever.py``: |set(top-K) & gold| / |gold|.
-* ``mrecall_at_k``: MRecall@K. QUEST's code counts 1 when the gold set is a subset of the top-K
-  (``cap=False``). The QAMPARI/QUEST papers' definition, the default here (``cap=True``), also
-  counts 1 when |gold| > K and the top-K are all gold (at least K distinct gold items in the top-K).
-  With QUEST's K values (20, 50, 100, 1000) and at most 20 gold documents the two agree for K >= 20.
+* ``mrecall_at_k``: MRecall@K. By default QUEST's code (``analyze_retriever.py``): 1 when the gold
+  set is a subset of the top-K, so a query with more than K gold documents always scores 0.
+  ``cap=True`` is the QAMPARI/QUEST papers' wording instead: 1 also when |gold| > K and the top-K
+  are all gold (at least min(K, |gold|) distinct gold items in the top-K).
 * ``answer_recall_at_k`` (ARecall@K): the share of gold answers of which some alias occurs in one of
   the top-K passages, after QAMPARI's ``normalize_answer`` on both sides, as whole tokens.
 * ``evidence_recall_at_k`` (ERecall@K): the share of gold proof passages retrieved in the top-K, as
-  QAMPARI's ``models/evaluation/retriever_metric.py`` matches them: same title (case-insensitive)
-  and a longest common substring (lower-cased) longer than 0.7 x the shorter text; each proof and
-  each retrieved passage is matched at most once. (The official script's final averaging lines do
-  not run as written; we average per question.) ``by_answer=True`` instead gives the share of
-  answers with at least one of their proofs retrieved.
+  QAMPARI's ``models/evaluation/retriever_metric.py`` matches them: same title (case-insensitive),
+  and the longest common substring of the lower-cased texts longer than 0.7 x the shorter raw
+  text; each retrieved passage matches the first unmatched proof it can, each proof at most once.
+  (The official script's final averaging lines do not run as written; we average per question.)
+  ``by_answer=True`` instead gives the share of answers with at least one of their proofs retrieved.
+
+  The official ``longest_common_substring`` skips some alignments: it only starts runs at (i, j)
+  (i in the retrieved text x, j in the proof y) with i - j <= len(x) - len(y), or with
+  i - j <= len(y) - len(x) and j < len(x); so it returns 1, not 5, for ("world", "hello world!").
+  ``lcs="official"`` (the default, what published numbers used) reproduces it; ``lcs="exact"``
+  is the true longest common substring. Record ``metric_info(...)`` beside the values.
+
+Unlike upstream (ZeroDivisionError), an empty retrieved or proof text never matches.
 """
 
 from __future__ import annotations
@@ -23,6 +31,26 @@ from typing import Any
 
 from harness.scoring.list_metrics import answer_aliases, normalize_answer
 
+LCS_KINDS = ("official", "exact")
+
+
+def metric_info(*, lcs: str = "official", cap: bool = False) -> dict[str, Any]:
+    """What to record beside ERecall / MRecall values: the definitions and option values used."""
+    _check_lcs(lcs)
+    return {
+        "evidence_recall": {
+            "reference": "samsam3232/qampari@dd9fe313 models/evaluation/retriever_metric.py",
+            "lcs": lcs,
+        },
+        "mrecall": {
+            "reference": "google-research/language@cd31d413 language/quest/eval/analyze_retriever.py",
+            "cap": cap,
+            "definition": "min(K, |gold|) gold items in the top K (papers' wording)"
+            if cap
+            else "gold set within the top K (official)",
+        },
+    }
+
 
 def recall_at_k(retrieved_ids: Sequence[Any], gold_ids: Iterable[Any], k: int) -> float:
     gold = set(gold_ids)
@@ -31,7 +59,7 @@ def recall_at_k(retrieved_ids: Sequence[Any], gold_ids: Iterable[Any], k: int) -
     return len(set(retrieved_ids[:k]) & gold) / len(gold)
 
 
-def mrecall_at_k(retrieved: Sequence[Any], gold: Iterable[Any], k: int, cap: bool = True) -> float:
+def mrecall_at_k(retrieved: Sequence[Any], gold: Iterable[Any], k: int, cap: bool = False) -> float:
     gold_set = set(gold)
     if not gold_set:
         raise ValueError("MRecall@k needs at least one gold item")
@@ -58,6 +86,53 @@ def answer_recall_at_k(passages_texts: Sequence[str], answers_with_aliases: Sequ
     return hit / len(answers_with_aliases)
 
 
+def exact_lcs_length(x: str, y: str) -> int:
+    """Length of the longest common substring of ``x`` and ``y``."""
+    return SequenceMatcher(None, x, y, autojunk=False).find_longest_match(0, len(x), 0, len(y)).size
+
+
+def official_lcs_length(x: str, y: str) -> int:
+    """What QAMPARI's ``longest_common_substring(x, y)[0]`` returns, without its recursion (which
+    fails past ~1,000 equal characters): the longest run of equal characters starting at a pair
+    (i, j) its two diagonal sweeps visit (see the module docstring)."""
+    lx, ly = len(x), len(y)
+    if not lx or not ly:
+        return 0
+
+    def visited(i: int, j: int) -> bool:
+        d = i - j
+        return d <= lx - ly or (d <= ly - lx and j < lx)
+
+    # Fast path: if one true longest block starts at a visited pair, the official value is exact.
+    m = SequenceMatcher(None, x, y, autojunk=False).find_longest_match(0, lx, 0, ly)
+    if m.size == 0 or visited(m.a, m.b):
+        return m.size
+    # Visited starts form a prefix of each diagonal (the bound on d is fixed, j only grows), so walk
+    # each diagonal backwards keeping the run length, and keep the best run among visited starts.
+    best = 0
+    for d in range(1 - ly, lx):
+        i_lo, i_hi = max(0, d), min(lx - 1, ly - 1 + d)
+        if d <= lx - ly:
+            last = i_hi
+        elif d <= ly - lx:
+            last = min(i_hi, lx - 1 + d)  # j = i - d < lx
+        else:
+            continue
+        if i_hi - i_lo + 1 <= best:  # this diagonal is too short to beat best
+            continue
+        run = 0
+        for i in range(i_hi, i_lo - 1, -1):
+            run = run + 1 if x[i] == y[i - d] else 0
+            if i <= last and run > best:
+                best = run
+    return best
+
+
+def _check_lcs(lcs: str) -> None:
+    if lcs not in LCS_KINDS:
+        raise ValueError(f"unknown lcs {lcs!r} (one of: {', '.join(LCS_KINDS)})")
+
+
 def _title(p: dict[str, Any]) -> str:
     title = p.get("title")
     if title is None and p.get("found_in_url"):
@@ -66,24 +141,34 @@ def _title(p: dict[str, Any]) -> str:
 
 
 def _text(p: dict[str, Any]) -> str:
-    return (p.get("text") if p.get("text") is not None else p.get("proof_text") or "").lower()
+    return p.get("text") if p.get("text") is not None else p.get("proof_text") or ""
 
 
-def passages_match(retrieved: dict[str, Any], proof: dict[str, Any], threshold: float = 0.7) -> bool:
+def passages_match(
+    retrieved: dict[str, Any], proof: dict[str, Any], threshold: float = 0.7, lcs: str = "official"
+) -> bool:
+    _check_lcs(lcs)
     if _title(retrieved) != _title(proof):
         return False
     a, b = _text(retrieved), _text(proof)
     if not a or not b:
         return False
-    m = SequenceMatcher(None, a, b, autojunk=False).find_longest_match(0, len(a), 0, len(b))
-    return m.size / min(len(a), len(b)) > threshold
+    length = (official_lcs_length if lcs == "official" else exact_lcs_length)(a.lower(), b.lower())
+    # upstream divides by the raw lengths (lower() can lengthen a text, e.g. "İ")
+    return length / min(len(a), len(b)) > threshold
 
 
 def evidence_recall_at_k(
-    retrieved_passages: Sequence[dict[str, Any]], proofs: Sequence[Any], k: int, by_answer: bool = False
+    retrieved_passages: Sequence[dict[str, Any]],
+    proofs: Sequence[Any],
+    k: int,
+    by_answer: bool = False,
+    lcs: str = "official",
 ) -> float:
     """``retrieved_passages``: [{"title", "text"}] in rank order. ``proofs``: [{"title" or
-    "found_in_url", "text" or "proof_text"}]; with ``by_answer``, one such list per answer."""
+    "found_in_url", "text" or "proof_text"}]; with ``by_answer``, one such list per answer.
+    ``lcs``: "official" (QAMPARI's longest_common_substring) or "exact"."""
+    _check_lcs(lcs)
     groups = [list(g) for g in proofs] if by_answer else [[p] for p in proofs]
     flat = [(gi, p) for gi, g in enumerate(groups) for p in g]
     if not groups:
@@ -93,7 +178,7 @@ def evidence_recall_at_k(
         for i, (_, proof) in enumerate(flat):
             if i in matched:
                 continue
-            if passages_match(ctx, proof):
+            if passages_match(ctx, proof, lcs=lcs):
                 matched.add(i)
                 break
     if by_answer:

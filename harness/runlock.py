@@ -1,0 +1,152 @@
+"""One writer per run directory: an exclusive ``flock`` on ``RUN_DIR/.lock``.
+
+The kernel drops the lock when its holder dies (kill -9 included), so a stale lock never blocks a
+rerun. The file holds the holder's pid, for the message a second writer gets. Whoever holds the
+lock is the only process that can be writing into the directory, so temporary files left there
+by a killed writer are removed on acquiring it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from harness.errors import HarnessError
+
+LOCK_FILE = ".lock"
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows has no flock; the harness targets POSIX
+    fcntl = None  # type: ignore[assignment]
+
+
+class RunDirBusy(HarnessError):
+    """Another process holds the run directory."""
+
+
+def _holder(path: Path) -> str:
+    try:
+        pid = path.read_text(encoding="utf-8").strip()
+    except OSError:
+        pid = ""
+    return f"pid {pid}" if pid.isdigit() else "another process"
+
+
+class RunLock:
+    """``with RunLock(run_dir, purpose="run"):`` holds the directory for the block.
+
+    ``exclusive=False`` takes a shared lock: readers exclude writers but not each other."""
+
+    def __init__(self, run_dir: str | Path, purpose: str = "run", exclusive: bool = True):
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_FILE
+        self.purpose = purpose
+        self.exclusive = exclusive
+        self._fd: int | None = None
+        self.created_dir = False
+
+    def acquire(self) -> RunLock:
+        if fcntl is None:  # pragma: no cover
+            return self
+        if self.run_dir.exists() and not self.run_dir.is_dir():
+            raise HarnessError(f"{self.run_dir} is a file, not a run directory")
+        if not self.run_dir.exists():
+            try:
+                self.run_dir.mkdir(parents=True)
+                self.created_dir = True
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise HarnessError(f"cannot create the run directory {self.run_dir}: {exc.strerror}") from None
+        mode = fcntl.LOCK_EX if self.exclusive else fcntl.LOCK_SH
+        for _ in range(50):
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise HarnessError(f"cannot lock the run directory {self.run_dir}: {exc.strerror}") from None
+            try:
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                verb = "written" if self.exclusive else "read"
+                raise RunDirBusy(
+                    f"{self.run_dir} is in use by another harness process ({_holder(self.path)}); "
+                    f"wait for it to finish before this {self.purpose}, or choose another directory"
+                    + ("" if self.exclusive else f" (it cannot be {verb} meanwhile)")
+                ) from None
+            # The file may have been unlinked by a holder that just released it: lock the file
+            # that is at the path now, not an orphan inode.
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                self._fd = fd
+                break
+            os.close(fd)
+            time.sleep(0.01)
+        else:  # pragma: no cover - only under a pathological unlink storm
+            raise RunDirBusy(f"could not lock {self.run_dir}")
+        if self.exclusive:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+            remove_leftover_temp_files(self.run_dir)
+        return self
+
+    def release(self, remove_if_empty: bool = False) -> None:
+        """Unlock. ``remove_if_empty``: a run that wrote nothing leaves no directory behind."""
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            if remove_if_empty and self.created_dir:
+                others = [p for p in self.run_dir.iterdir() if p.name != LOCK_FILE]
+                if not others:
+                    self.path.unlink(missing_ok=True)
+                    try:
+                        self.run_dir.rmdir()
+                    except OSError:
+                        pass
+        finally:
+            os.close(fd)  # closing drops the flock
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def is_locked(run_dir: str | Path) -> str | None:
+    """The holder ("pid N") when a process is writing ``run_dir`` now, else None."""
+    if fcntl is None:  # pragma: no cover
+        return None
+    path = Path(run_dir) / LOCK_FILE
+    if not path.exists():
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _holder(path)
+    finally:
+        os.close(fd)
+    return None
+
+
+def remove_leftover_temp_files(directory: Path) -> list[str]:
+    """Temp files of atomic writes (``.NAME.XXXX.tmp``) a killed writer left behind."""
+    removed = []
+    for path in directory.glob(".*.tmp"):
+        if path.is_file():
+            path.unlink(missing_ok=True)
+            removed.append(path.name)
+    return removed
+
+
+__all__ = ["LOCK_FILE", "RunDirBusy", "RunLock", "is_locked", "remove_leftover_temp_files"]

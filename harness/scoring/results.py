@@ -1,0 +1,188 @@
+"""Reading a ``scores`` dict (results.json ``scores``, ``harness score`` output) in either format.
+
+Format 2 (``results_format: 2``) gives each metric its own namespace, so no metric can overwrite
+another's numbers::
+
+    {"results_format": 2,
+     "fanoutqa-string": {"acc": {"loose", "strict"}, "rouge": {...}},   # official FanOutQA shape
+     "set-f1": {"precision", "recall", "f1", ...},
+     "raw": [{"question_id", "fanoutqa-string": {"acc", "rouge"}, "set-f1": {...}}, ...],
+     "breakdown": {GROUP: {VALUE: {"n", "fanoutqa-string": {...}, "set-f1": {...}}}},
+     "meta": {...}}
+
+Format 1 (no ``results_format``; harness before issue 10) merged every metric's aggregate into one
+flat dict, a later metric overwriting an earlier one's keys. ``upgrade`` reads it as format 2:
+each key goes to the last metric of ``meta.metrics`` that wrote it, which is whose value it holds.
+Every reader (console summary, leaderboard, report, ablate) goes through these functions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.errors import HarnessError
+
+RESULTS_FORMAT = 2
+SECTIONS = ("results_format", "raw", "breakdown", "meta")  # the keys of a scores dict that are not metrics
+# What each metric wrote into a format-1 scores dict: (aggregate keys, per-question keys). Format 1
+# is frozen, so this table is history, not something new metrics need to join.
+FORMAT1_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "fanoutqa-string": (("acc", "rouge"), ("acc", "rouge")),
+    "em-f1": (("em", "f1", "f1_precision", "f1_recall"),) * 2,
+    "set-f1": (
+        ("precision", "recall", "f1", "f1_ge_0.5", "recall_ge_0.8"),
+        ("precision", "recall", "f1", "n_predicted", "n_correct"),
+    ),
+    "quest": (("precision", "recall", "f1"), ("precision", "recall", "f1", "n_predicted", "n_correct")),
+    "topiocqa": (("em", "f1", "bleu", "bleu_corpus", "turns"), ("em", "f1", "bleu")),
+    "bleurt": (("bleurt",),) * 2,
+    "llm-judge": (("llm_judge",), ("llm_judge", "judge_output")),
+}
+UNATTRIBUTED = "unattributed"  # format-1 keys no known metric wrote
+
+
+def results_format(scores: dict[str, Any]) -> int:
+    version = scores.get("results_format", 1)
+    if version not in (1, RESULTS_FORMAT):
+        raise HarnessError(f"scores in results format {version!r}; this harness reads formats 1 and {RESULTS_FORMAT}")
+    return version
+
+
+def upgrade(scores: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``scores`` in format 2 (a format-2 dict is returned as it is, a format-1 one converted)."""
+    if not scores or results_format(scores) == RESULTS_FORMAT:
+        return scores
+    meta = scores.get("meta") or {}
+    names = list(meta.get("metrics") or [])
+
+    def owner(key: str, part: int) -> str:
+        for name in reversed(names):  # a later metric's update won
+            if key in FORMAT1_KEYS.get(name, ((), ()))[part]:
+                return name
+        unknown = [n for n in names if n not in FORMAT1_KEYS]
+        return unknown[-1] if unknown else UNATTRIBUTED
+
+    out: dict[str, Any] = {"results_format": RESULTS_FORMAT}
+    for name in names:  # in scoring order; one whose keys were all overwritten stays, empty
+        out[name] = {}
+    for key, value in scores.items():
+        if key not in SECTIONS:
+            out.setdefault(owner(key, 0), {})[key] = value
+    if "raw" in scores:
+        out["raw"] = []
+        for row in scores["raw"]:
+            new: dict[str, Any] = {"question_id": row.get("question_id")}
+            for key, value in row.items():
+                if key != "question_id":
+                    new.setdefault(owner(key, 1), {})[key] = value
+            out["raw"].append(new)
+    if "breakdown" in scores:
+        out["breakdown"] = {}
+        for group, values in scores["breakdown"].items():
+            out["breakdown"][group] = {}
+            for value, row in values.items():
+                new = {"n": row.get("n")}
+                for key, mean in row.items():  # flattened per-question leaves: "rouge.rougeL.fscore"
+                    if key == "n":
+                        continue
+                    parts = key.split(".")
+                    node = new.setdefault(owner(parts[0], 1), {})
+                    for part in parts[:-1]:
+                        node = node.setdefault(part, {})
+                    node[parts[-1]] = mean
+                out["breakdown"][group][value] = new
+    if "meta" in scores:
+        out["meta"] = {**meta, "upgraded_from_results_format": 1}
+    return out
+
+
+def metric_aggregates(scores: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """{metric: its aggregate dict}, in scoring order."""
+    scores = upgrade(scores)
+    if not scores:
+        return {}
+    return {k: v for k, v in scores.items() if k not in SECTIONS and isinstance(v, dict)}
+
+
+def numeric_leaves(values: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    """Nested numbers flattened to dotted names; bools count 0/1, None and text are left out."""
+    out: dict[str, float] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, (bool, int, float)):
+            out[name] = float(value)
+        elif isinstance(value, dict):
+            out.update(numeric_leaves(value, name + "."))
+    return out
+
+
+def metric_values(scores: dict[str, Any] | None) -> dict[str, float]:
+    """Every aggregate number as ``METRIC.NAME`` (``fanoutqa-string.acc.loose``, ``em-f1.f1``, ...)."""
+    return numeric_leaves(metric_aggregates(scores))
+
+
+def per_question(scores: dict[str, Any] | None) -> dict[str, dict[str, float]]:
+    """{question id: {"METRIC.NAME": number}} from the per-question values."""
+    scores = upgrade(scores) or {}
+    return {
+        r["question_id"]: numeric_leaves({k: v for k, v in r.items() if k not in ("question_id", "oversized_answer")})
+        for r in scores.get("raw") or []
+        if "question_id" in r
+    }
+
+
+def official_fanoutqa(scores: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The fanoutqa-string numbers in the official scorer's shape ``{"acc", "rouge", "raw":
+    [{"question_id", "acc", "rouge"}]}``; None when that metric was not scored."""
+    scores = upgrade(scores) or {}
+    agg = scores.get("fanoutqa-string")
+    if not agg or "acc" not in agg:
+        return None
+    raw = [
+        {"question_id": r["question_id"], **r["fanoutqa-string"]}
+        for r in scores.get("raw") or []
+        if "fanoutqa-string" in r
+    ]
+    return {"acc": agg["acc"], "rouge": agg["rouge"], "raw": raw}
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.4f}"
+
+
+def summary_lines(scores: dict[str, Any] | None) -> list[str]:
+    """One line per metric with its aggregate numbers, for the console."""
+    scores = upgrade(scores) or {}
+    info = (scores.get("meta") or {}).get("metric_info") or {}
+    lines = []
+    for name, agg in metric_aggregates(scores).items():
+        if name == "fanoutqa-string" and "acc" in agg and "rouge" in agg:
+            f = [agg["rouge"][k]["fscore"] for k in ("rouge1", "rouge2", "rougeL")]
+            text = f"acc loose {agg['acc']['loose']:.4f} strict {agg['acc']['strict']:.4f} | ROUGE-1/2/L F " + "/".join(
+                f"{x:.4f}" for x in f
+            )
+        else:
+            leaves = _leaves(agg)
+            text = " ".join(f"{k} {_num(v)}" for k, v in leaves.items()) or "no values"
+            reason = (info.get(name) or {}).get("reason")
+            if leaves and all(v is None for v in leaves.values()) and reason:
+                text = f"unavailable ({reason})"
+        lines.append(f"{name}: {text}")
+    return lines
+
+
+def _leaves(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Like numeric_leaves, but None kept (an unavailable value is shown, never as 0)."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            out.update(_leaves(value, f"{prefix}{key}."))
+        elif value is None or isinstance(value, (bool, int, float)):
+            out[f"{prefix}{key}"] = value
+    return out

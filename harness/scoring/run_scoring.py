@@ -1,0 +1,161 @@
+"""The one scoring path of a run. ``harness run`` (``Run._results``, hence ``harness ablate``'s runs)
+scores its finished samples with ``score_records``; ``harness score RUN_DIR`` calls ``score_run``,
+which reloads the run's own dataset (recorded spec, ``--data-path`` file, checked by sha256), its
+selected questions, finished answers, metrics and scoring options, and goes through the same
+``score_records``: re-scoring an unchanged run gives its own scores back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from harness.datasets import Dataset, Sample, load_dataset
+from harness.errors import DatasetError, HarnessError
+from harness.scoring.metrics import ScoringOptions, score_answers
+from harness.scoring.results import RESULTS_FORMAT
+
+
+def score_records(
+    dataset: Dataset,
+    questions: list[Sample],
+    records: list[dict[str, Any]],
+    metrics: list[str] | None = None,
+    options: ScoringOptions | None = None,
+    only_answered: bool = False,
+) -> dict[str, Any]:
+    """Scores of finished sample records ({"id", "answer", ...}) on the selected questions. A
+    sample that finished without an answer (context full, rounds exhausted) counts as unanswered,
+    i.e. 0, exactly like a question missing from an official submission."""
+    answers = [{"id": r["id"], "answer": r["answer"]} for r in records if r.get("answer") is not None]
+    return score_answers(dataset, questions, answers, metrics, only_answered, options)
+
+
+def read_run_files(run_dir: str | Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(results.json, config.json) of a run directory, each None when absent."""
+    from harness.records import read_json
+    from harness.runner import CONFIG_FILE, RESULTS_FILE
+
+    run_dir = Path(run_dir)
+    found = []
+    for name in (RESULTS_FILE, CONFIG_FILE):
+        path = run_dir / name
+        if not path.exists():
+            found.append(None)
+            continue
+        data = read_json(path)  # HarnessError, one line, when unreadable
+        if not isinstance(data, dict):
+            raise HarnessError(f"{path}: not a harness {name}")
+        found.append(data)
+    if found == [None, None]:
+        raise HarnessError(f"{run_dir}: not a run directory (no {RESULTS_FILE} or {CONFIG_FILE})")
+    return found[0], found[1]
+
+
+def run_config(results: dict[str, Any] | None, claimed: dict[str, Any] | None) -> dict[str, Any]:
+    return (results or {}).get("config") or (claimed or {}).get("config") or {}
+
+
+def load_run_dataset(
+    results: dict[str, Any] | None, claimed: dict[str, Any] | None = None, data_path: str | None = None
+) -> Dataset:
+    """The dataset a run read, loaded again: its recorded spec (``NAME:SPLIT@VERSION[+file]``) and
+    ``--data-path`` file (``data_path`` overrides the recorded one, e.g. after a move), refused
+    unless its sha256 is the one recorded."""
+    config = run_config(results, claimed)
+    recorded = (results or {}).get("dataset") or {}
+    spec = recorded.get("spec") or (claimed or {}).get("dataset_resolved") or config.get("dataset")
+    sha256 = recorded.get("sha256") or (claimed or {}).get("dataset_sha256")
+    if not spec:
+        raise HarnessError("the run does not record its dataset")
+    path = data_path or config.get("data_path")
+    try:
+        dataset = load_dataset(spec, path)
+    except DatasetError as exc:
+        hint = "; pass the dataset file with --data-path" if path and not data_path else ""
+        raise HarnessError(f"cannot load the run's dataset {spec}: {exc}{hint}") from None
+    if dataset.info.spec() != spec:
+        raise HarnessError(f"the run's dataset is {spec}, but {dataset.info.spec()} was loaded")
+    if sha256 and dataset.info.sha256 != sha256:
+        where = f" ({path})" if path else ""
+        raise HarnessError(f"{spec}{where} changed since the run (sha256 differs)")
+    return dataset
+
+
+def recorded_options(config: dict[str, Any]) -> ScoringOptions:
+    """The scoring options the run was made with (judge, BLEURT checkpoint, response cache)."""
+    return ScoringOptions(
+        judge=config.get("judge"),
+        bleurt_checkpoint=config.get("bleurt_checkpoint"),
+        cache_path=config.get("cache_path"),
+    )
+
+
+def score_run(
+    run_dir: str | Path,
+    metrics: list[str] | None = None,
+    options: ScoringOptions | None = None,
+    only_answered: bool = False,
+    data_path: str | None = None,
+) -> dict[str, Any]:
+    """Scores of a run directory's finished samples (results format 2). ``metrics`` and
+    ``options`` default to the run's own; nothing is written."""
+    from harness.runner import load_finished, select_samples
+
+    run_dir = Path(run_dir)
+    results, claimed = read_run_files(run_dir)
+    config = run_config(results, claimed)
+    dataset = load_run_dataset(results, claimed, data_path)
+    if not dataset.info.has_answers:
+        raise HarnessError(f"{dataset.info.spec()} has no reference answers; export the generations to score them")
+    if results is not None and results.get("sample_ids") is not None:
+        ids = list(results["sample_ids"])
+    else:  # killed before its results.json: select as the run did
+        selection = SimpleNamespace(sample_ids=config.get("sample_ids"), limit=config.get("limit"))
+        ids = [s.id for s in select_samples(dataset, selection)]
+    by_id = dataset.by_id()
+    unknown = [i for i in ids if i not in by_id]
+    if unknown:
+        raise HarnessError(f"{run_dir}: sample id(s) not in {dataset.info.spec()}: {', '.join(unknown[:5])}")
+    finished = load_finished(run_dir)
+    questions = [by_id[i] for i in ids]
+    records = [finished[i] for i in ids if i in finished]
+    return score_records(
+        dataset,
+        questions,
+        records,
+        metrics or config.get("metrics"),
+        options or recorded_options(config),
+        only_answered,
+    )
+
+
+def rescore_run(
+    run_dir: str | Path,
+    metrics: list[str] | None = None,
+    given: dict[str, Any] | None = None,
+    only_answered: bool = False,
+    data_path: str | None = None,
+) -> tuple[dict[str, Any], bool]:
+    """``harness score RUN_DIR``: ``score_run`` with the run's options updated by ``given`` (judge,
+    bleurt_checkpoint named now), written into its results.json in results format 2 whatever
+    format it had. Returns (scores, whether results.json was written: a killed run has none)."""
+    from harness.cost import refresh_judge_cost
+    from harness.records import write_json_atomic
+    from harness.runlock import RunLock
+    from harness.runner import RESULTS_FILE
+
+    run_dir = Path(run_dir)
+    read_run_files(run_dir)  # not a run directory: refused before the lock file is created in it
+    with RunLock(run_dir, purpose="re-scoring"):  # no run appends samples or writes results.json meanwhile
+        results, claimed = read_run_files(run_dir)
+        options = recorded_options(run_config(results, claimed)).model_copy(update=given or {})
+        scores = score_run(run_dir, metrics, options, only_answered, data_path=data_path)
+        if results is None:
+            return scores, False
+        results = {"results_format": RESULTS_FORMAT, **{k: v for k, v in results.items() if k != "results_format"}}
+        results["scores"] = scores
+        if results.get("cost"):  # a judge named now has a cost of its own
+            refresh_judge_cost(results)
+        write_json_atomic(run_dir / RESULTS_FILE, results)
+    return scores, True

@@ -1,0 +1,255 @@
+"""Every sub-command × every path option given a bad path, and every numeric option given 0, -1, nan
+and a huge value: one line naming the option (or the path) and the problem, exit 2, no traceback,
+nothing written. Cases where the value is legitimate are listed in ACCEPTED (and not run).
+
+The numeric options are read from the parser itself, so an option added later is covered without
+editing this file. Every run points at a dead loopback URL: a case that wrongly passes validation
+cannot reach a model (and then fails the test on its message)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+from fault_server import FaultServer
+
+from harness.cli import build_parser, main
+
+DEAD_URL = "http://127.0.0.1:9/v1"
+PHYSICS = Path(__file__).parent / "fixtures" / "wikipedia_en_science_physics_10.json"
+
+
+# ---------------------------------------------------------------------------- the world
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, hotpot_snapshot):
+    """Real inputs the bad one replaces: a snapshot, a finished run, a generations file."""
+    base = tmp_path_factory.mktemp("battery-world")
+    run_dir = base / "finished-run"
+    with FaultServer() as server:
+        code = main(
+            ["run", "--model", "openai/m", "--base-url", server.url, "--dataset", "hotpotqa:dev", "--limit", "1"]
+            + ["--out", str(run_dir), "--no-cache", "--cache-path", str(base / "c.sqlite")]
+        )
+    assert code == 0
+    gens = base / "gens.jsonl"
+    gens.write_text(json.dumps({"id": json.loads((run_dir / "samples.jsonl").read_text())["id"], "answer": "x"}) + "\n")
+    return {"snapshot": str(hotpot_snapshot), "run_dir": str(run_dir), "generations": str(gens)}
+
+
+def bases(world, out: Path) -> dict[str, list[str]]:
+    """A command line per sub-command that is valid but for the option under test."""
+    run = ["--model", "openai/m", "--base-url", DEAD_URL, "--dataset", "hotpotqa:dev", "--limit", "1"]
+    snap = world["snapshot"]
+    return {
+        "run": ["run", *run, "--out", str(out / "run")],
+        "ablate": ["ablate", "--context-sizes", "1024", "--setting", "evidence-provided", "--snapshot", snap, *run]
+        + ["--out", str(out / "ablation")],
+        "score": ["score", "--dataset", "hotpotqa:dev", "--generations", world["generations"]],
+        "score RUN_DIR": ["score", world["run_dir"]],
+        "ceiling": ["ceiling", "--context-sizes", "1024", "--dataset", "hotpotqa:dev", "--limit", "1"]
+        + ["--snapshot", snap],
+        "snapshot build": ["snapshot", "build", "--from", str(PHYSICS), "--out", str(out / "new.db"), "--quiet"],
+        "snapshot info": ["snapshot", "info"],
+        "snapshot search": ["snapshot", "search", snap, "Physics"],
+        "leaderboard": ["leaderboard", str(Path(world["run_dir"]).parent)],
+        "export": ["export", "fanoutqa-submission", world["run_dir"], "--out", str(out / "submission")]
+        + ["--name", "X", "--authors", "A", "--citation", "", "--type", "OTHER"],
+        "report": ["report", world["run_dir"]],
+        "index build": ["index", "build", snap, "--kind", "bm25", "--quiet"],
+        "index info": ["index", "info"],
+        "index search": ["index", "search", snap, "Physics"],
+        "retrieval-eval": ["retrieval-eval", "--dataset", "hotpotqa:dev", "--snapshot", snap, "--limit", "1"],
+    }
+
+
+def invoke(argv: list[str], capsys) -> tuple[int, str]:
+    capsys.readouterr()
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+def listing(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if "cache" not in p.parts}
+
+
+def assert_one_line_exit_2(code, err, *needles):
+    assert "Traceback" not in err, err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert code == 2, (code, err)
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: "), lines[0]
+    assert any(n in lines[0] for n in needles), (needles, lines[0])
+
+
+# ---------------------------------------------------------------------------- numbers
+def numeric_options() -> list[tuple[str, str, str]]:
+    """(sub-command, option, int|float) for every numeric option of every sub-command."""
+    found = []
+
+    def walk(parser, prefix):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, [*prefix, name])
+            elif action.option_strings and getattr(action.type, "__name__", None) in ("int", "float"):
+                found.append((" ".join(prefix), action.option_strings[-1], action.type.__name__))
+
+    walk(build_parser(), [])
+    return found
+
+
+HUGE = {"int": "1" + "0" * 30, "float": "1e308"}
+# legitimate values: 0 means "greedy", "none", "no reserve", "no rate limit", ...
+ACCEPTED = {
+    (cmd, opt, "0")
+    for cmd in ("run", "ablate", "ceiling")
+    for opt in ("--temperature", "--seed", "--max-similar", "--evidence-reserve", "--bm25-k1", "--bm25-b")
+    + ("--bm25-delta", "--max-cost", "--retry-max-wait")
+} | {
+    ("snapshot build", "--rate-limit", "0"),
+    ("index build", "--bm25-k1", "0"),
+    ("index build", "--bm25-b", "0"),
+    ("index build", "--bm25-delta", "0"),
+}
+
+
+NUMERIC_CASES = [
+    (cmd, opt, value)
+    for cmd, opt, kind in numeric_options()
+    for value in ("0", "-1", "nan", HUGE[kind])
+    if (cmd, opt, value) not in ACCEPTED
+]
+
+
+def test_the_battery_covers_every_sub_command():
+    commands = {cmd for cmd, _, _ in numeric_options()}
+    assert {"run", "ablate", "ceiling", "snapshot build", "index build", "export", "retrieval-eval"} <= commands
+    assert len(NUMERIC_CASES) > 150
+
+
+@pytest.mark.parametrize("cmd, option, value", NUMERIC_CASES, ids=lambda x: str(x)[:12])
+def test_numeric_option_out_of_range(cmd, option, value, world, tmp_path, capsys):
+    base = bases(world, tmp_path)[cmd]
+    before = listing(tmp_path)
+    code, err = invoke([*base, f"{option}={value}"], capsys)
+    assert_one_line_exit_2(code, err, option)
+    assert listing(tmp_path) == before
+
+
+# ---------------------------------------------------------------------------- paths
+@pytest.fixture
+def bad_paths(tmp_path):
+    d = tmp_path / "bad"
+    d.mkdir()
+    (d / "a-directory").mkdir()
+    (d / "a-directory.txt").mkdir()
+    (d / "empty.json").write_bytes(b"")
+    (d / "empty.txt").write_bytes(b"")
+    (d / "latin1.json").write_bytes(b"\xff\xfe caf\xe9 \x00\x81")
+    (d / "latin1.txt").write_bytes(b"\xff\xfe caf\xe9 \x00\x81")
+    (d / "wrong.json").write_text("this is prose, not the format this option reads\n")
+    (d / "wrong.txt").write_text("a template with a field nobody fills: {nope}\n")
+    (d / "a-file").write_text("x")
+    return {
+        "dir": d / "a-directory",
+        "missing": d / "missing.json",
+        "empty": d / "empty.json",
+        "non-utf8": d / "latin1.json",
+        "wrong-format": d / "wrong.json",
+        "unwritable": d / "a-file" / "below-a-file" / "out.json",
+        "a-file": d / "a-file",
+        # prompt templates are .txt files
+        "dir.txt": d / "a-directory.txt",
+        "missing.txt": d / "missing.txt",
+        "empty.txt": d / "empty.txt",
+        "non-utf8.txt": d / "latin1.txt",
+        "wrong-format.txt": d / "wrong.txt",
+    }
+
+
+IN_FILE = ("dir", "missing", "empty", "non-utf8", "wrong-format")
+OUT_FILE = ("dir", "unwritable")
+OUT_DIR = ("a-file", "unwritable")
+PATH_CASES = [
+    *[("run", "--data-path", k) for k in IN_FILE],
+    *[("run", "--config", k) for k in ("dir", "missing", "non-utf8", "wrong-format")],  # empty YAML = no options
+    *[("run", "--prompt-template", k + ".txt") for k in IN_FILE],
+    *[("run", "--cache-path", k) for k in ("dir", "non-utf8", "wrong-format", "unwritable")],
+    *[("run", "--price-table", k) for k in IN_FILE],
+    *[("run", "--snapshot", k) for k in IN_FILE],
+    *[("run", "--bleurt-checkpoint", k) for k in ("missing", "a-file")],
+    *[("run", "--out", k) for k in ("a-file", "non-utf8", "unwritable")],
+    *[("ablate", "--data-path", k) for k in IN_FILE],
+    *[("ablate", "--snapshot", k) for k in IN_FILE],
+    *[("ablate", "--out", k) for k in OUT_DIR],
+    *[("ablate", "--config", k) for k in ("dir", "missing", "non-utf8", "wrong-format")],
+    *[("score", "--generations", k) for k in ("dir", "missing", "non-utf8", "wrong-format")],
+    *[("score", "--data-path", k) for k in IN_FILE],
+    *[("score", "--out", k) for k in OUT_FILE],
+    *[("score", "--bleurt-checkpoint", k) for k in ("missing", "a-file")],
+    *[("score", "RUN_DIR", k) for k in ("a-file", "missing", "dir")],
+    *[("ceiling", "--data-path", k) for k in IN_FILE],
+    *[("ceiling", "--snapshot", k) for k in IN_FILE],
+    *[("ceiling", "--out", k) for k in OUT_FILE],
+    *[("snapshot build", "--from", k) for k in ("dir", "missing", "empty", "non-utf8", "wrong-format")],
+    *[("snapshot build", "--out", k) for k in OUT_FILE],
+    *[("snapshot info", "SNAPSHOT", k) for k in IN_FILE],
+    *[("snapshot search", "SNAPSHOT", k) for k in IN_FILE],
+    *[("leaderboard", "ROOT", k) for k in ("a-file", "missing")],
+    *[("leaderboard", "--out", k) for k in OUT_FILE],
+    *[("export", "RUN_DIR", k) for k in ("a-file", "missing", "dir")],
+    *[("export", "--out", k) for k in OUT_DIR],
+    *[("export", "--metadata", k) for k in IN_FILE],
+    *[("report", "RUN_DIR", k) for k in ("a-file", "missing", "dir")],
+    *[("report", "--out", k) for k in OUT_FILE],
+    *[("index build", "SNAPSHOT", k) for k in IN_FILE],
+    *[("index info", "SNAPSHOT", k) for k in IN_FILE],
+    *[("index search", "SNAPSHOT", k) for k in IN_FILE],
+    *[("retrieval-eval", "--data-path", k) for k in IN_FILE],
+    *[("retrieval-eval", "--snapshot", k) for k in IN_FILE],
+    *[("retrieval-eval", "--out", k) for k in OUT_FILE],
+]
+# positionals: where the argument stands in the base command line
+POSITIONAL = {
+    ("score", "RUN_DIR"): ("score RUN_DIR", 1),
+    ("snapshot info", "SNAPSHOT"): ("snapshot info", 2),
+    ("snapshot search", "SNAPSHOT"): ("snapshot search", 2),
+    ("leaderboard", "ROOT"): ("leaderboard", 1),
+    ("export", "RUN_DIR"): ("export", 2),
+    ("report", "RUN_DIR"): ("report", 1),
+    ("index build", "SNAPSHOT"): ("index build", 2),
+    ("index info", "SNAPSHOT"): ("index info", 2),
+    ("index search", "SNAPSHOT"): ("index search", 2),
+}
+
+
+@pytest.mark.parametrize("cmd, option, kind", PATH_CASES, ids=lambda x: str(x))
+def test_bad_path(cmd, option, kind, world, bad_paths, tmp_path, capsys):
+    path = str(bad_paths[kind])
+    if (cmd, option) in POSITIONAL:
+        name, index = POSITIONAL[(cmd, option)]
+        argv = list(bases(world, tmp_path)[name])
+        if index < len(argv) and not argv[index].startswith("-"):
+            argv[index] = path
+        else:
+            argv.insert(index, path)
+    else:
+        argv = [*bases(world, tmp_path)[cmd], option, path]
+    if cmd == "score" and option == "--data-path":
+        argv = ["score", "--dataset", "hotpotqa:dev", "--generations", world["generations"], option, path]
+    before = listing(tmp_path)
+    code, err = invoke(argv, capsys)
+    assert_one_line_exit_2(code, err, option, path)
+    assert listing(tmp_path) == before, "a failed command left files behind"
+
+
+def test_export_file_name_cannot_leave_the_out_folder(world, tmp_path, capsys):
+    for name in ("../../escaped", "/abs/path", "sub/dir", "..", ".hidden", "a\x00b"):
+        code, err = invoke([*bases(world, tmp_path)["export"], "--file-name", name], capsys)
+        assert_one_line_exit_2(code, err, "--file-name")
+    assert not list(tmp_path.rglob("escaped*"))
