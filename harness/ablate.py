@@ -158,11 +158,10 @@ def _ceiling_note(setting: str, computed: bool) -> str:
 async def run_ablation(flat: dict[str, Any], sizes: list[int], out: Path) -> dict[str, Any]:
     from harness.ceiling import compute_ceiling
     from harness.config import build_config
-    from harness.records import check_output_path, write_json_atomic
+    from harness.records import write_json_atomic
     from harness.runner import Run
 
     base = build_config(flat)
-    check_output_path(out, "--out", directory=True)
     # Every run is set up (and so checked) before the first one spends anything.
     runs = {size: Run(build_config({**flat, "context_size": size, "out": str(out / f"ctx-{size}")})) for size in sizes}
     results: dict[int, dict[str, Any]] = {}

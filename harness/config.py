@@ -186,14 +186,11 @@ def build_config(flat: dict[str, Any]) -> RunConfig:
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
+    from harness.records import read_input_text
+
+    text = read_input_text(path, "--config")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"--config {path}: file not found") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"--config {path}: not UTF-8 text") from None
-    except OSError as exc:
-        raise ConfigError(f"--config {path}: cannot read ({exc.strerror or exc})") from None
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"--config {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if data is None:

@@ -61,12 +61,9 @@ class PriceTable(BaseModel):
 
 def load_price_table(path: str | Path | None = None) -> PriceTable:
     path = Path(path) if path else DEFAULT_PRICE_TABLE
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"--price-table {path}: file not found") from None
-    except OSError as exc:
-        raise ConfigError(f"--price-table {path}: cannot read ({exc.strerror or exc})") from None
+    from harness.records import read_input
+
+    raw = read_input(path, "--price-table")
     try:
         data = yaml.safe_load(raw)
     except yaml.YAMLError as exc:

@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from harness.errors import HarnessError
-from harness.records import check_output_path, plain_file_name, write_bytes_atomic
+from harness.records import plain_file_name, read_input_text, write_bytes_atomic
 from harness.argtypes import number
 
 # our --setting -> the leaderboard's setting name (folder prefix and metadata key)
@@ -66,14 +66,9 @@ def file_stem(name: str) -> str:
 
 def load_metadata_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
+    text = read_input_text(path, "--metadata")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))  # YAML is a superset of JSON
-    except FileNotFoundError:
-        raise HarnessError(f"--metadata {path}: file not found") from None
-    except UnicodeDecodeError:
-        raise HarnessError(f"--metadata {path}: not UTF-8 text") from None
-    except OSError as exc:
-        raise HarnessError(f"--metadata {path}: cannot read ({exc.strerror or exc})") from None
+        data = yaml.safe_load(text)  # YAML is a superset of JSON
     except yaml.YAMLError as exc:
         raise HarnessError(f"{path}: not valid YAML/JSON ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict):
@@ -177,7 +172,6 @@ def export_fanoutqa_submission(
     out = Path(out)
     if file_name is not None:
         plain_file_name(file_name, "--file-name")
-    check_output_path(out, "--out", directory=True)
     runs = [RunForExport(Path(d)) for d in run_dirs]
     models = sorted({r.model for r in runs})
     if len(models) > 1:

@@ -105,18 +105,30 @@ def plain_file_name(value: str, option: str) -> str:
     return value
 
 
-def read_json(path: str | Path) -> Any:
-    path = Path(path)
+def read_input(path: str | Path, option: str = "") -> bytes:
+    """An input file's bytes; a missing, unreadable file or a folder is one line naming ``option``."""
+    where = f"{option} {path}" if option else str(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return Path(path).read_bytes()
     except FileNotFoundError:
-        raise HarnessError(f"file not found: {path}") from None
+        raise HarnessError(f"{where}: file not found") from None
+    except OSError as exc:  # a directory, an unreadable file
+        raise HarnessError(f"{where}: cannot read ({exc.strerror or exc})") from None
+
+
+def read_input_text(path: str | Path, option: str = "") -> str:
+    try:
+        return read_input(path, option).decode("utf-8")
+    except UnicodeDecodeError:
+        raise HarnessError(f"{option + ' ' if option else ''}{path}: not UTF-8 text") from None
+
+
+def read_json(path: str | Path) -> Any:
+    text = read_input_text(path)
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise HarnessError(f"{path}: not valid JSON ({exc})") from None
-    except UnicodeDecodeError:
-        raise HarnessError(f"{path}: not UTF-8 text") from None
-    except OSError as exc:  # a directory, an unreadable file
-        raise HarnessError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
 
 class JsonlAppender:

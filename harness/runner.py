@@ -151,14 +151,13 @@ class Run:
             raise ConfigError(f"--max-cost needs a price for {config.model}: {self.pricing.reason}")
         self.budget: Budget | None = None
         self.invocation: dict[str, Any] = {}
+        self.max_answer_chars = config.scoring_options().max_answer_chars
         self._preflight()
 
     # checks before anything is spent ------------------------------------------------
     def _preflight(self) -> None:
         """Everything checkable without a model: a doomed run exits 2 before the first request."""
         check_sample_ids(self.dataset, self.config.data_path)
-        if self.run_dir.exists() and not self.run_dir.is_dir():
-            raise ConfigError(f"--out {self.run_dir}: is a file, not a run directory")
         from harness.scoring.metrics import get_metric
 
         for name in self.config.metrics or []:
@@ -372,8 +371,7 @@ class Run:
             # The answer hit max_tokens: kept, but flagged rather than passed off as complete.
             "truncated_output": last_finish == "length",
             # longer than scoring reads (ScoringOptions.max_answer_chars): kept whole, scored on its start
-            "oversized_answer": isinstance(result.answer, str)
-            and len(result.answer) > self.config.scoring_options().max_answer_chars,
+            "oversized_answer": isinstance(result.answer, str) and len(result.answer) > self.max_answer_chars,
             "messages": result.messages,
             "extra": result.extra,
         }
