@@ -2,9 +2,8 @@
 representation (conversations: original, all history, or rewritten by the model), and what is
 recorded per sample (query, retrieved passage ids/titles/scores, evidence recall).
 
-Knobs (``RunConfig``, all recorded in ``results.json`` → ``agent``): ``retriever`` (bm25 | dense),
-``retrieval_k`` (default: the strategy's paper value), ``passage_kind`` (default: the strategy's),
-``question_representation``. The index is the one ``harness index build`` made beside the
+Knobs (``RetrievalKnobs``): ``retriever`` (bm25 | dense), ``retrieval_k`` and ``passage_kind``
+(defaults: each strategy's paper values), ``question_representation``. The index is the one ``harness index build`` made beside the
 snapshot; its identity (passages, build options, model weights) is part of the run's config hash.
 """
 
@@ -14,45 +13,38 @@ import asyncio
 import re
 from typing import Any, ClassVar
 
-from agents import Agent, AgentContext
+from agents._knobs import RetrievalKnobs
 from agents._search import evidence_recall
+from harness.conversation import first_line, format_history
 from harness.errors import ConfigError
-
-
-def first_line(text: str) -> str:
-    for line in (text or "").splitlines():
-        line = line.strip()
-        if line:
-            return line
-    return ""
-
+from harness.strategy import Agent, AgentContext
 
 _LABEL = re.compile(r"^\s*(?:rewritten question|question)\s*:\s*", re.IGNORECASE)
 
 
 class RetrievalAgent(Agent):
+    settings = ("retrieve-read",)
+    Knobs = RetrievalKnobs  # subclasses add retrieval_k and passage_kind with their own defaults
     needs_snapshot = True
-    default_k: ClassVar[int]
-    k_source: ClassVar[str]  # where the default K comes from
-    default_passages: ClassVar[str] = "words100"
+    k_source: ClassVar[str]  # where the default K comes from (recorded)
 
-    def __init__(self, config):
-        super().__init__(config)
+    def __init__(self, config, knobs=None):
+        super().__init__(config, knobs)
         self.retriever = None
         self._meta: dict[str, Any] | None = None
         self.rewrite_template = self.rewrite_source = self.rewrite_sha256 = None
-        if config.question_representation == "rewritten":
-            from prompts import load_template
+        if self.knobs.question_representation == "rewritten":
+            from harness.templates import load_template
 
             self.rewrite_template, self.rewrite_source, self.rewrite_sha256 = load_template("rewrite_question")
 
     @property
     def k(self) -> int:
-        return self.config.retrieval_k or self.default_k
+        return self.knobs.retrieval_k
 
     @property
     def passages(self) -> str:
-        return self.config.passage_kind or self.default_passages
+        return self.knobs.passage_kind
 
     def index_meta(self) -> dict[str, Any]:
         """The index's metadata, checked against the snapshot before any model is started."""
@@ -62,9 +54,9 @@ class RetrievalAgent(Agent):
             from wiki_snapshot.retrieval import check_fresh, read_meta
             from wiki_snapshot.store import Snapshot
 
-            directory, meta = read_meta(self.config.snapshot, self.config.retriever, self.passages)
+            directory, meta = read_meta(self.config.snapshot, self.knobs.retriever, self.passages)
             with Snapshot.open(self.config.snapshot) as snapshot:
-                check_fresh(meta, snapshot, directory, self.config.retriever, self.passages)
+                check_fresh(meta, snapshot, directory, self.knobs.retriever, self.passages)
             self._meta = meta
         return self._meta
 
@@ -81,13 +73,10 @@ class RetrievalAgent(Agent):
         return out
 
     def describe(self) -> dict[str, Any]:
+        default_k = type(self.knobs).model_fields["retrieval_k"].default
         out = {
             **super().describe(),
-            "retriever": self.config.retriever,
-            "passages": self.passages,
-            "retrieval_k": self.k,
-            "retrieval_k_default": {"value": self.default_k, "source": self.k_source},
-            "question_representation": self.config.question_representation,
+            "retrieval_k_default": {"value": default_k, "source": self.k_source},
             "index": self.retriever.describe() if self.retriever is not None else None,
         }
         if self.rewrite_source:
@@ -98,7 +87,7 @@ class RetrievalAgent(Agent):
         super().prepare(model, snapshot)
         from wiki_snapshot.retrieval import open_retriever
 
-        self.retriever = open_retriever(snapshot, self.config.retriever, self.passages)
+        self.retriever = open_retriever(snapshot, self.knobs.retriever, self.passages)
 
     # question representation --------------------------------------------------------------
     async def question_for(self, sample, ctx: AgentContext) -> tuple[str, str, dict[str, Any] | None, list]:
@@ -108,10 +97,8 @@ class RetrievalAgent(Agent):
         (TopiOCQA's official retriever input), the reader ``Q1: ... / A1: ... / Qn: ...`` lines.
         ``rewritten``: the model first rewrites the question to stand alone (one cached call, its
         transcript kept); both see the rewrite. Without previous turns all three are the question."""
-        from harness.datasets.topiocqa import format_history, history_parts
-
-        rep = self.config.question_representation
-        if rep == "original" or not history_parts(sample):
+        rep = self.knobs.question_representation
+        if rep == "original" or not sample.history:
             return sample.question, sample.question, None, []
         if rep == "all-history":
             return (
@@ -138,7 +125,7 @@ class RetrievalAgent(Agent):
     def retrieval_extra(self, sample, query: str, hits, rewrite: dict[str, Any] | None) -> dict[str, Any]:
         extra = {
             "retrieval": {
-                "retriever": self.config.retriever,
+                "retriever": self.knobs.retriever,
                 "passages": self.passages,
                 "k": self.k,
                 "query": query,
@@ -147,7 +134,7 @@ class RetrievalAgent(Agent):
             },
             # the share of the pages the question needs that the retriever returned (any rank <= K)
             "evidence_recall": evidence_recall(self.snapshot, list(sample.needed_titles), [h.title for h in hits]),
-            "question_representation": self.config.question_representation,
+            "question_representation": self.knobs.question_representation,
         }
         if rewrite is not None:
             extra["rewrite"] = rewrite
@@ -162,8 +149,3 @@ class RetrievalAgent(Agent):
                 return await coro
 
         return await asyncio.gather(*(one(c) for c in coros))
-
-
-def budget_tokens(agent: Agent) -> int:
-    """The prompt budget: the context minus the answer reserve (the evidence-provided rule)."""
-    return (agent.model.context_size() or 0) - agent.config.evidence_reserve

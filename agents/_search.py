@@ -6,40 +6,23 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from harness.config import RunConfig
+from agents._knobs import SearchKnobs
 
 
-def build_search_tool(config: RunConfig, model, snapshot):
+def build_search_tool(knobs: SearchKnobs, model, snapshot):
     from tools.search import SearchConfig, SearchTool
 
     search_config = SearchConfig(
-        style=config.search_style,
-        chunk_size=config.chunk_size,
-        ranking_query=config.ranking_query,
-        budget_fraction=config.budget_fraction,
-        max_similar=config.max_similar,
-        bm25_k1=config.bm25_k1,
-        bm25_b=config.bm25_b,
-        bm25_delta=config.bm25_delta,
+        style=knobs.search_style,
+        chunk_size=knobs.chunk_size,
+        ranking_query=knobs.ranking_query,
+        budget_fraction=knobs.budget_fraction,
+        max_similar=knobs.max_similar,
+        bm25_k1=knobs.bm25_k1,
+        bm25_b=knobs.bm25_b,
+        bm25_delta=knobs.bm25_delta,
     )
     return SearchTool(snapshot, search_config, model.count_tokens, model.context_size())
-
-
-def search_knobs(config: RunConfig) -> dict[str, Any]:
-    keys = (
-        "search_style",
-        "chunk_size",
-        "ranking_query",
-        "budget_fraction",
-        "max_similar",
-        "bm25_k1",
-        "bm25_b",
-        "bm25_delta",
-        "max_rounds",
-        "context_policy",
-        "repeat_question",
-    )
-    return {k: getattr(config, k) for k in keys}
 
 
 def canonical_title(snapshot, title: str) -> str:

@@ -10,8 +10,9 @@ model sees the current question alone. The answer is the reply's first non-empty
 
 from __future__ import annotations
 
-from agents import Agent, AgentContext, SampleResult, register_agent
-from harness.datasets.topiocqa import format_history
+from agents._knobs import HistoryKnobs
+from agents.single_prompt import SinglePrompt
+from harness.conversation import first_line, format_history
 
 
 def history_block(sample, representation: str) -> str:
@@ -19,24 +20,14 @@ def history_block(sample, representation: str) -> str:
     return f"[Conversation so far]:\n{turns}\n\n" if turns else ""
 
 
-def first_line(text: str) -> str:
-    for line in (text or "").splitlines():
-        if line.strip():
-            return line.strip()
-    return ""
-
-
-@register_agent("conversational")
-class Conversational(Agent):
+class Conversational(SinglePrompt):
+    settings = ("closed-book",)
+    Knobs = HistoryKnobs
     default_template = "conversational_closed_book"
     template_fields = ("history",)
 
-    def describe(self):
-        return {**super().describe(), "history": self.config.history}
+    def fields(self, sample):
+        return {"history": history_block(sample, self.knobs.history)}
 
-    async def solve(self, sample, ctx: AgentContext) -> SampleResult:
-        history = history_block(sample, self.config.history)
-        messages = [{"role": "user", "content": self.prompt(sample.question, history=history)}]
-        response = await ctx.generate(messages)
-        messages.append(response.as_message())
-        return SampleResult(answer=first_line(response.content or ""), messages=messages)
+    def final_answer(self, content: str) -> str:
+        return first_line(content)

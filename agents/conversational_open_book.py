@@ -1,25 +1,25 @@
 """Conversational QA open-book (TopiOCQA with --snapshot): the open-book tool-calling loop with the
-conversation history in the first prompt (``--history original|all-history``). The prompt is ours
-(TopiOCQA's baselines are retriever + fine-tuned reader pipelines); the search tool, its knobs and
-every recorded outcome are those of ``open-book-native``."""
+conversation history in the first prompt (knob ``history``: original | all-history). The prompt is
+ours (TopiOCQA's baselines are retriever + fine-tuned reader pipelines); the search tool, its knobs
+and every recorded outcome are those of ``open-book-native``; the answer is the reply's first line."""
 
 from __future__ import annotations
 
-from agents import register_agent
-from agents.conversational import first_line, history_block
+from agents._knobs import HistoryKnobs, SearchKnobs
+from agents.conversational import history_block
 from agents.open_book_native import OpenBookNative
+from harness.conversation import first_line
 
 
-@register_agent("conversational-open-book")
 class ConversationalOpenBook(OpenBookNative):
     default_template = "conversational_open_book"
     template_fields = ("history",)
 
-    def describe(self):
-        return {**super().describe(), "history": self.config.history}
+    class Knobs(HistoryKnobs, SearchKnobs):
+        pass
 
     def first_prompt(self, sample) -> str:
-        return self.prompt(sample.question, history=history_block(sample, self.config.history))
+        return self.prompt(sample.question, history=history_block(sample, self.knobs.history))
 
     def final_answer(self, content: str) -> str:
         return first_line(content)

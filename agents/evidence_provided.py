@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from agents import Agent, AgentContext, SampleResult, register_agent
+from agents._knobs import RankingKnobs, ReserveKnobs
 from harness.errors import MissingEvidenceError
+from harness.strategy import Agent, AgentContext, SampleResult, budget_tokens
 
 
 def format_document(title: str, content: str) -> str:
@@ -50,40 +51,52 @@ def evidence_pages(snapshot, sample) -> list[tuple[str, str]]:
     return docs
 
 
-def ranked_chunks(config, docs: list[tuple[str, str]], question: str) -> list[tuple[str, str]]:
+def ranked_chunks(knobs: RankingKnobs, docs: list[tuple[str, str]], question: str) -> list[tuple[str, str]]:
+    from harness.scoring.normalize import tokenize_fanoutqa
     from wiki_snapshot.ranking import rank_documents
 
     return rank_documents(
-        docs, question, chunk_size=config.chunk_size, k1=config.bm25_k1, b=config.bm25_b, delta=config.bm25_delta
+        docs,
+        question,
+        chunk_size=knobs.chunk_size,
+        k1=knobs.bm25_k1,
+        b=knobs.bm25_b,
+        delta=knobs.bm25_delta,
+        tokenize=tokenize_fanoutqa,
     )
 
 
-@register_agent("evidence-provided")
 class EvidenceProvided(Agent):
+    settings = ("evidence-provided",)
     default_template = "evidence_provided"
     template_fields = ("documents",)
     needs_context_size = True
     needs_snapshot = True
 
+    class Knobs(ReserveKnobs, RankingKnobs):
+        pass
+
     def describe(self):
-        return {
-            **super().describe(),
-            "chunk_size": self.config.chunk_size,
-            "reserve_tokens": self.config.evidence_reserve,
-            "ranking": "BM25+ by the question",
-            "bm25": [self.config.bm25_k1, self.config.bm25_b, self.config.bm25_delta],
-        }
+        return {**super().describe(), "ranking": "BM25+ by the question"}
 
     def budget(self) -> int:
-        return (self.model.context_size() or 0) - self.config.evidence_reserve
+        return budget_tokens(self.model.context_size(), self.knobs.evidence_reserve)
+
+    def ranked_evidence(self, sample) -> list[tuple[str, str]]:
+        """The sample's evidence pages as (title, chunk), best first; MissingEvidenceError if a page is missing."""
+        return ranked_chunks(self.knobs, evidence_pages(self.snapshot, sample), sample.question)
+
+    @staticmethod
+    def packed_documents(chunks: list[tuple[str, str]], packed: int) -> str:
+        """The document blocks of the first ``packed`` chunks, as the prompt holds them."""
+        return "".join(format_document(t, c) for t, c in chunks[:packed])
 
     def build_prompt(self, sample, budget: int | None = None, chunks=None) -> tuple[str, dict[str, Any]]:
         """The packed prompt and what went into it; ``budget`` overrides the model's (ceiling sweeps),
         ``chunks`` reuses a ranking already computed for this sample."""
         budget = self.budget() if budget is None else budget
         if chunks is None:
-            docs = evidence_pages(self.snapshot, sample)
-            chunks = ranked_chunks(self.config, docs, sample.question)
+            chunks = self.ranked_evidence(sample)
         prompt, packed, tokens = pack(
             chunks, lambda documents: self.prompt(sample.question, documents=documents), self.model.count_tokens, budget
         )

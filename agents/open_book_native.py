@@ -9,60 +9,34 @@ used is recorded in the sample.
 
 from __future__ import annotations
 
-from agents import Agent, AgentContext, SampleResult, register_agent
-from agents._search import ContextGuard, SearchSession, build_search_tool, clean, search_knobs
-from harness.errors import ContextOverflowError
+from agents._tool_loop import ToolLoop
 
 
-@register_agent("open-book-native")
-class OpenBookNative(Agent):
+class OpenBookNative(ToolLoop):
     default_template = "open_book_native"
-    needs_context_size = True
-    needs_snapshot = True
+    protocol = "native"
 
     def prepare(self, model, snapshot) -> None:
         super().prepare(model, snapshot)
-        self.tool = build_search_tool(self.config, model, snapshot)
         self.force_first = not getattr(model, "supports_auto_tool_choice", True)
 
-    def describe(self):
-        return {**super().describe(), **search_knobs(self.config), "protocol": "native"}
+    def request_tools(self):
+        return [self.tool.openai_schema()]
 
-    def first_prompt(self, sample) -> str:
-        return self.prompt(sample.question)
+    def tool_choice(self, round_no: int):
+        if self.force_first and round_no == 1:
+            return {"type": "function", "function": {"name": self.tool.name}}
+        return "auto"
 
-    def final_answer(self, content: str) -> str:
-        return content
+    def read_reply(self, response):
+        return response.as_message(), response.tool_calls or None
 
-    async def solve(self, sample, ctx: AgentContext) -> SampleResult:
-        session = SearchSession(self.tool, sample.question, self.config.repeat_question)
-        guard = ContextGuard(self.model, ctx.params.max_tokens, self.config.context_policy)
-        tools = [self.tool.openai_schema()]
-        messages = [{"role": "user", "content": self.first_prompt(sample)}]
-        answer, outcome, rounds = None, "max_rounds", 0
-        for rounds in range(1, self.config.max_rounds + 1):
-            if not guard.ensure(messages, tools):
-                outcome = "context_full"
-                break
-            forced = self.force_first and rounds == 1
-            choice = {"type": "function", "function": {"name": self.tool.name}} if forced else "auto"
-            try:
-                response = await ctx.generate(clean(messages), tools=tools, tool_choice=choice)
-            except ContextOverflowError:
-                outcome = "context_full"
-                break
-            messages.append(response.as_message())
-            if not response.tool_calls:
-                answer, outcome = self.final_answer(response.content or ""), "answered"
-                break
-            for call in response.tool_calls:
-                content = session.call(call.name, call.arguments)
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
-        extra = {
-            "outcome": outcome,
-            "rounds": rounds,
-            "tool_choice_policy": "first-forced" if self.force_first else "auto",
-            "dropped_results": guard.dropped,
-            **session.record(self.snapshot, sample.needed_titles),
-        }
-        return SampleResult(answer=answer, messages=clean(messages), extra=extra)
+    def send_results(self, calls, session):
+        # malformed calls get an error the model can read (counted by the session)
+        return [
+            {"role": "tool", "tool_call_id": call.id, "content": session.call(call.name, call.arguments)}
+            for call in calls
+        ]
+
+    def loop_extra(self):
+        return {"tool_choice_policy": "first-forced" if self.force_first else "auto"}

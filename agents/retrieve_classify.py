@@ -1,7 +1,7 @@
 """retrieve-classify: QUEST's retrieve-then-classify baseline with an LLM as the relevance
 classifier. The top-K entity documents (K = 100, QUEST's ``xattn/gen_inference_inputs.py
 --topk``) are retrieved for the query; each is shown to the model as its title and text, cut to
-``--classify-doc-tokens`` tokens (QUEST: 384 word pieces of ``title + " " + text``; the cut is
+``classify_doc_tokens`` tokens (QUEST: 384 word pieces of ``title + " " + text``; the cut is
 recorded per document), with a yes/no question; the answer is the list of titles judged relevant,
 one per line, so the ``quest`` metric scores it. With passages smaller than a page, an entity is
 ranked by its best passage and its document is that page's text.
@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import re
 
-from agents import AgentContext, SampleResult, register_agent
+from agents._knobs import RetrievalKnobs, passage_knob, retrieval_k_knob
 from agents._retrieve import RetrievalAgent
+from harness.strategy import AgentContext, SampleResult, knob
 
 _YES_NO = re.compile(r"^\W*(yes|no)\b", re.IGNORECASE)
 _WORD = re.compile(r"\S+")
@@ -24,24 +25,27 @@ def judge(reply: str) -> bool | None:
     return None if m is None else m.group(1).casefold() == "yes"
 
 
-@register_agent("retrieve-classify")
+K_SOURCE = "QUEST: the classifier scores the retriever's top 100 documents (gen_inference_inputs.py --topk)"
+
+
 class RetrieveClassify(RetrievalAgent):
     default_template = "retrieve_classify"
     template_fields = ("title", "document")
-    default_k = 100
-    default_passages = "page"
-    k_source = "QUEST: the classifier scores the retriever's top 100 documents (gen_inference_inputs.py --topk)"
+    k_source = K_SOURCE
+
+    class Knobs(RetrievalKnobs):
+        retrieval_k: int = retrieval_k_knob(100, K_SOURCE)
+        passage_kind: str = passage_knob("page")
+        classify_doc_tokens: int = knob(
+            384, "retrieve-classify: document tokens shown (QUEST: 384)", ge=16, le=1_000_000
+        )
 
     def describe(self):
-        return {
-            **super().describe(),
-            "classifier": "the model, yes/no per entity document",
-            "doc_tokens": self.config.classify_doc_tokens,
-        }
+        return {**super().describe(), "classifier": "the model, yes/no per entity document"}
 
     def truncate(self, text: str) -> tuple[str, int, bool]:
         """The longest prefix (whole words) of at most ``classify_doc_tokens`` model tokens."""
-        limit = self.config.classify_doc_tokens
+        limit = self.knobs.classify_doc_tokens
         count = self.model.count_tokens
         n = count(text)
         if n <= limit:

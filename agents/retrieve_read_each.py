@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import re
 
-from agents import AgentContext, SampleResult, register_agent
-from agents._retrieve import RetrievalAgent, budget_tokens
+from agents._knobs import ReserveKnobs, RetrievalKnobs, passage_knob, retrieval_k_knob
+from agents._retrieve import RetrievalAgent
 from agents.evidence_provided import pack
+from harness.strategy import budget_tokens
+from harness.strategy import AgentContext, SampleResult
 
 ABSTAIN = "NO ANSWER"
 _BULLET = re.compile(r"^\s*(?:[-*•]\s+|\(?\d+[.)]\s+)")
@@ -47,13 +49,18 @@ def union(readings: list[list[str]]) -> list[str]:
     return list(seen.values())
 
 
-@register_agent("retrieve-read-each")
+K_SOURCE = "QAMPARI: the retriever depth its readers get (simple_index.py --k 200)"
+
+
 class RetrieveReadEach(RetrievalAgent):
     default_template = "retrieve_read_each"
     template_fields = ("documents", "abstain")
     needs_context_size = True
-    default_k = 200
-    k_source = "QAMPARI: the retriever depth its readers get (simple_index.py --k 200)"
+    k_source = K_SOURCE
+
+    class Knobs(ReserveKnobs, RetrievalKnobs):
+        retrieval_k: int = retrieval_k_knob(200, K_SOURCE)
+        passage_kind: str = passage_knob("words100")
 
     def describe(self):
         return {
@@ -61,13 +68,12 @@ class RetrieveReadEach(RetrievalAgent):
             "reader": "each passage alone, answers unioned (PIG)",
             "abstain_answer": ABSTAIN,
             "dedupe": "case and whitespace folded, first spelling in rank order",
-            "reserve_tokens": self.config.evidence_reserve,
         }
 
     async def solve(self, sample, ctx: AgentContext) -> SampleResult:
         query, question, rewrite, transcript = await self.question_for(sample, ctx)
         hits = self.retrieve(query)
-        budget = budget_tokens(self)
+        budget = budget_tokens(self.model.context_size(), self.knobs.evidence_reserve)
 
         async def read(rank: int, hit):
             prompt, packed, tokens = pack(

@@ -1,32 +1,38 @@
 """retrieve-read-joint: the top-K passages of a corpus-level index (BM25 or dense over the whole
 snapshot) read together in one prompt. The prompt and packing are evidence-provided's: passages
-best first as <document> blocks, as many as fit the context minus ``--evidence-reserve`` tokens;
+best first as <document> blocks, as many as fit the context minus ``evidence_reserve`` tokens;
 what was packed and what was cut is recorded, never truncated silently. This is the seed papers'
 retrieve-then-read baseline with an LLM reader (QAMPARI's zero-shot LLM over the top 15 BM25
 passages, hence K = 15 by default; FiD's "read the top passages jointly")."""
 
 from __future__ import annotations
 
-from agents import AgentContext, SampleResult, register_agent
-from agents._retrieve import RetrievalAgent, budget_tokens
+from agents._knobs import ReserveKnobs, RetrievalKnobs, passage_knob, retrieval_k_knob
+from agents._retrieve import RetrievalAgent
 from agents.evidence_provided import pack
+from harness.strategy import budget_tokens
+from harness.strategy import AgentContext, SampleResult
+
+K_SOURCE = "QAMPARI: zero-shot LLM reader over the top 15 BM25 passages"
 
 
-@register_agent("retrieve-read-joint")
 class RetrieveReadJoint(RetrievalAgent):
     default_template = "evidence_provided"
     template_fields = ("documents",)
     needs_context_size = True
-    default_k = 15
-    k_source = "QAMPARI: zero-shot LLM reader over the top 15 BM25 passages"
+    k_source = K_SOURCE
+
+    class Knobs(ReserveKnobs, RetrievalKnobs):
+        retrieval_k: int = retrieval_k_knob(15, K_SOURCE)
+        passage_kind: str = passage_knob("words100")
 
     def describe(self):
-        return {**super().describe(), "reader": "joint (one prompt)", "reserve_tokens": self.config.evidence_reserve}
+        return {**super().describe(), "reader": "joint (one prompt)"}
 
     async def solve(self, sample, ctx: AgentContext) -> SampleResult:
         query, question, rewrite, transcript = await self.question_for(sample, ctx)
         hits = self.retrieve(query)
-        budget = budget_tokens(self)
+        budget = budget_tokens(self.model.context_size(), self.knobs.evidence_reserve)
         prompt, packed, tokens = pack(
             [(h.title, h.text) for h in hits],
             lambda documents: self.prompt(question, documents=documents),

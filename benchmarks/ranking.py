@@ -36,8 +36,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from harness.scoring.normalize import tokenize_fanoutqa
 from wiki_snapshot.chunking import chunk_text
-from wiki_snapshot.ranking import BM25PlusRanker, tokenize_fanoutqa
+from wiki_snapshot.ranking import BM25PlusRanker
 
 ARTICLES = ROOT / "tests" / "fixtures" / "wikipedia_en_science_physics_10.json"
 HOTPOT = (

@@ -1,3 +1,20 @@
 """Evaluation harness for many-answer, many-document QA over Wikipedia."""
 
 __version__ = "0.1.0"
+
+
+def run(config=None, /, **options):
+    """Run (or resume) an evaluation from Python with the CLI's options as keywords; returns the
+    results dict. ``harness.run(model="local/smollm2", dataset="qampari:sample", limit=3)``.
+    See ``harness.api.run``."""
+    from harness.api import run as _run
+
+    return _run(config, **options)
+
+
+def score(run_dir=None, /, **options):
+    """Score saved generations (a run directory, or ``dataset=`` and ``generations=``) without
+    calling a model; returns the scores dict. See ``harness.api.score``."""
+    from harness.api import score as _score
+
+    return _score(run_dir, **options)

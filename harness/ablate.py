@@ -9,10 +9,6 @@ open-book sweep it is drawn too, as the best a perfect reader of the gold eviden
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import re
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -53,10 +49,6 @@ def max_supported_context(model: str) -> int | None:
 
         return DEFAULT_CONTEXT
     return None  # vLLM: the server itself refuses a --max-model-len the model cannot take
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:60]
 
 
 def _row(size: int, run_dir: Path, results: dict[str, Any], ceiling_row: dict[str, Any] | None) -> dict[str, Any]:
@@ -172,8 +164,7 @@ async def run_ablation(flat: dict[str, Any], sizes: list[int], out: Path) -> dic
     first = results[sizes[0]]
     ceiling = None
     if first.get("scores") is not None:  # the ceiling needs reference answers
-        ceiling_flat = {k: v for k, v in flat.items() if k not in ("agent", "out", "prompt_template")}
-        ceiling = await compute_ceiling(build_config({**ceiling_flat, "setting": "evidence-provided"}), sizes)
+        ceiling = await compute_ceiling(ceiling_config(base, flat), sizes)
     by_size = {r["context_size"]: r for r in (ceiling or {}).get("rows", [])}
     rows = [_row(size, out / f"ctx-{size}", results[size], by_size.get(size)) for size in sizes]
     metrics: list[str] = []
@@ -199,62 +190,13 @@ async def run_ablation(flat: dict[str, Any], sizes: list[int], out: Path) -> dic
     return ablation
 
 
-# --------------------------------------------------------------------------- CLI
-def add_parser(sub) -> None:
-    from harness.cli import _run_options
+def ceiling_config(base, flat: dict[str, Any]):
+    """The sweep's options for the ceiling: evidence-provided's packing, with those of the sweep's
+    knobs that evidence-provided has (an open-book sweep's max_rounds is not one)."""
+    from harness.config import build_config
+    from harness.strategy import AGENTS
 
-    p = sub.add_parser(
-        "ablate",
-        help="context-length sweep: one run per size, the ceiling, a table and a plot",
-        description=(
-            "Run the same configuration once per context size (DIR/ctx-<size>/, ordinary resumable runs), compute "
-            "the answerability ceiling at those sizes, and write DIR/ablation.json, DIR/ablation.md and "
-            "DIR/ablation.png. Takes every `harness run` option; --out is the ablation folder."
-        ),
-        argument_default=argparse.SUPPRESS,
-    )
-    p.add_argument("--context-sizes", required=True, help="comma-separated sizes in tokens, e.g. 2048,4096,8192")
-    _run_options(p)
-
-
-def command(args) -> int:
-    from harness.config import build_config, load_yaml
-
-    given = {k: v for k, v in vars(args).items() if k not in ("command", "verbose", "config", "context_sizes")}
-    flat: dict[str, Any] = load_yaml(args.config) if getattr(args, "config", None) else {}
-    flat = {k.replace("-", "_"): v for k, v in flat.items()}
-    flat.update(given)
-    sizes = parse_sizes(args.context_sizes)
-    if flat.pop("context_size", None) is not None:
-        raise ConfigError("ablate sets the context size of each run: give the sizes with --context-sizes only")
-    flat.setdefault("model", "local/smollm2")
-    if flat.get("setting") not in SETTINGS:
-        raise ConfigError(f"ablate needs --setting {' or '.join(SETTINGS)} (got {flat.get('setting')!r})")
-    reserve = build_config(flat).evidence_reserve  # also checks every option before the first run
-    if sizes[0] <= reserve:
-        raise ConfigError(f"context sizes must each exceed the answer reserve (--evidence-reserve {reserve})")
-    supported = max_supported_context(flat["model"])
-    if supported is not None and sizes[-1] > supported:
-        raise ConfigError(f"context size {sizes[-1]} is larger than {flat['model']} supports ({supported} tokens)")
-    default_out = (
-        Path("results")
-        / f"ablation-{_slug(flat.get('dataset', 'fanoutqa:dev'))}-{_slug(flat['model'])}-{flat['setting']}"
-    )
-    out = Path(flat.pop("out", None) or default_out)
-
-    async def main() -> dict[str, Any]:
-        task = asyncio.current_task()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
-        return await run_ablation(flat, sizes, out)
-
-    try:
-        ablation = asyncio.run(main())
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        print("interrupted: run the same command again to resume", file=sys.stderr)
-        return 130
-    print(format_table(ablation), end="")
-    print(f"wrote {out / ABLATION_JSON}, {out / ABLATION_MD}, {out / ABLATION_PNG}", file=sys.stderr)
-    if any(r["counts"]["failed"] for r in ablation["rows"]):
-        print("some samples failed: see each ctx-<size>/failures.jsonl; rerun to retry them", file=sys.stderr)
-        return 1
-    return 0
+    fields = AGENTS.get("evidence-provided").Knobs.model_fields
+    knobs = {k: v for k, v in base.agent_args.items() if k in fields}
+    ceiling_flat = {k: v for k, v in flat.items() if k not in ("agent", "agent_args", "out", "prompt_template")}
+    return build_config({**ceiling_flat, "agent_args": knobs, "setting": "evidence-provided"})

@@ -12,26 +12,28 @@ from harness.errors import ConfigError, MissingEvidenceError
 
 
 async def compute_ceiling(config: RunConfig, context_sizes: list[int]) -> dict[str, Any]:
-    from agents import create_agent
-    from agents.evidence_provided import evidence_pages, format_document, ranked_chunks
     from harness.datasets import load_dataset
     from harness.models import create_backend
     from harness.runner import select_samples, snapshot_hash
     from harness.scoring.fanoutqa_metrics import answer_in_text
+    from harness.strategy import budget_tokens, create_agent
     from wiki_snapshot import Snapshot
 
     if config.setting != "evidence-provided":
         raise ConfigError("the ceiling is defined for --setting evidence-provided")
     if not config.snapshot:
         raise ConfigError("ceiling needs --snapshot SNAP.db")
-    if not context_sizes or any(size <= config.evidence_reserve for size in context_sizes):
-        raise ConfigError(f"context sizes must each exceed the reserve ({config.evidence_reserve} tokens)")
+    agent = create_agent(config)
+    if not all(hasattr(agent, m) for m in ("ranked_evidence", "build_prompt", "packed_documents")):
+        raise ConfigError(f"agent {agent.name} does not pack evidence (ranked_evidence, build_prompt): no ceiling")
+    knobs = agent.knobs  # evidence-provided's: the packing being bounded
+    if not context_sizes or any(size <= knobs.evidence_reserve for size in context_sizes):
+        raise ConfigError(f"context sizes must each exceed the reserve ({knobs.evidence_reserve} tokens)")
     dataset = load_dataset(config.dataset, config.data_path)
     if not dataset.info.has_answers:
         raise ConfigError(f"{dataset.info.spec()} has no reference answers")
     samples = select_samples(dataset, config)
     snapshot = Snapshot.open(config.snapshot)
-    agent = create_agent(config)
     backend = create_backend(config.model, config.backend)  # only its tokenizer is used
     await backend.start()
     try:
@@ -40,15 +42,16 @@ async def compute_ceiling(config: RunConfig, context_sizes: list[int]) -> dict[s
         for sample in samples:
             row: dict[str, Any] = {"id": sample.id, "sizes": {}}
             try:
-                chunks = ranked_chunks(config, evidence_pages(snapshot, sample), sample.question)
+                chunks = agent.ranked_evidence(sample)
             except MissingEvidenceError as exc:
                 row["missing_evidence"] = exc.titles
                 per_sample.append(row)
                 continue
             for size in context_sizes:
-                prompt, record = agent.build_prompt(sample, budget=size - config.evidence_reserve, chunks=chunks)
+                budget = budget_tokens(size, knobs.evidence_reserve)
+                prompt, record = agent.build_prompt(sample, budget=budget, chunks=chunks)
                 # Only the packed documents count: a question can name its own answer ("A or B?").
-                documents = "".join(format_document(t, c) for t, c in chunks[: record["chunks_packed"]])
+                documents = agent.packed_documents(chunks, record["chunks_packed"])
                 result = answer_in_text(sample.answer, documents)
                 row["sizes"][str(size)] = {
                     "loose": result.score,
@@ -80,8 +83,8 @@ async def compute_ceiling(config: RunConfig, context_sizes: list[int]) -> dict[s
         "dataset_sha256": dataset.info.sha256,
         "snapshot_content_hash": snapshot_hash(snapshot),
         "tokenizer": backend.tokenizer_name(),
-        "reserve_tokens": config.evidence_reserve,
-        "chunk_size": config.chunk_size,
+        "reserve_tokens": knobs.evidence_reserve,
+        "chunk_size": knobs.chunk_size,
         "n_samples": n,
         "missing_evidence": sum(1 for r in per_sample if "missing_evidence" in r),
         "rows": rows,

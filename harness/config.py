@@ -9,15 +9,14 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.errors import ConfigError
+from harness.models import DEFAULT_MODEL
 from harness.models.base import WEEK_S, BackendOptions, GenerationParams
-
-DEFAULT_MODEL = "local/smollm2"
 
 # Fields that do not change what the model is asked or how it answers: a run can be
 # extended (--limit), resumed or sped up without starting a new run directory.
@@ -37,6 +36,10 @@ NOT_HASHED = frozenset(
         "bleurt_checkpoint",
         "max_cost",  # like --limit: raising the budget resumes the same run
         "price_table",
+        # the strategy enters the key through its identity (resolved name, plugin, knobs by value)
+        "agent",
+        "agent_args",
+        "prompt_template",  # hashed as the template's source and sha256, in the strategy's identity
     }
 )
 BACKEND_NOT_HASHED = frozenset({"request_timeout", "max_attempts", "retry_max_wait", "startup_timeout", "n_threads"})
@@ -46,8 +49,13 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=(), allow_inf_nan=False)
 
     model: str = DEFAULT_MODEL
-    setting: str = "closed-book"
-    agent: str | None = Field(None, description="strategy; default: the setting's own")
+    setting: str | None = Field(None, description="closed-book | open-book | evidence-provided | retrieve-read; "
+                                "default: the strategy's first (closed-book without --agent)")
+    agent: str | None = Field(None, description="strategy: a name, FILE.py:NAME or package.module:NAME; "
+                              "default: the setting's own")
+    agent_args: dict[str, Any] = Field(
+        default_factory=dict, description="the strategy's knobs (--agent-arg KEY=VALUE, YAML agent: section)"
+    )
     dataset: str = "fanoutqa:dev"
     data_path: str | None = None
     limit: int | None = Field(None, ge=1, le=1_000_000_000)
@@ -59,9 +67,6 @@ class RunConfig(BaseModel):
     prompt_template: str | None = Field(None, description="template name in prompts/ or a file path")
     cache: bool = True
     cache_path: str | None = None
-    history: Literal["original", "all-history"] = Field(
-        "all-history", description="conversational datasets: the question alone, or with all previous turns"
-    )
     # scoring (never changes generation) --------------------------------------------------------
     metrics: list[str] | None = Field(None, description="metric names; default: the dataset's")
     judge: str | None = Field(None, description="LLM judge model (none unless asked: it costs money)")
@@ -71,49 +76,16 @@ class RunConfig(BaseModel):
         None, ge=0, le=1_000_000, description="USD: stop before a request could pass this budget"
     )
     price_table: str | None = Field(None, description="price table YAML (default: harness/prices.yaml)")
-    # open-book and evidence-provided ------------------------------------------------------------
-    snapshot: str | None = Field(None, description="wiki snapshot (SQLite) the settings read pages from")
-    search_style: Literal["fanoutqa", "paper-2024"] = Field(
-        "fanoutqa", description="search tool replies: fanoutqa | paper-2024"
-    )
-    chunk_size: int = Field(1024, ge=64, le=10_000_000, description="characters per chunk (FanOutQA's chunker)")
-    ranking_query: Literal["question", "query"] = Field(
-        "question", description="rank a page's chunks by the question or the tool's query"
-    )
-    budget_fraction: float = Field(0.5, gt=0, le=1, description="share of the context one search result may use")
-    max_similar: int = Field(10, ge=0, le=10_000, description="similar titles offered when a title is not found")
-    bm25_k1: float = Field(1.5, ge=0, le=100)
-    bm25_b: float = Field(0.75, ge=0, le=1)
-    bm25_delta: float = Field(1.0, ge=0, le=100)
-    max_rounds: int = Field(20, ge=1, le=10_000, description="model turns per sample in the open-book loop")
-    context_policy: Literal["stop", "drop-oldest"] = Field(
-        "stop", description="when the conversation fills the context: stop | drop-oldest"
-    )
-    evidence_reserve: int = Field(520, ge=0, le=10_000_000, description="tokens kept free for the answer (paper: 520)")
-    repeat_question: bool = Field(False, description="repeat the question after each retrieval (paper F.2)")
-    text_protocol_strict: bool = Field(True, description="<search> must open the reply (the paper's parser)")
-    # retrieve-read: corpus-level retrieve-and-read baselines over a passage index ---------------
-    retriever: Literal["bm25", "dense"] = Field("bm25", description="passage index the retrieve-read strategies search")
-    retrieval_k: int | None = Field(
-        None,
-        ge=1,
-        le=1_000_000,
-        description="passages (classify: entities) retrieved; default: the strategy's (15, 200, 100)",
-    )
-    passage_kind: str | None = Field(
-        None, pattern=r"^(words\d+|chunk\d+|page)$", description="words100 | chunk1024 | page; default: the strategy's"
-    )
-    question_representation: Literal["original", "all-history", "rewritten"] = Field(
-        "all-history", description="conversations: what retriever and reader see (TopiOCQA section 5.1.2)"
-    )
-    classify_doc_tokens: int = Field(
-        384, ge=16, le=1_000_000, description="retrieve-classify: document tokens shown (QUEST: 384)"
-    )
+    snapshot: str | None = Field(None, description="wiki snapshot (SQLite) the strategies read pages from")
     generation: GenerationParams = Field(default_factory=GenerationParams)
     backend: BackendOptions = Field(default_factory=BackendOptions)
 
     def identity(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        data = self.model_dump(mode="json")
+        """Core options that change what the model is asked, by value; a field added later with a
+        declared neutral value (``harness.strategy.knob``) is left out while it has that value."""
+        from harness.strategy import keyed_values
+
+        data = keyed_values(self)
         for key in NOT_HASHED:
             data.pop(key, None)
         for key in BACKEND_NOT_HASHED:
@@ -170,6 +142,14 @@ def build_config(flat: dict[str, Any]) -> RunConfig:
     for key in ("sample_ids", "metrics"):
         if isinstance(top.get(key), str):
             top[key] = [s for s in top[key].split(",") if s]
+    # YAML ``agent: {name: open-book-text, max_rounds: 5}``: the name plus its knobs
+    if isinstance(top.get("agent"), dict):
+        section = dict(top.pop("agent"))
+        if section.get("name") is not None:
+            top["agent"] = section.pop("name")
+        top["agent_args"] = {**section, **parse_agent_args(top.get("agent_args"))}
+    elif "agent_args" in top:
+        top["agent_args"] = parse_agent_args(top["agent_args"])
     try:
         return RunConfig(**top, generation=GenerationParams(**generation), backend=BackendOptions(**backend))
     except ValidationError as exc:
@@ -182,6 +162,40 @@ def build_config(flat: dict[str, Any]) -> RunConfig:
         raise ConfigError(f"{option}: {first['msg'].lower()}{shown}") from None
     except TypeError as exc:
         raise ConfigError(f"invalid configuration: {exc}") from None
+
+
+def parse_agent_args(value: Any) -> dict[str, Any]:
+    """``["max_rounds=5", "retriever=dense"]`` (repeated --agent-arg) or a mapping -> {knob: value}.
+    A CLI value is read as JSON when it is JSON (``5``, ``0.5``, ``true``, ``null``, ``[1, 2]``), else
+    kept as text; the strategy's pydantic knobs then check and convert it."""
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise ConfigError(f"--agent-arg: expected KEY=VALUE strings or a mapping, got {type(value).__name__}")
+    out: dict[str, Any] = {}
+    for item in value:
+        if isinstance(item, dict):
+            out.update(item)
+            continue
+        key, sep, text = str(item).partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key.isidentifier():
+            raise ConfigError(f"--agent-arg {item!r}: expected KEY=VALUE, e.g. --agent-arg max_rounds=5")
+        out[key] = _agent_value(text.strip())
+    return out
+
+
+def _agent_value(text: str) -> Any:
+    if text.lower() in ("none", "null"):
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def load_yaml(path: str | Path) -> dict[str, Any]:

@@ -1,5 +1,7 @@
 """User-facing errors: the CLI prints their message on one line and exits with code 2."""
 
+from wiki_snapshot.errors import SnapshotError
+
 
 class HarnessError(Exception):
     """Bad input or an unusable environment; the message is shown to the user as is."""
@@ -39,3 +41,7 @@ class MissingEvidenceError(HarnessError):
     def __init__(self, titles: list[str]):
         super().__init__(f"{len(titles)} evidence page(s) not in the snapshot: {', '.join(titles[:5])}")
         self.titles = titles
+
+
+# What the CLI reports as bad input (one line, exit 2): the harness's errors and its snapshot library's.
+USER_ERRORS = (HarnessError, SnapshotError)

@@ -10,10 +10,8 @@ not submitted being ``null`` (as in ``metadata/deepseek-v3-LightRAG.json``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,7 +20,6 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Valida
 
 from harness.errors import HarnessError
 from harness.records import plain_file_name, read_input_text, write_bytes_atomic
-from harness.argtypes import number
 
 # our --setting -> the leaderboard's setting name (folder prefix and metadata key)
 SETTING_NAMES = {"closed-book": "closedbook", "open-book": "openbook", "evidence-provided": "evidenceprovided"}
@@ -106,6 +103,7 @@ class RunForExport:
             raise HarnessError(f"{run_dir}: setting {self.setting!r} is not one of the leaderboard's")
         self.model = config.get("model")
         self.agent = results.get("agent") or {}
+        check_strategy_implements(run_dir, self.agent, config, self.setting)
         self.context_size = (results.get("model") or {}).get("context_size")
         test = load_dataset(dataset["spec"], config.get("data_path"))
         if test.info.sha256 != dataset.get("sha256"):
@@ -236,51 +234,22 @@ def export_fanoutqa_submission(
     return report
 
 
-# --------------------------------------------------------------------------- CLI
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "export",
-        help="export runs in an official submission format (fanoutqa-submission)",
-        description=(
-            "fanoutqa-submission: write FanOutQA's leaderboard submission from test-set runs, one per setting: "
-            "DIR/{closedbook,openbook,evidenceprovided}-generations/NAME.jsonl and DIR/metadata/NAME.json in the "
-            "official template (checked after writing). Dev-set and non-FanOutQA runs are refused; so is a run "
-            "that does not answer every test question, unless --allow-partial."
-        ),
-    )
-    p.add_argument("format", choices=["fanoutqa-submission"], help="what to export")
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="finished fanoutqa:test runs, one per setting")
-    p.add_argument("--out", required=True, help="submission folder (the repository's leaderboard-submissions/)")
-    p.add_argument("--metadata", help="YAML or JSON file with template fields; the options below override it")
-    p.add_argument("--name", help="the name of your model/system")
-    p.add_argument("--authors", help="the list of authors, in natural language")
-    p.add_argument("--url", help="a link to the model's website (default: null)")
-    p.add_argument("--citation", help="e.g. 'Zhu et al., 2024' ('' if none)")
-    p.add_argument("--type", type=str.upper, choices=SUBMISSION_TYPES, help="FOUNDATION | FINETUNE | PROMPT | OTHER")
-    p.add_argument("--details", help="model details, e.g. API revision or Hugging Face id (default: the --model)")
-    p.add_argument(
-        "--context", type=number(int, 1, 100_000_000), help="context length in tokens (default: the runs' context size)"
-    )
-    p.add_argument(
-        "--trained-for-function-calling",
-        dest="is_trained_for_function_calling",
-        action=argparse.BooleanOptionalAction,
-        help="is_trained_for_function_calling (default: true if a run used native tool calling)",
-    )
-    p.add_argument("--file-name", help="NAME of the files (default: --name, lower-cased, dashes)")
-    p.add_argument("--allow-partial", action="store_true", help="export runs that do not answer every test question")
+def check_strategy_implements(run_dir, agent: dict[str, Any], config: dict[str, Any], setting: str) -> None:
+    """A run is exported under its setting only if its strategy implements that setting (runs made
+    before strategies declared their settings are checked against the strategy's declaration now)."""
+    from harness.strategy import AGENTS, SETTINGS
 
-
-def command(args) -> int:
-    fields: dict[str, Any] = load_metadata_file(args.metadata) if args.metadata else {}
-    for key in TEMPLATE_FIELDS:
-        value = getattr(args, key, None)
-        if value is not None:
-            fields[key] = value
-    fields.setdefault("url", None)
-    report = export_fanoutqa_submission(args.run_dirs, args.out, fields, args.file_name, args.allow_partial)
-    for warning in report["warnings"]:
-        print(f"warning: {warning}", file=sys.stderr)
-    answers = ", ".join(f"{s} {n}" for s, n in report["answers"].items())
-    print(f"wrote {args.out}: {', '.join(report['files'])} (answers: {answers}); checked against the template")
-    return 0
+    name = agent.get("name") or config.get("agent") or SETTINGS.get(setting)
+    implemented = agent.get("settings")
+    if implemented is None:
+        try:
+            implemented = list(AGENTS.get(name).settings)
+        except HarnessError:
+            raise HarnessError(
+                f"{run_dir}: cannot tell which settings agent {name!r} implements; it cannot be exported"
+            ) from None
+    if setting not in implemented:
+        raise HarnessError(
+            f"{run_dir}: agent {name} does not implement the {setting} setting (it implements: "
+            f"{', '.join(implemented)}); it cannot be exported as a {setting} run"
+        )

@@ -4,6 +4,7 @@ replaced atomically, so a kill at any moment leaves every file whole."""
 from __future__ import annotations
 
 import json
+import re
 import math
 import os
 import tempfile
@@ -105,30 +106,35 @@ def plain_file_name(value: str, option: str) -> str:
     return value
 
 
-def read_input(path: str | Path, option: str = "") -> bytes:
+def read_input(path: str | Path, option: str = "", error: type[HarnessError] = HarnessError) -> bytes:
     """An input file's bytes; a missing, unreadable file or a folder is one line naming ``option``."""
     where = f"{option} {path}" if option else str(path)
     try:
         return Path(path).read_bytes()
     except FileNotFoundError:
-        raise HarnessError(f"{where}: file not found") from None
+        raise error(f"{where}: file not found") from None
     except OSError as exc:  # a directory, an unreadable file
-        raise HarnessError(f"{where}: cannot read ({exc.strerror or exc})") from None
+        raise error(f"{where}: cannot read ({exc.strerror or exc})") from None
 
 
-def read_input_text(path: str | Path, option: str = "") -> str:
+def read_input_text(path: str | Path, option: str = "", error: type[HarnessError] = HarnessError) -> str:
     try:
-        return read_input(path, option).decode("utf-8")
+        return read_input(path, option, error).decode("utf-8")
     except UnicodeDecodeError:
-        raise HarnessError(f"{option + ' ' if option else ''}{path}: not UTF-8 text") from None
+        raise error(f"{option + ' ' if option else ''}{path}: not UTF-8 text") from None
 
 
-def read_json(path: str | Path) -> Any:
-    text = read_input_text(path)
+def slug(text: str) -> str:
+    """``text`` as a short file-name part (run directory names)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:60]
+
+
+def read_json(path: str | Path, option: str = "", error: type[HarnessError] = HarnessError) -> Any:
+    text = read_input_text(path, option, error)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise HarnessError(f"{path}: not valid JSON ({exc})") from None
+        raise error(f"{option + ' ' if option else ''}{path}: not valid JSON ({exc})") from None
 
 
 class JsonlAppender:

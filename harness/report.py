@@ -10,7 +10,6 @@ embedded as JSON in a ``<script type="application/json">`` with ``<``, ``>`` and
 from __future__ import annotations
 
 import json
-import sys
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -376,24 +375,3 @@ def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
     html = render_report(build_report_data(run_dir))
     write_bytes_atomic(out, html)
     return out
-
-
-# --------------------------------------------------------------------------- CLI
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "report",
-        help="write a static HTML page of a run (metadata, scores, sortable questions, transcripts)",
-        description=(
-            "Write one self-contained HTML file (no network): the run's metadata and scores, a per-question "
-            "table (click a header to sort) and every transcript with its tool calls, the titles returned, "
-            "token counts and per-metric scores."
-        ),
-    )
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory")
-    p.add_argument("--out", help=f"HTML file to write (default RUN_DIR/{REPORT_FILE})")
-
-
-def command(args) -> int:
-    path = write_report(args.run_dir, args.out)
-    print(f"wrote {path}", file=sys.stderr)
-    return 0

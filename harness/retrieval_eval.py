@@ -29,114 +29,17 @@ Metrics per dataset (averaged over the evaluated questions):
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from typing import Any
-
-from harness.errors import HarnessError
 
 DEFAULT_KS = (10, 25, 50, 100, 200)
 UNANSWERABLE = "unanswerable"
 
 
-def add_retrieval_eval_parser(sub) -> None:
-    p = sub.add_parser(
-        "retrieval-eval",
-        help="score a passage index on a dataset's gold evidence (no reader, no model)",
-        description=__doc__.split("\n\n", 1)[1].split("\n\nMetrics", 1)[0].replace("``", ""),
-    )
-    p.add_argument("--dataset", required=True, help="NAME[:SPLIT][@VERSION], e.g. hotpotqa:dev, quest:train-sample")
-    p.add_argument("--data-path", help="read the dataset from this file")
-    p.add_argument("--snapshot", required=True, help="SNAP.db with an index (harness index build)")
-    p.add_argument("--retriever", default="bm25", choices=["bm25", "dense"])
-    p.add_argument("--passages", help="words100 (default; QUEST: page), chunk1024, page")
-    p.add_argument(
-        "--k", default=",".join(map(str, DEFAULT_KS)), help="comma-separated K values (default 10,25,50,100,200)"
-    )
-    p.add_argument(
-        "--question-representation",
-        choices=["original", "all-history"],
-        default="all-history",
-        help="conversations (TopiOCQA): the question alone, or every previous turn with it ('q1 [SEP] a1 [SEP] q2', "
-        "the official retriever input; default). 'rewritten' needs a model: use harness run --setting retrieve-read",
-    )
-    p.add_argument("--limit", type=int, help="only the first N questions")
-    p.add_argument("--sample-id", dest="sample_ids", help="comma-separated question ids")
-    p.add_argument("--out", help="write the full result (per question too) as JSON")
-
-
-def add_retrieve_read_options(p) -> None:
-    """``harness run`` options of the retrieve-read strategies (argparse.SUPPRESS defaults: RunConfig's)."""
-    g = p.add_argument_group("retrieve-read (corpus-level retrieve-and-read baselines over a passage index)")
-    g.add_argument("--retriever", choices=["bm25", "dense"], help="passage index to search (default bm25)")
-    g.add_argument(
-        "--retrieval-k",
-        type=int,
-        help="passages retrieved (retrieve-classify: entities); default: the strategy's paper value "
-        "(joint 15, each 200, classify 100)",
-    )
-    g.add_argument(
-        "--passage-kind",
-        help="words100, chunk1024 or page (default: words100; retrieve-classify: page); the index must exist",
-    )
-    g.add_argument(
-        "--question-representation",
-        choices=["original", "all-history", "rewritten"],
-        help="conversations: the question alone, with every previous turn (default), or rewritten by the model",
-    )
-    g.add_argument(
-        "--classify-doc-tokens", type=int, help="retrieve-classify: tokens of each entity document shown (QUEST: 384)"
-    )
-
-
-def parse_ks(text: str) -> list[int]:
-    try:
-        ks = sorted({int(x) for x in text.split(",") if x.strip()})
-    except ValueError:
-        raise HarnessError(f"--k must be comma-separated integers, not {text!r}") from None
-    if not ks or ks[0] < 1 or ks[-1] > 1_000_000:
-        raise HarnessError(f"--k needs integers from 1 to 1000000, not {text!r}")
-    return ks
-
-
-def cmd_retrieval_eval(args: argparse.Namespace) -> int:
-    from harness.config import build_config
-    from harness.datasets import load_dataset
-    from harness.records import write_json_atomic
-    from harness.runner import select_samples
-    from wiki_snapshot.retrieval import open_retriever
-    from wiki_snapshot.store import Snapshot
-
-    ks = parse_ks(args.k)
-    if args.limit is not None and args.limit < 1:
-        raise HarnessError("--limit must be at least 1")
-    config = build_config({"dataset": args.dataset, "limit": args.limit, "sample_ids": args.sample_ids})
-    dataset = load_dataset(args.dataset, args.data_path)
-    samples = select_samples(dataset, config)
-    passages = args.passages or ("page" if dataset.info.name == "quest" else "words100")
-    with Snapshot.open(args.snapshot) as snapshot:
-        retriever = open_retriever(snapshot, args.retriever, passages)
-        result = evaluate(dataset.info.name, samples, snapshot, retriever, ks, args.question_representation)
-    result.update(
-        {
-            "dataset": {"spec": dataset.info.spec(), "sha256": dataset.info.sha256, "n_selected": len(samples)},
-            "snapshot": {"path": args.snapshot, "content_sha256": snapshot.metadata.get("content_sha256")},
-            "index": retriever.describe(),
-        }
-    )
-    if args.out:
-        write_json_atomic(args.out, result)
-        print(f"wrote {args.out}", file=sys.stderr)
-    print(format_table(result))
-    return 0
-
-
-# evaluation -------------------------------------------------------------------------------
 def query_of(sample, representation: str) -> str:
-    from harness.datasets.topiocqa import format_history, history_parts
+    from harness.conversation import format_history
 
-    if representation == "all-history" and history_parts(sample):
+    if representation == "all-history" and sample.history:
         return format_history(sample, "all-history", style="sep")
     return sample.question
 
@@ -296,8 +199,3 @@ def format_table(result: dict[str, Any]) -> str:
             f"| {name} | {result['metric_counts'][name]} | " + " | ".join(f"{by_k[str(k)]:.4f}" for k in ks) + " |"
         )
     return "\n".join(lines)
-
-
-# the interface of harness.cli.FEATURE_COMMANDS
-add_parser = add_retrieval_eval_parser
-command = cmd_retrieval_eval

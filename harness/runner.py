@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import subprocess
 import sys
 import time
@@ -19,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import harness
-from agents import AgentContext, create_agent
 from harness.cache import ResponseCache
 from harness.config import RunConfig
 from harness.cost import Budget, BudgetExhausted, load_price_table, pricing_for, run_cost, spent_in_records
@@ -37,12 +35,14 @@ from harness.records import (
     iter_jsonl,
     read_json,
     repair_jsonl_tail,
+    slug,
     write_json_atomic,
 )
 from harness.redact import redact
 from harness.runlock import RunLock
 from harness.scoring.results import RESULTS_FORMAT
 from harness.scoring.run_scoring import score_records
+from harness.strategy import AgentContext, create_agent, resolve_agent
 
 log = logging.getLogger(__name__)
 
@@ -101,10 +101,6 @@ def check_sample_ids(dataset: Dataset, data_path: str | None) -> None:
         seen.add(sample.id)
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:60]
-
-
 def load_finished(run_dir: Path) -> dict[str, dict[str, Any]]:
     path = run_dir / SAMPLES_FILE
     if not path.exists():
@@ -121,11 +117,17 @@ class Run:
     """One invocation of ``harness run`` over a run directory."""
 
     def __init__(self, config: RunConfig, *, show_progress: bool = True):
-        self.config = config
+        # The setting a strategy runs in is resolved first (a strategy never runs in a setting it
+        # does not implement), and recorded resolved.
+        _, setting = resolve_agent(config.agent, config.setting)
+        self.config = config = config.model_copy(update={"setting": setting})
         self.show_progress = show_progress
         self.dataset = load_dataset(config.dataset, config.data_path)
         self.samples = select_samples(self.dataset, config)
         self.agent = create_agent(config)
+        # Constructed now (cheap: no model load, no server) so a bad model name or a missing
+        # API key is reported before anything is written.
+        self.backend = create_backend(config.model, config.backend)
         self.snapshot = self._open_snapshot()
         info = self.dataset.info
         self.hash_extra = {
@@ -133,6 +135,11 @@ class Run:
             "dataset_sha256": info.sha256,
             "agent_identity": self.agent.identity(),
         }
+        # plugins' identities (file sha256, package version): a changed plugin starts a new run
+        for kind, plugin in (("backend", self.backend.plugin), ("dataset", info.plugin)):
+            identity = {k: v for k, v in plugin.items() if k in ("package", "version", "sha256")}
+            if identity:
+                self.hash_extra[f"{kind}_plugin"] = identity
         if self.snapshot is not None:
             self.hash_extra["snapshot_content_hash"] = snapshot_hash(self.snapshot)
         self.config_hash = config.config_hash(self.hash_extra)
@@ -140,11 +147,8 @@ class Run:
         if config.out:
             self.run_dir = Path(config.out)
         else:
-            name = f"{info.name}-{info.split}-{info.version}-{_slug(config.model)}-{config.setting}-{self.run_id}"
+            name = f"{slug(info.name)}-{info.split}-{info.version}-{slug(config.model)}-{config.setting}-{self.run_id}"
             self.run_dir = Path("results") / name
-        # Constructed now (cheap: no model load, no server) so a bad model name or a missing
-        # API key is reported before anything is written.
-        self.backend = create_backend(config.model, config.backend)
         self.price_table = load_price_table(config.price_table)
         self.pricing = pricing_for(config.model, self.price_table)
         if config.max_cost is not None and not self.pricing.priced:
@@ -245,6 +249,8 @@ class Run:
                 await self.backend.start()
                 self._preflight_started_backend()
                 model_info = self.backend.describe()
+                if self.backend.plugin.get("source") not in (None, "builtin"):
+                    model_info = {**model_info, "plugin": self.backend.plugin}
                 self.agent.prepare(self.backend, self.snapshot)
             self._claim_run_dir()
             print(
@@ -412,6 +418,7 @@ class Run:
                 "path": info.path,
                 "sha256": info.sha256,
                 "license": info.license,
+                **({"plugin": info.plugin} if info.plugin.get("source") not in (None, "builtin") else {}),
                 "n_total": len(self.dataset.samples),
                 "n_selected": len(selected),
             },

@@ -108,8 +108,7 @@ HUGE = {"int": "1" + "0" * 30, "float": "1e308"}
 ACCEPTED = {
     (cmd, opt, "0")
     for cmd in ("run", "ablate", "ceiling")
-    for opt in ("--temperature", "--seed", "--max-similar", "--evidence-reserve", "--bm25-k1", "--bm25-b")
-    + ("--bm25-delta", "--max-cost", "--retry-max-wait")
+    for opt in ("--temperature", "--seed", "--max-cost", "--retry-max-wait")
 } | {
     ("snapshot build", "--rate-limit", "0"),
     ("index build", "--bm25-k1", "0"),
@@ -138,6 +137,45 @@ def test_numeric_option_out_of_range(cmd, option, value, world, tmp_path, capsys
     before = listing(tmp_path)
     code, err = invoke([*base, f"{option}={value}"], capsys)
     assert_one_line_exit_2(code, err, option)
+    assert listing(tmp_path) == before
+
+
+# ---------------------------------------------------------------------------- strategy knobs
+def numeric_knobs() -> list[tuple[str, str, str]]:
+    """(strategy, knob, int|float) for every numeric knob of every built-in strategy."""
+    from harness.strategy import AGENTS
+
+    found = []
+    for name in AGENTS.names():
+        for knob, info in AGENTS.get(name).Knobs.model_fields.items():
+            kinds = [k for k in ("int", "float") if k in str(info.annotation) or getattr(info.annotation, "__name__", "") == k]
+            if kinds:
+                found.append((name, knob, kinds[0]))
+    return found
+
+
+# legitimate zeros: "offer no similar titles", "no answer reserve", BM25 parameters
+KNOB_ZERO_OK = {"max_similar", "evidence_reserve", "bm25_k1", "bm25_b", "bm25_delta"}
+KNOB_CASES = [
+    (agent, knob, value)
+    for agent, knob, kind in numeric_knobs()
+    for value in ("0", "-1", "nan", HUGE[kind])
+    if not (value == "0" and knob in KNOB_ZERO_OK)
+]
+
+
+def test_the_knob_battery_covers_the_strategies():
+    agents = {agent for agent, _, _ in numeric_knobs()}
+    assert {"open-book-native", "open-book-text", "evidence-provided", "retrieve-read-each", "retrieve-classify"} <= agents
+    assert len(KNOB_CASES) > 100
+
+
+@pytest.mark.parametrize("agent, knob, value", KNOB_CASES, ids=lambda x: str(x)[:16])
+def test_numeric_knob_out_of_range(agent, knob, value, world, tmp_path, capsys):
+    base = bases(world, tmp_path)["run"]
+    before = listing(tmp_path)
+    code, err = invoke([*base, "--agent", agent, "--agent-arg", f"{knob}={value}"], capsys)
+    assert_one_line_exit_2(code, err, f"--agent-arg {knob}:")
     assert listing(tmp_path) == before
 
 

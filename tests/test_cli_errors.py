@@ -21,7 +21,7 @@ def assert_clean_error(proc, *needles):
         (["--model", "nosuch/thing"], ["unknown model backend 'nosuch'", "local"]),
         (["--model", "smollm2"], ["PREFIX/NAME"]),
         (["--model", "local/missing.gguf"], ["model file not found"]),
-        (["--setting", "telepathy"], ["unknown setting 'telepathy'", "closed-book"]),
+        (["--setting", "telepathy"], ["invalid choice: 'telepathy'", "closed-book"]),
         (["--dataset", "nosuchset:dev"], ["unknown dataset 'nosuchset'"]),
         (["--dataset", "fanoutqa:dev@1999"], ["unknown version '1999'", "nov23", "2026"]),
         (["--dataset", "fanoutqa:train"], ["unknown split 'train'"]),

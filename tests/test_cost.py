@@ -12,7 +12,9 @@ from test_api_backends import FakeServer
 from harness.cli import main
 from harness.cost import Budget, BudgetExhausted, load_price_table, pricing_for
 from harness.errors import ConfigError
-from harness.models.base import GenerationParams, ModelBackend, ModelResponse, Usage, register_backend
+from harness.models.base import GenerationParams
+from harness.models.scripted import register_script, unregister_script
+from harness.scoring.llm_judge import factuality_system
 
 PROMPT_TOKENS, COMPLETION_TOKENS = 150, 5
 # USD per 1M tokens: output dominates, so a request's worst case (16 tokens) is 0.16 and its
@@ -233,34 +235,31 @@ def test_budget_reserves_requests_in_flight():
         Budget(1.0, pricing_for("openai/gpt-unknown", table))
 
 
-@register_backend("cost-judge")
-class _ScriptedJudge(ModelBackend):
-    """A judge that always grades B with fixed token counts (its requests are what gets priced)."""
-
-    async def _generate(self, messages, params, tools=None, tool_choice=None):
-        return ModelResponse(content="reasoning\nB\nB", usage=Usage(prompt_tokens=400, completion_tokens=30))
-
-    def context_size(self):
-        return 100_000
-
-    def count_tokens(self, text):
-        return len(text.split())
+@pytest.fixture
+def judge():
+    """A judge that always grades B; its requests are what gets priced, counted by its whitespace tokenizer."""
+    yield register_script("cost-judge", lambda messages, tools, tool_choice, params: "reasoning\nB\nB")
+    unregister_script("cost-judge")
 
 
-def test_judge_cost_is_kept_apart(server, prices, tmp_path, capsys):
-    """Re-scoring a run with a priced judge (in process: the judge backend is registered here) adds
+def test_judge_cost_is_kept_apart(server, prices, tmp_path, capsys, judge):
+    """Re-scoring a run with a priced judge (in process: the judge script is registered here) adds
     the judge's cost apart from the model's, and to the total."""
-    prices.write_text(prices.read_text() + "  cost-judge/v1: {input: 2.0, output: 4.0}\n")
+    prices.write_text(prices.read_text() + "  scripted/cost-judge: {input: 2.0, output: 4.0}\n")
     out = tmp_path / "run"
     assert run_api(server, out, "--limit", "2", "--price-table", str(prices)).returncode == 0
     before = read(out / "results.json")["cost"]
     assert before["judge"] is None and before["total_usd"] == pytest.approx(2 * COST)
-    code = main(["score", str(out), "--metrics", "fanoutqa-string,llm-judge", "--judge", "cost-judge/v1"])
+    code = main(["score", str(out), "--metrics", "fanoutqa-string,llm-judge", "--judge", "scripted/cost-judge"])
     assert code == 0, capsys.readouterr().err
     results = read(out / "results.json")
     cost = results["cost"]
-    judge_usd = (2 * 400 * 2.0 + 2 * 30 * 4.0) / 1e6  # two answers judged
-    assert cost["judge"]["prompt_tokens"] == 800 and cost["judge"]["completion_tokens"] == 60
+    assert len(judge.requests) == 2  # two answers judged, with the judge prompt
+    assert all(r["messages"][0]["content"] == factuality_system for r in judge.requests)
+    # the scripted judge's usage: the words of the messages sent, and 3 words per reply
+    prompt_tokens = sum(len(m["content"].split()) for r in judge.requests for m in r["messages"])
+    judge_usd = (prompt_tokens * 2.0 + 2 * 3 * 4.0) / 1e6
+    assert cost["judge"]["prompt_tokens"] == prompt_tokens and cost["judge"]["completion_tokens"] == 6
     assert cost["judge_usd"] == pytest.approx(judge_usd)
     assert cost["model_usd"] == pytest.approx(2 * COST)  # the model under test is unchanged
     assert cost["total_usd"] == pytest.approx(2 * COST + judge_usd)

@@ -12,34 +12,33 @@ from conftest import run_harness
 from harness.datasets import load_dataset
 from harness.datasets.base import Sample
 from harness.errors import HarnessError
-from harness.models.base import ModelBackend, ModelResponse, Usage, register_backend
+from harness.models.scripted import register_script, unregister_script
 from harness.scoring import llm_judge
 from harness.scoring.metrics import ScoringOptions, get_metric, score_answers
 
-SCRIPT: dict = {}
+STATE: dict = {}
 
 
-@register_backend("judge-script")
-class ScriptedJudge(ModelBackend):
-    """Replies SCRIPT["reply"](user_prompt) and records every request it gets."""
-
-    async def _generate(self, messages, params, tools=None, tool_choice=None):
-        SCRIPT["requests"].append({"messages": messages, "params": params})
-        await asyncio.sleep(0.01)
-        return ModelResponse(
-            content=SCRIPT["reply"](messages[-1]["content"]), usage=Usage(prompt_tokens=100, completion_tokens=5)
-        )
-
-    def context_size(self):
-        return 100000
-
-    def count_tokens(self, text):
-        return len(text.split())
+async def judge(messages, tools, tool_choice, params):
+    """Replies STATE["reply"](user_prompt) with fixed token counts, counting requests in flight."""
+    STATE["in_flight"] += 1
+    STATE["max_in_flight"] = max(STATE["max_in_flight"], STATE["in_flight"])
+    try:
+        await asyncio.sleep(STATE["delay"])
+        return {
+            "content": STATE["reply"](messages[-1]["content"]),
+            "usage": {"prompt_tokens": 100, "completion_tokens": 5},
+        }
+    finally:
+        STATE["in_flight"] -= 1
 
 
 @pytest.fixture(autouse=True)
-def reset_script():
-    SCRIPT.update(requests=[], reply=lambda prompt: "Reasoning...\nB\nB")
+def script():
+    """The judge script; its ``requests`` records every request it gets."""
+    STATE.update(reply=lambda prompt: "Reasoning...\nB\nB", delay=0.01, in_flight=0, max_in_flight=0)
+    yield register_script("judge", judge)
+    unregister_script("judge")
 
 
 def official_llm_module():
@@ -100,11 +99,11 @@ QUESTIONS = [Sample(id=f"q{i}", question=f"Question number {i}?", answer=[f"ref 
 
 
 def score(answers, tmp_path, only_answered=False, **opts):
-    options = ScoringOptions(judge="judge-script/v1", cache_path=str(tmp_path / "judge.sqlite"), **opts)
+    options = ScoringOptions(judge="scripted/judge", cache_path=str(tmp_path / "judge.sqlite"), **opts)
     return get_metric("llm-judge")(QUESTIONS, answers, only_answered, options=options)
 
 
-def test_parsing_rule(tmp_path):
+def test_parsing_rule(tmp_path, script):
     replies = {
         "q0": "Step by step...\nB\nB",
         "q1": "reasoning\nC\nC  \n\n",  # trailing whitespace is stripped
@@ -115,7 +114,7 @@ def test_parsing_rule(tmp_path):
         "q6": "The answer is (b)",  # only the last character counts: ")" -> 0
         "q7": "...\ne",  # lower case counts
     }
-    SCRIPT["reply"] = lambda prompt: replies["q" + prompt.split("[Question]: Question number ")[1][0]]
+    STATE["reply"] = lambda prompt: replies["q" + prompt.split("[Question]: Question number ")[1][0]]
     answers = [{"id": q.id, "answer": f"answer {q.id}"} for q in QUESTIONS]
     result = score(answers, tmp_path)
     expected = {"q0": 1, "q1": 1, "q2": 1, "q3": 0, "q4": 0, "q5": 0, "q6": 0, "q7": 1}
@@ -124,31 +123,31 @@ def test_parsing_rule(tmp_path):
     assert result["aggregate"]["llm_judge"] == pytest.approx(4 / 8)
     for qid, reply in replies.items():
         assert result["raw"][qid]["llm_judge"] == int(reply.strip()[-1].lower() in "bce")
-    assert len(SCRIPT["requests"]) == 8
-    params = SCRIPT["requests"][0]["params"]
+    assert len(script.requests) == 8
+    params = script.requests[0]["params"]
     assert params.temperature == 0 and params.seed == 31415
     info = result["info"]
     assert info["calls"] == 8 and info["cache_hits"] == 0
     assert info["judge_prompt_tokens"] == 800 and info["judge_completion_tokens"] == 40
     assert info["reference"] == "fanoutqa eval/llm.py" and len(info["prompt_sha256"]) == 64
-    assert info["backend"]["backend"] == "judge-script" and info["judge"] == "judge-script/v1"
+    assert info["backend"]["backend"] == "scripted" and info["judge"] == "scripted/judge"
+    assert info["backend"]["model"] == "judge" and info["backend"]["scripted"] is True
 
 
 def test_empty_output_scores_zero(tmp_path):
-    SCRIPT["reply"] = lambda prompt: "  \n"
+    STATE["reply"] = lambda prompt: "  \n"
     result = score([{"id": "q0", "answer": "x"}], tmp_path)
     assert result["raw"]["q0"]["llm_judge"] == 0
 
 
-def test_trim_and_unanswered(tmp_path):
+def test_trim_and_unanswered(tmp_path, script):
     long_answer = "word " * 2000  # 10000 chars
     answers = [{"id": "q0", "answer": long_answer}, {"id": "q1", "answer": "short"}, {"id": "q2", "answer": None}]
     result = score(answers, tmp_path)
     # q2 (None) and q3..q7 (missing) are unanswered: 0, no request
-    assert len(SCRIPT["requests"]) == 2
+    assert len(script.requests) == 2
     sent = {
-        r["messages"][1]["content"].split("[Question]: ")[1][:17]: r["messages"][1]["content"]
-        for r in SCRIPT["requests"]
+        r["messages"][1]["content"].split("[Question]: ")[1][:17]: r["messages"][1]["content"] for r in script.requests
     }
     prompt0 = sent["Question number 0"]
     submission = prompt0.split("[Submission]: ")[1].split("\n************\n[END DATA]")[0]
@@ -160,50 +159,35 @@ def test_trim_and_unanswered(tmp_path):
     assert result["aggregate"]["llm_judge"] == pytest.approx(2 / 8)
 
     # only_answered: the pool is the answered ids (None still counts 0, as unanswered)
-    SCRIPT["requests"].clear()
+    script.requests.clear()
     result = score(answers, tmp_path / "other", only_answered=True)
     assert set(result["raw"]) == {"q0", "q1", "q2"}
     assert result["aggregate"]["llm_judge"] == pytest.approx(2 / 3)
 
 
-def test_no_answers_no_backend(tmp_path):
+def test_no_answers_no_backend(tmp_path, script):
     result = score([], tmp_path)
-    assert SCRIPT["requests"] == [] and result["aggregate"]["llm_judge"] == 0
+    assert script.requests == [] and result["aggregate"]["llm_judge"] == 0
     assert result["info"]["calls"] == 0
 
 
-def test_cache_means_no_second_request(tmp_path):
+def test_cache_means_no_second_request(tmp_path, script):
     answers = [{"id": q.id, "answer": "something"} for q in QUESTIONS[:3]]
     first = score(answers, tmp_path)
-    assert len(SCRIPT["requests"]) == 3 and first["info"]["calls"] == 3
+    assert len(script.requests) == 3 and first["info"]["calls"] == 3
     second = score(answers, tmp_path)
-    assert len(SCRIPT["requests"]) == 3, "re-scoring asked the judge again"
+    assert len(script.requests) == 3, "re-scoring asked the judge again"
     assert second["info"]["calls"] == 0 and second["info"]["cache_hits"] == 3
     assert second["raw"] == first["raw"]
     # a changed answer is a new request
     score([{"id": "q0", "answer": "something else"}], tmp_path)
-    assert len(SCRIPT["requests"]) == 4
+    assert len(script.requests) == 4
 
 
 def test_concurrency_bound(tmp_path):
-    state = {"now": 0, "max": 0}
-    original = ScriptedJudge._generate
-
-    async def counting(self, messages, params, tools=None, tool_choice=None):
-        state["now"] += 1
-        state["max"] = max(state["max"], state["now"])
-        try:
-            await asyncio.sleep(0.05)
-            return await original(self, messages, params)
-        finally:
-            state["now"] -= 1
-
-    ScriptedJudge._generate = counting
-    try:
-        score([{"id": q.id, "answer": "a"} for q in QUESTIONS], tmp_path, judge_max_connections=3)
-    finally:
-        ScriptedJudge._generate = original
-    assert state["max"] == 3
+    STATE["delay"] = 0.05
+    score([{"id": q.id, "answer": "a"} for q in QUESTIONS], tmp_path, judge_max_connections=3)
+    assert STATE["max_in_flight"] == 3
 
 
 def test_runs_inside_an_event_loop(tmp_path):

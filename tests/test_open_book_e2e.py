@@ -62,7 +62,7 @@ def test_evidence_provided_packs_real_pages(hotpot_snapshot, tmp_path):
 def test_open_book_native_tool_calls_real_model(hotpot_snapshot, tmp_path):
     out = tmp_path / "native"
     proc = run_hotpot(
-        hotpot_snapshot, out, "--setting", "open-book", "--limit", "2", "--max-tokens", "48", "--max-rounds", "3"
+        hotpot_snapshot, out, "--setting", "open-book", "--limit", "2", "--max-tokens", "48", "--agent-arg", "max_rounds=3"
     )
     assert proc.returncode == 0, proc.stderr
     for s in samples(out):
@@ -82,7 +82,7 @@ def test_open_book_native_tool_calls_real_model(hotpot_snapshot, tmp_path):
         assert s["extra"]["evidence_recall"]["needed"]
     r = results(out)
     assert r["retrieval"]["evidence_recall_n"] == 2 and r["agent"]["protocol"] == "native"
-    assert r["agent"]["budget_fraction"] == 0.5 and r["agent"]["chunk_size"] == 1024
+    assert r["agent"]["knobs"]["budget_fraction"] == 0.5 and r["agent"]["knobs"]["chunk_size"] == 1024
 
 
 def test_open_book_native_through_llamacpp_server(hotpot_snapshot, tmp_path):
@@ -98,8 +98,7 @@ def test_open_book_native_through_llamacpp_server(hotpot_snapshot, tmp_path):
         "1",
         "--max-tokens",
         "48",
-        "--max-rounds",
-        "2",
+        "--agent-arg", "max_rounds=2",
     )
     assert proc.returncode == 0, proc.stderr
     s = samples(out)[0]
@@ -124,9 +123,8 @@ def test_open_book_text_protocol_real_model(hotpot_snapshot, tmp_path, repeat):
         "2",
         "--max-tokens",
         "48",
-        "--max-rounds",
-        "3",
-        *(["--repeat-question"] if repeat else []),
+        "--agent-arg", "max_rounds=3",
+        *(["--agent-arg", "repeat_question=true"] if repeat else []),
     )
     assert proc.returncode == 0, proc.stderr
     found_any = False
@@ -144,7 +142,7 @@ def test_open_book_text_protocol_real_model(hotpot_snapshot, tmp_path, repeat):
     # Without the reminder the model follows a suggested title to a real page; with it, this tiny
     # model repeats its first query (a real behaviour the records show, not asserted either way).
     assert found_any or repeat, "no search resolved to a real page"
-    assert results(out)["agent"]["repeat_question"] is repeat
+    assert results(out)["agent"]["knobs"]["repeat_question"] is repeat
 
 
 def test_missing_evidence_is_recorded_not_answered(hotpot_snapshot, tmp_path):

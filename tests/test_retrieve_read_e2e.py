@@ -66,7 +66,7 @@ def check_retrieval(s, k):
 
 def test_joint_packs_the_retrieved_passages(hotpot, tmp_path):
     out = tmp_path / "joint"
-    run_hotpot(hotpot, out, "--limit", "2", "--retrieval-k", "3")
+    run_hotpot(hotpot, out, "--limit", "2", "--agent-arg", "retrieval_k=3")
     for s in samples(out):
         hits = check_retrieval(s, 3)
         prompt = s["messages"][0]["content"]
@@ -82,8 +82,8 @@ def test_joint_packs_the_retrieved_passages(hotpot, tmp_path):
         assert s["answer"].strip()
     r = results(out)
     assert r["setting"] == "retrieve-read" and r["agent"]["name"] == "retrieve-read-joint"
-    assert r["agent"]["retrieval_k"] == 3 and r["agent"]["retrieval_k_default"]["value"] == 15
-    assert r["agent"]["retriever"] == "bm25" and r["agent"]["index"]["bm25"]["options"]["k1"] == 0.9
+    assert r["agent"]["knobs"]["retrieval_k"] == 3 and r["agent"]["retrieval_k_default"]["value"] == 15
+    assert r["agent"]["knobs"]["retriever"] == "bm25" and r["agent"]["index"]["bm25"]["options"]["k1"] == 0.9
     assert r["retrieval"]["evidence_recall_n"] == 2 and r["retrieval"]["evidence_cut"] == 0
     assert {"em", "f1"} <= set(r["scores"]["em-f1"]) and "acc" in r["scores"]["fanoutqa-string"]
 
@@ -98,7 +98,7 @@ def test_joint_packs_the_retrieved_passages(hotpot, tmp_path):
 
 def test_each_reads_passages_alone_and_unions(hotpot, tmp_path):
     out = tmp_path / "each"
-    run_hotpot(hotpot, out, "--agent", "retrieve-read-each", "--limit", "2", "--retrieval-k", "2")
+    run_hotpot(hotpot, out, "--agent", "retrieve-read-each", "--limit", "2", "--agent-arg", "retrieval_k=2")
     for s in samples(out):
         hits = check_retrieval(s, 2)
         readings = s["extra"]["readings"]
@@ -130,7 +130,7 @@ def test_classify_keeps_the_entities_judged_relevant(tmp_path):
     out = tmp_path / "classify"
     args = (
         "run", "--setting", "retrieve-read", "--agent", "retrieve-classify", "--dataset", "quest:train-sample",
-        "--snapshot", str(snap), "--sample-id", "quest-train-sample-0001", "--retrieval-k", "3",
+        "--snapshot", str(snap), "--sample-id", "quest-train-sample-0001", "--agent-arg", "retrieval_k=3",
         "--max-tokens", "4", "--out", str(out),
     )  # fmt: skip
     proc = run_harness(*args)
@@ -148,7 +148,7 @@ def test_classify_keeps_the_entities_judged_relevant(tmp_path):
     kept = [j["title"] for j in judgments if j["kept"]]
     assert s["answer"] == "\n".join(kept)
     r = results(out)
-    assert r["agent"]["passages"] == "page" and r["agent"]["doc_tokens"] == 384
+    assert r["agent"]["knobs"]["passage_kind"] == "page" and r["agent"]["knobs"]["classify_doc_tokens"] == 384
     assert r["scores"]["raw"][0]["quest"]["n_predicted"] == len(kept)  # the quest metric scored the kept titles
     gold = load_dataset("quest:train-sample").by_id()["quest-train-sample-0001"].answer
     assert s["extra"]["evidence_recall"]["needed"] == gold  # the QUEST docs, checked against the hits
@@ -156,8 +156,8 @@ def test_classify_keeps_the_entities_judged_relevant(tmp_path):
 
 def test_classify_over_words_passages_ranks_entities_by_their_best_passage(hotpot, tmp_path):
     out = tmp_path / "classify-hotpot"
-    run_hotpot(hotpot, out, "--agent", "retrieve-classify", "--passage-kind", "words100", "--limit", "1",
-               "--retrieval-k", "2", "--max-tokens", "4")  # fmt: skip
+    run_hotpot(hotpot, out, "--agent", "retrieve-classify", "--agent-arg", "passage_kind=words100", "--limit", "1",
+               "--agent-arg", "retrieval_k=2", "--max-tokens", "4")  # fmt: skip
     s = samples(out)[0]
     judgments = s["extra"]["judgments"]
     assert len(judgments) == 2 and len({j["title"] for j in judgments}) == 2
@@ -180,7 +180,7 @@ def test_rewritten_conversational_question(tmp_path):
     out = tmp_path / "rw"
     ok(
         "run", "--setting", "retrieve-read", "--dataset", "topiocqa:dev", "--snapshot", str(snap),
-        "--sample-id", "119_10", "--question-representation", "rewritten", "--retrieval-k", "2",
+        "--sample-id", "119_10", "--agent-arg", "question_representation=rewritten", "--agent-arg", "retrieval_k=2",
         "--max-tokens", "24", "--out", str(out),
     )  # fmt: skip
     s = samples(out)[0]
@@ -193,14 +193,14 @@ def test_rewritten_conversational_question(tmp_path):
     assert s["messages"][2]["content"].endswith(f"[Question]: {rewrite['rewritten']}")
     assert s["extra"]["evidence_recall"]["needed"] == ["Aristotle"]
     r = results(out)
-    assert r["agent"]["question_representation"] == "rewritten" and r["agent"]["rewrite_prompt"]["sha256"]
+    assert r["agent"]["knobs"]["question_representation"] == "rewritten" and r["agent"]["rewrite_prompt"]["sha256"]
     assert r["model_calls"] == 2
 
 
 def test_joint_with_the_dense_retriever(hotpot_dense_snapshot, tmp_path):
     snap = hotpot_dense_snapshot
     out = tmp_path / "dense"
-    run_hotpot(snap, out, "--retriever", "dense", "--limit", "1", "--retrieval-k", "2")
+    run_hotpot(snap, out, "--agent-arg", "retriever=dense", "--limit", "1", "--agent-arg", "retrieval_k=2")
     s = samples(out)[0]
     r = s["extra"]["retrieval"]
     assert r["retriever"] == "dense" and len(r["hits"]) == 2 and all(-1 <= h["score"] <= 1 for h in r["hits"])

@@ -8,54 +8,43 @@ import pytest
 
 from harness.config import build_config
 from harness.errors import ModelError
-from harness.models.base import ModelBackend, ModelResponse, Usage, register_backend
+from harness.models.scripted import register_script, unregister_script
 from harness.runner import Run
 
-SCRIPT: dict = {}
+STATE: dict = {}  # a per-question behaviour and in-flight bookkeeping
 
 
-@register_backend("scripted")
-class ScriptedBackend(ModelBackend):
-    """Answers by the module-level SCRIPT: a per-question behaviour and in-flight bookkeeping."""
-
-    async def _generate(self, messages, params, tools=None, tool_choice=None):
-        SCRIPT["in_flight"] += 1
-        SCRIPT["max_in_flight"] = max(SCRIPT["max_in_flight"], SCRIPT["in_flight"])
-        SCRIPT["calls"] += 1
-        try:
-            behaviour = SCRIPT["behaviour"](messages[0]["content"])
-            if behaviour == "hang":
-                await asyncio.sleep(30)
-            if behaviour == "crash":
-                raise KeyError("malformed response")
-            if behaviour == "fatal":
-                raise ModelError("the API key was revoked")
-            await asyncio.sleep(0.05)
-            return ModelResponse(
-                content="Pat Burrell", finish_reason="stop", usage=Usage(prompt_tokens=10, completion_tokens=2)
-            )
-        finally:
-            SCRIPT["in_flight"] -= 1
-
-    def context_size(self):
-        return 1000
-
-    def count_tokens(self, text):
-        return len(text.split())
+async def answer(messages, tools, tool_choice, params):
+    STATE["in_flight"] += 1
+    STATE["max_in_flight"] = max(STATE["max_in_flight"], STATE["in_flight"])
+    try:
+        behaviour = STATE["behaviour"](messages[0]["content"])
+        if behaviour == "hang":
+            await asyncio.sleep(30)
+        if behaviour == "crash":
+            raise KeyError("malformed response")
+        if behaviour == "fatal":
+            raise ModelError("the API key was revoked")
+        await asyncio.sleep(0.05)
+        return "Pat Burrell"
+    finally:
+        STATE["in_flight"] -= 1
 
 
 @pytest.fixture(autouse=True)
-def reset_script():
-    SCRIPT.update(in_flight=0, max_in_flight=0, calls=0, behaviour=lambda prompt: "ok")
+def script():
+    STATE.update(in_flight=0, max_in_flight=0, behaviour=lambda prompt: "ok")
+    yield register_script("runner-control", answer)
+    unregister_script("runner-control")
 
 
 def run(tmp_path, **knobs):
-    config = build_config({"model": "scripted/test", "out": str(tmp_path / "run"), "cache": False, **knobs})
+    config = build_config({"model": "scripted/runner-control", "out": str(tmp_path / "run"), "cache": False, **knobs})
     return asyncio.run(Run(config, show_progress=False).execute())
 
 
-def test_timeout_is_recorded_then_retried(tmp_path):
-    SCRIPT["behaviour"] = lambda prompt: "hang" if "batting hand" in prompt else "ok"
+def test_timeout_is_recorded_then_retried(tmp_path, script):
+    STATE["behaviour"] = lambda prompt: "hang" if "batting hand" in prompt else "ok"
     results = run(tmp_path, limit=3, sample_timeout=0.5)
     assert results["status"] == "incomplete"
     assert results["counts"] == {"selected": 3, "finished": 2, "failed": 1, "pending": 0, "truncated_output": 0}
@@ -63,18 +52,18 @@ def test_timeout_is_recorded_then_retried(tmp_path):
     assert failure["error_type"] == "timeout" and failure["id"] == "7dcbbbdc7f1120cd"
     assert results["scores"]["raw"][0]["fanoutqa-string"]["acc"] == 0  # the failed question counts 0
 
-    SCRIPT["behaviour"] = lambda prompt: "ok"
-    SCRIPT["calls"] = 0
+    STATE["behaviour"] = lambda prompt: "ok"
+    script.requests.clear()
     results = run(tmp_path, limit=3, sample_timeout=0.5)
     assert results["status"] == "complete" and results["counts"]["failed"] == 0
-    assert SCRIPT["calls"] == 1, "only the failed sample runs again"
+    assert len(script.requests) == 1, "only the failed sample runs again"
     assert results["invocations"][-1]["attempted_ids"] == ["7dcbbbdc7f1120cd"]
     # Pat Burrell is one of the five picks in the reference: partial credit now.
     assert results["scores"]["raw"][0]["fanoutqa-string"]["acc"] == pytest.approx(0.1)
 
 
 def test_a_crashing_sample_does_not_sink_the_run(tmp_path):
-    SCRIPT["behaviour"] = lambda prompt: "crash" if "batting hand" in prompt else "ok"
+    STATE["behaviour"] = lambda prompt: "crash" if "batting hand" in prompt else "ok"
     results = run(tmp_path, limit=3)
     assert results["counts"]["finished"] == 2 and results["counts"]["failed"] == 1
     assert results["failures"]["7dcbbbdc7f1120cd"]["type"] == "exception"
@@ -83,11 +72,11 @@ def test_a_crashing_sample_does_not_sink_the_run(tmp_path):
 
 def test_max_connections_bounds_concurrency(tmp_path):
     run(tmp_path, limit=8, max_connections=3)
-    assert SCRIPT["max_in_flight"] == 3
+    assert STATE["max_in_flight"] == 3
 
 
 def test_fatal_backend_error_stops_the_run(tmp_path):
-    SCRIPT["behaviour"] = lambda prompt: "fatal"
+    STATE["behaviour"] = lambda prompt: "fatal"
     with pytest.raises(ModelError, match="revoked"):
         run(tmp_path, limit=3)
     results = json.loads((tmp_path / "run" / "results.json").read_text())

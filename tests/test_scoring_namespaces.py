@@ -15,7 +15,7 @@ import pytest
 from harness.cli import main
 from harness.datasets import load_dataset
 from harness.errors import HarnessError
-from harness.models.base import ModelBackend, ModelResponse, Usage, register_backend
+from harness.models.scripted import register_script
 from harness.scoring.fanoutqa_metrics import str_answer
 from harness.scoring.metrics import ScoringOptions, get_metric, score_answers
 from harness.scoring.results import (
@@ -32,42 +32,27 @@ ALL_METRICS = ["fanoutqa-string", "em-f1", "set-f1", "quest", "topiocqa", "bleur
 
 
 # --------------------------------------------------------------------------- scripted models
-@register_backend("ns-judge")
-class Judge(ModelBackend):
+def judge(messages, tools, tool_choice, params):
     """Grades B (superset, correct) when the submission names the first reference item, else D."""
-
-    async def _generate(self, messages, params, tools=None, tool_choice=None):
-        prompt = messages[-1]["content"]
-        expert = prompt.split("[Expert]: ", 1)[1].split("\n", 1)[0]
-        submission = prompt.split("[Submission]: ", 1)[1].split("\n****", 1)[0]
-        grade = "B" if expert and expert in submission else "D"
-        return ModelResponse(content=f"reasoning\n{grade}\n{grade}", usage=Usage(prompt_tokens=50, completion_tokens=3))
-
-    def context_size(self):
-        return 100_000
-
-    def count_tokens(self, text):
-        return len(text.split())
+    prompt = messages[-1]["content"]
+    expert = prompt.split("[Expert]: ", 1)[1].split("\n", 1)[0]
+    submission = prompt.split("[Submission]: ", 1)[1].split("\n****", 1)[0]
+    grade = "B" if expert and expert in submission else "D"
+    return f"reasoning\n{grade}\n{grade}"
 
 
 ANSWERS: dict[str, str] = {}  # question text -> the scripted answer
 
 
-@register_backend("ns-scripted")
-class Scripted(ModelBackend):
+def answer(messages, tools, tool_choice, params):
     """Answers the question of ANSWERS that ends latest in the prompt (TopiOCQA prompts hold earlier turns)."""
+    prompt = messages[-1]["content"]
+    found = [(prompt.rfind(q) + len(q), len(q), q) for q in ANSWERS if q in prompt]
+    return ANSWERS[max(found)[2]] if found else "I do not know"
 
-    async def _generate(self, messages, params, tools=None, tool_choice=None):
-        prompt = messages[-1]["content"]
-        found = [(prompt.rfind(q) + len(q), len(q), q) for q in ANSWERS if q in prompt]
-        answer = ANSWERS[max(found)[2]] if found else "I do not know"
-        return ModelResponse(content=answer, finish_reason="stop", usage=Usage(prompt_tokens=20, completion_tokens=4))
 
-    def context_size(self):
-        return 100_000
-
-    def count_tokens(self, text):
-        return len(text.split())
+register_script("ns-judge", judge)
+register_script("ns-answers", answer)
 
 
 def gold_text(answer, part: bool) -> str:
@@ -93,7 +78,7 @@ def quest_case(tmp_path_factory):
     ds = load_dataset("quest:train-sample")
     qs = ds.samples[:6]
     answers = [{"id": q.id, "answer": a} for q, a in zip(qs, mixed_answers(qs).values())][:5]  # one unanswered
-    options = ScoringOptions(judge="ns-judge/v1", cache_path=str(tmp_path_factory.mktemp("judge") / "c.sqlite"))
+    options = ScoringOptions(judge="scripted/ns-judge", cache_path=str(tmp_path_factory.mktemp("judge") / "c.sqlite"))
     alone = {m: score_answers(ds, qs, answers, [m], options=options) for m in ALL_METRICS}
     return ds, qs, answers, options, alone
 
@@ -269,7 +254,7 @@ def make_run(out: Path, args: list[str], data_path: Path | None = None) -> dict:
     samples = ds.samples[:5]
     ANSWERS.clear()
     ANSWERS.update({s.question: a for s, a in zip(samples, mixed_answers(samples).values())})
-    argv = ["run", "--model", "ns-scripted/m", *args, "--limit", "5", "--no-cache", "--out", str(out)]
+    argv = ["run", "--model", "scripted/ns-answers", *args, "--limit", "5", "--no-cache", "--out", str(out)]
     if data_path:
         argv += ["--data-path", str(data_path)]
     assert main(argv) == 0
@@ -319,11 +304,11 @@ def test_rescoring_a_data_path_run(tmp_path, capsys):
 def test_rescoring_with_other_metrics_and_options(tmp_path):
     out = tmp_path / "run"
     results = make_run(out, RUNS["qampari"])
-    assert main(["score", str(out), "--metrics", "em-f1,set-f1,llm-judge", "--judge", "ns-judge/v1"]) == 0
+    assert main(["score", str(out), "--metrics", "em-f1,set-f1,llm-judge", "--judge", "scripted/ns-judge"]) == 0
     again = json.loads((out / "results.json").read_text())["scores"]
     assert again["meta"]["metrics"] == ["em-f1", "set-f1", "llm-judge"]
     assert again["set-f1"] == results["scores"]["set-f1"] and again["em-f1"] == results["scores"]["em-f1"]
-    assert again["meta"]["options"]["judge"] == "ns-judge/v1"
+    assert again["meta"]["options"]["judge"] == "scripted/ns-judge"
 
 
 # --------------------------------------------------------------------------- old results files

@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from harness.models.tokenizers import count_tiktoken
+from harness.scoring.normalize import tokenize_fanoutqa
 from tools import TOOLS, tool_schema
 from tools.search import SearchConfig, SearchResult, SearchTool, rank_chunks
 from wiki_snapshot.chunking import chunk_text
-from wiki_snapshot.ranking import BM25PlusRanker, tokenize_fanoutqa
+from wiki_snapshot.ranking import BM25PlusRanker
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"

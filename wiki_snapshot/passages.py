@@ -27,7 +27,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from harness.errors import HarnessError
+from wiki_snapshot.errors import SnapshotError
 
 KIND_PATTERN = re.compile(r"^(?:words(?P<words>\d+)|chunk(?P<chunk>\d+)|page)$")
 PASSAGE_DTYPE = np.dtype([("pageid", "<i8"), ("start", "<i4"), ("end", "<i4"), ("ordinal", "<i4")])
@@ -38,16 +38,16 @@ def parse_kind(kind: str) -> tuple[str, int | None]:
     """``"words100"`` -> ``("words", 100)``; ``"chunk1024"`` -> ``("chunk", 1024)``; ``"page"``."""
     m = KIND_PATTERN.match(kind or "")
     if not m:
-        raise HarnessError(f"unknown passage kind {kind!r} (use words100, chunk1024 or page; any size: words80)")
+        raise SnapshotError(f"unknown passage kind {kind!r} (use words100, chunk1024 or page; any size: words80)")
     if m["words"]:
         size = int(m["words"])
         if not 10 <= size <= 1000:
-            raise HarnessError(f"passage kind {kind!r}: words per passage must be 10..1000")
+            raise SnapshotError(f"passage kind {kind!r}: words per passage must be 10..1000")
         return "words", size
     if m["chunk"]:
         size = int(m["chunk"])
         if not 64 <= size <= 100_000:
-            raise HarnessError(f"passage kind {kind!r}: characters per chunk must be 64..100000")
+            raise SnapshotError(f"passage kind {kind!r}: characters per chunk must be 64..100000")
         return "chunk", size
     return "page", None
 
@@ -139,7 +139,7 @@ def chunk_spans(text: str, size: int) -> list[tuple[int, int]]:
             continue
         at = text.find(chunk, pos)
         if at < 0:  # cannot happen: chunks are substrings in order; fail loudly rather than misalign
-            raise HarnessError(f"chunk not found in its page text at offset {pos}")
+            raise SnapshotError(f"chunk not found in its page text at offset {pos}")
         spans.append((at, at + len(chunk)))
         pos = at + len(chunk)
     return spans

@@ -1,7 +1,8 @@
 """BM25+ ranking of page chunks, giving exactly the order of FanOutQA's baseline retriever.
 
 The reference (``fanoutqa.retrieval.Corpus``, fanoutqa 1.1.1) tokenizes every chunk as
-``fanoutqa.norm.normalize(text).split(" ")`` (spaCy lemmas), scores with ``rank_bm25.BM25Plus``
+``fanoutqa.norm.normalize(text).split(" ")`` (spaCy lemmas; here the caller's tokenizer, e.g.
+``harness.scoring.normalize.tokenize_fanoutqa``), scores with ``rank_bm25.BM25Plus``
 (k1=1.5, b=0.75, delta=1) and orders by ``np.argsort(scores)[::-1]``. Ties are common (every chunk
 that contains no query term gets the same score), and ``np.argsort`` breaks them in a way that
 depends on the exact float values, so equal *orders* need equal *bits*: ``BM25PlusRanker`` does
@@ -29,20 +30,18 @@ from __future__ import annotations
 import math
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import chain, count
 
 import numpy as np
 
-from harness.scoring.normalize import normalize_many
 from wiki_snapshot.chunking import chunk_text
 
 K1, B, DELTA = 1.5, 0.75, 1.0  # rank_bm25.BM25Plus defaults
 
-
-def tokenize_fanoutqa(texts: Iterable[str]) -> list[list[str]]:
-    """``fanoutqa.norm.normalize(text).split(" ")`` for each text (spaCy batch, memoized)."""
-    return [s.split(" ") for s in normalize_many(texts)]
+# texts -> one token list per text. Injected, not imported: FanOutQA's tokenizer (spaCy lemmas)
+# lives in the harness, which this library does not import.
+Tokenizer = Callable[[Iterable[str]], list[list[str]]]
 
 
 class BM25PlusRanker:
@@ -162,17 +161,21 @@ def rank_documents(
     k1: float = K1,
     b: float = B,
     delta: float = DELTA,
+    *,
+    tokenize: Tokenizer,
 ) -> list[tuple[str, str]]:
-    """(title, chunk) for every chunk of every doc, best first for ``query``.
+    """(title, chunk) for every chunk of every doc, best first for ``query``, chunks and query
+    tokenized with ``tokenize``.
 
-    The order of ``fanoutqa.retrieval.Corpus(docs, doc_len=chunk_size).best(query)`` when the
-    Corpus is given the same (title, text) documents (the evidence-provided setting).
+    With ``tokenize=harness.scoring.normalize.tokenize_fanoutqa``, the order of
+    ``fanoutqa.retrieval.Corpus(docs, doc_len=chunk_size).best(query)`` when the Corpus is given
+    the same (title, text) documents (the evidence-provided setting).
     """
     chunks = [(title, chunk) for title, text in docs for chunk in chunk_text(text, chunk_size)]
     if not chunks:
         return []
-    ranker = BM25PlusRanker(tokenize_fanoutqa(c for _, c in chunks), k1=k1, b=b, delta=delta)
-    return [chunks[i] for i in ranker.rank(tokenize_fanoutqa([query])[0])]
+    ranker = BM25PlusRanker(tokenize(c for _, c in chunks), k1=k1, b=b, delta=delta)
+    return [chunks[i] for i in ranker.rank(tokenize([query])[0])]
 
 
-__all__ = ["BM25PlusRanker", "rank_documents", "tokenize_fanoutqa"]
+__all__ = ["BM25PlusRanker", "Tokenizer", "rank_documents"]

@@ -28,8 +28,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from harness import __version__ as HARNESS_VERSION
-from harness.errors import HarnessError
+from wiki_snapshot._version import HARNESS_VERSION
+from wiki_snapshot.errors import SnapshotError
 from wiki_snapshot.passages import PASSAGE_DTYPE, iter_passages, parse_kind, passage_id, splitter_info
 
 INDEX_FORMAT = "harness-passage-index"
@@ -74,7 +74,7 @@ class PassageTable:
             return got
         page = self.snapshot.get_page(pageid)
         if page is None:  # the content hash matched, so this means a corrupted index
-            raise HarnessError(f"passage index refers to page {pageid}, which is not in {self.snapshot.path}")
+            raise SnapshotError(f"passage index refers to page {pageid}, which is not in {self.snapshot.path}")
         got = (page.title, page.text)
         self._pages[pageid] = got
         if len(self._pages) > self._cache_pages:
@@ -138,7 +138,7 @@ def index_root(snapshot_path: str | os.PathLike) -> Path:
 
 def index_dir(snapshot_path: str | os.PathLike, retriever: str, passages: str) -> Path:
     if retriever not in RETRIEVERS:
-        raise HarnessError(f"unknown retriever {retriever!r} (known: {', '.join(RETRIEVERS)})")
+        raise SnapshotError(f"unknown retriever {retriever!r} (known: {', '.join(RETRIEVERS)})")
     parse_kind(passages)
     return index_root(snapshot_path) / f"{retriever}-{passages}"
 
@@ -152,16 +152,16 @@ def read_meta(snapshot_path, retriever: str, passages: str) -> tuple[Path, dict[
     directory = index_dir(snapshot_path, retriever, passages)
     path = directory / META_FILE
     if not path.is_file():
-        raise HarnessError(
+        raise SnapshotError(
             f"no {retriever} index of {passages} passages for {snapshot_path} (looked in {directory}); "
             f"build it with: {build_command(snapshot_path, retriever, passages)}"
         )
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
-        raise HarnessError(f"{path}: unreadable index metadata ({exc}); rebuild the index") from None
+        raise SnapshotError(f"{path}: unreadable index metadata ({exc}); rebuild the index") from None
     if meta.get("format") != INDEX_FORMAT or int(meta.get("format_version") or 0) != INDEX_FORMAT_VERSION:
-        raise HarnessError(
+        raise SnapshotError(
             f"{directory}: not a passage index of format version {INDEX_FORMAT_VERSION}; rebuild it with: "
             f"{build_command(snapshot_path, retriever, passages)}"
         )
@@ -172,7 +172,7 @@ def check_fresh(meta: dict[str, Any], snapshot, directory: Path, retriever: str,
     built = (meta.get("snapshot") or {}).get("content_sha256")
     now = snapshot.metadata.get("content_sha256")
     if built != now:
-        raise HarnessError(
+        raise SnapshotError(
             f"{directory} is stale: built from a snapshot with content sha256 {str(built)[:12]}, but "
             f"{snapshot.path} has {str(now)[:12]}; rebuild it with: {build_command(snapshot.path, retriever, passages)}"
         )
@@ -237,7 +237,7 @@ def build_index(
         def write(tmp: Path) -> dict[str, Any]:
             table, texts, split_s = collect_passages(snapshot, passages, progress)
             if len(table) == 0:
-                raise HarnessError(f"{snapshot_path}: no text to index (no page has any {passages} passage)")
+                raise SnapshotError(f"{snapshot_path}: no text to index (no page has any {passages} passage)")
             np.save(tmp / PASSAGES_FILE, table)
             built = fill(tmp, texts, options, progress)
             seconds = time.perf_counter() - started

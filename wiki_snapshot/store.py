@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from harness import __version__ as HARNESS_VERSION
-from harness.errors import HarnessError
+from wiki_snapshot._version import HARNESS_VERSION
+from wiki_snapshot.errors import SnapshotError
 
 FORMAT = "wiki-snapshot"
 FORMAT_VERSION = 1
@@ -196,13 +196,13 @@ class SnapshotWriter:
     ):
         self.path = Path(path)
         if self.path.is_dir():
-            raise HarnessError(f"{self.path}: is a directory, not a snapshot file path")
+            raise SnapshotError(f"{self.path}: is a directory, not a snapshot file path")
         if self.path.exists() and not overwrite:
-            raise HarnessError(f"{self.path} already exists (use --overwrite to replace it)")
+            raise SnapshotError(f"{self.path} already exists (use --overwrite to replace it)")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise HarnessError(f"{self.path}: cannot create its folder ({exc.strerror or exc})") from None
+            raise SnapshotError(f"{self.path}: cannot create its folder ({exc.strerror or exc})") from None
         self.tmp_path = self.path.parent / f".{self.path.name}.{os.getpid()}.partial"
         self._remove_tmp()
         remove_dead_leftovers(self.path.parent, re.compile(rf"^\.{re.escape(self.path.name)}\.(\d+)\.partial"))
@@ -256,7 +256,7 @@ class SnapshotWriter:
     def add_page(self, page: Page) -> None:
         title = normalize_title(page.title)
         if not title:
-            raise HarnessError(f"page {page.pageid}: empty title")
+            raise SnapshotError(f"page {page.pageid}: empty title")
         ts = page.timestamp
         if ts and (self._max_timestamp is None or ts > self._max_timestamp):
             self._max_timestamp = ts
@@ -331,7 +331,7 @@ class SnapshotWriter:
     def finish(self) -> dict[str, Any]:
         """Index, hash, write metadata, and move the file into place. Returns the metadata."""
         if self._closed:
-            raise HarnessError("snapshot writer already finished or aborted")
+            raise SnapshotError("snapshot writer already finished or aborted")
         try:
             self._flush()
             con = self._con
@@ -473,22 +473,22 @@ class Snapshot:
     def open(cls, path: str | os.PathLike) -> "Snapshot":
         p = Path(path)
         if not p.exists():
-            raise HarnessError(f"snapshot not found: {p}")
+            raise SnapshotError(f"snapshot not found: {p}")
         if not p.is_file():
-            raise HarnessError(f"{p}: not a snapshot file")
+            raise SnapshotError(f"{p}: not a snapshot file")
         try:
             con = sqlite3.connect(p.resolve().as_uri() + "?mode=ro", uri=True, check_same_thread=False)
         except sqlite3.Error as exc:
-            raise HarnessError(f"{p}: cannot open ({exc})") from None
+            raise SnapshotError(f"{p}: cannot open ({exc})") from None
         try:
             tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
         except sqlite3.DatabaseError as exc:
             con.close()
-            raise HarnessError(f"{p}: not a SQLite file ({exc})") from None
+            raise SnapshotError(f"{p}: not a SQLite file ({exc})") from None
         missing = [t for t in REQUIRED_TABLES if t not in tables]
         if missing:
             con.close()
-            raise HarnessError(f"{p}: not a wiki snapshot (missing table(s): {', '.join(missing)})")
+            raise SnapshotError(f"{p}: not a wiki snapshot (missing table(s): {', '.join(missing)})")
         try:
             meta = {}
             for key, value in con.execute("SELECT key, value FROM metadata"):
@@ -498,13 +498,13 @@ class Snapshot:
                     meta[key] = value
         except sqlite3.DatabaseError as exc:
             con.close()
-            raise HarnessError(f"{p}: unreadable snapshot metadata ({exc})") from None
+            raise SnapshotError(f"{p}: unreadable snapshot metadata ({exc})") from None
         if meta.get("format") != FORMAT:
             con.close()
-            raise HarnessError(f"{p}: not a wiki snapshot (metadata has no format={FORMAT!r})")
+            raise SnapshotError(f"{p}: not a wiki snapshot (metadata has no format={FORMAT!r})")
         if int(meta.get("format_version") or 0) > FORMAT_VERSION:
             con.close()
-            raise HarnessError(
+            raise SnapshotError(
                 f"{p}: snapshot format version {meta.get('format_version')} is newer than this harness reads "
                 f"({FORMAT_VERSION}); upgrade the harness"
             )

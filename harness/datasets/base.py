@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from harness.errors import DatasetError
-from harness.registry import Registry
+from harness.records import read_input_text
+from harness.records import read_json as records_read_json
+from harness.registry import Registry, split_reference
 
 
 @dataclass
@@ -26,6 +28,9 @@ class Sample:
     needed_titles: list[str] = field(default_factory=list)
     # Groups for score breakdowns, e.g. {"category": ["Sports", "Statistics"]} or {"template": ["_ or _"]}.
     groups: dict[str, list[str]] = field(default_factory=dict)
+    # Conversations: the previous turns, question then gold answer, ``[q1, a1, q2, a2, ...]``
+    # (rendered by ``harness.conversation.format_history``); empty for single-turn datasets.
+    history: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -37,11 +42,14 @@ class DatasetInfo:
     sha256: str
     license: str
     has_answers: bool
+    ref: str | None = None  # the loader's FILE.py:NAME / module:NAME when it was loaded from one
+    plugin: dict[str, Any] = field(default_factory=dict)  # its registry entry (plugins: identity)
 
     def spec(self) -> str:
         """``NAME:SPLIT@VERSION``; VERSION ends in ``+file`` when read from --data-path, and
-        ``load_dataset(spec, data_path)`` reads such a spec back."""
-        return f"{self.name}:{self.split}@{self.version}"
+        ``load_dataset(spec, data_path)`` reads such a spec back (a loader given as a reference is
+        named by it, so the spec finds it again)."""
+        return f"{self.ref or self.name}:{self.split}@{self.version}"
 
 
 @dataclass
@@ -90,23 +98,11 @@ def shipped_file(*parts: str) -> Path:
 
 
 def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DatasetError(f"dataset file not found: {path}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DatasetError(f"{path}: not valid JSON ({exc})") from None
-    except OSError as exc:  # a directory, an unreadable file
-        raise DatasetError(f"{path}: cannot read ({exc.strerror})") from None
+    return records_read_json(path, "dataset file", error=DatasetError)
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DatasetError(f"dataset file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DatasetError(f"{path}: cannot read ({exc})") from None
+    text = read_input_text(path, "dataset file", error=DatasetError)
     records = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -121,18 +117,48 @@ def read_jsonl(path: Path) -> list[dict]:
     return records
 
 
-DATASETS: Registry[type[DatasetLoader]] = Registry("dataset")
+def _check_loader(obj: Any, ref: str) -> None:
+    if not (isinstance(obj, type) and issubclass(obj, DatasetLoader)):
+        raise DatasetError(f"dataset {ref}: not a dataset loader (a subclass of harness.datasets.base.DatasetLoader)")
+    missing = [
+        a
+        for a in ("splits", "default_split", "versions", "default_version", "license", "metrics")
+        if not hasattr(obj, a)
+    ]
+    if missing:
+        raise DatasetError(f"dataset {ref}: the loader does not set {', '.join(missing)}")
+
+
+DATASETS: Registry[type[DatasetLoader]] = Registry(
+    "dataset",
+    builtins={
+        "fanoutqa": "harness.datasets.fanoutqa:FanOutQA",
+        "hotpotqa": "harness.datasets.hotpotqa:HotpotQA",
+        "qampari": "harness.datasets.qampari:Qampari",
+        "quest": "harness.datasets.quest:Quest",
+        "topiocqa": "harness.datasets.topiocqa:TopiOCQA",
+    },
+    validate=_check_loader,
+)
 
 FILE_SUFFIX = "+file"  # a version read from --data-path (DatasetLoader.dataset adds it)
 _SPEC = re.compile(
     r"^(?P<name>[A-Za-z0-9_\-]+)(?::(?P<split>[A-Za-z0-9_\-]+))?(?:@(?P<version>[A-Za-z0-9_.\-]+)(?:\+file)?)?$"
 )
+_REST = re.compile(r"^(?::(?P<split>[A-Za-z0-9_\-]+))?(?:@(?P<version>[A-Za-z0-9_.\-]+)(?:\+file)?)?$")
 
 
 def parse_spec(spec: str) -> tuple[str, str | None, str | None]:
-    """``NAME[:SPLIT][@VERSION]`` -> (name, split, version). A recorded spec's ``@VERSION+file``
-    (see ``DatasetInfo.spec``) parses to VERSION: the file itself comes from ``data_path``."""
-    m = _SPEC.match(spec.strip())
+    """``NAME[:SPLIT][@VERSION]`` -> (name, split, version); NAME may be a loader reference
+    (``FILE.py:Loader:dev@v1``). A recorded spec's ``@VERSION+file`` (see ``DatasetInfo.spec``)
+    parses to VERSION: the file itself comes from ``data_path``."""
+    text = spec.strip()
+    ref = split_reference(text)
+    if ref is not None:
+        m = _REST.match(ref[1])
+        if m:
+            return ref[0], m["split"], m["version"]
+    m = _SPEC.match(text)
     if not m:
         raise DatasetError(f"dataset {spec!r} must look like NAME[:SPLIT][@VERSION], e.g. fanoutqa:dev@nov23")
     return m["name"], m["split"], m["version"]

@@ -4,14 +4,9 @@ The dev split (2,514 turns of 205 conversations, CC BY-NC-SA 4.0: non-commercial
 data; ``--data-path`` reads another file in the official format (e.g. the train split, or a dev file
 with ``Additional_answers``). One sample per turn, id ``"{Conversation_no}_{Turn_no}"``.
 
-Question representations (paper section 5.1.2; repository McGill-NLP/topiocqa):
-``original`` is the current question alone; ``all-history`` is every previous question and gold
-answer followed by the current question. ``format_history`` renders them in the official formats
-(``sep``: the retriever / DPR-reader query ``q1 [SEP] a1 [SEP] ... [SEP] qn`` of the README;
-``fid``: the FiD reader's ``question 1: q1 answer 1: a1 ... question n: qn`` made by
-``FiD/src/data.py::format_conversational_example``) or as the line-per-part block the
-``conversational`` agent puts in its prompt (``prompt``). The paper's third representation,
-``Rewrites`` (a question rewritten by a trained QReCC rewriter), needs that model and is not here.
+The previous turns (``Context``: ``[q1, a1, q2, a2, ...]``) become ``Sample.history``; the question
+representations of the paper (section 5.1.2: ``original``, ``all-history``) and the official query
+formats are rendered by ``harness.conversation.format_history``.
 """
 
 from __future__ import annotations
@@ -21,49 +16,6 @@ from typing import Any
 
 from harness.datasets.base import DATASETS, Dataset, DatasetLoader, Sample, read_json, shipped_file
 from harness.errors import DatasetError
-
-REPRESENTATIONS = ("original", "all-history")
-STYLES = ("sep", "fid", "prompt")
-
-
-def history_parts(sample: Sample) -> list[str]:
-    """The previous turns as the dataset gives them: ``[q1, a1, q2, a2, ...]`` (``Context``)."""
-    return [str(x) for x in sample.raw.get("Context") or []]
-
-
-def format_history(sample: Sample, representation: str, *, style: str = "sep", include_question: bool = True) -> str:
-    """The question representation ``representation`` of ``sample`` as one string.
-
-    ``original``: the question alone (or ``""`` without ``include_question``).
-    ``all-history``: previous questions and gold answers, then the current question, in ``style``:
-    ``sep`` ``"q1 [SEP] a1 [SEP] q2"`` (official retriever/DPR input), ``fid``
-    ``"question 1: q1 answer 1: a1 question 2: q2"`` (official FiD reader input), ``prompt`` one
-    ``Q1: ...`` / ``A1: ...`` line per part. ``include_question=False`` leaves the current question out
-    (the history block alone)."""
-    if representation not in REPRESENTATIONS:
-        raise ValueError(
-            f"unknown history representation {representation!r} (known: {', '.join(REPRESENTATIONS)};"
-            " 'rewritten' needs a question-rewriting model and is not supported)"
-        )
-    if style not in STYLES:
-        raise ValueError(f"unknown history style {style!r} (known: {', '.join(STYLES)})")
-    parts = history_parts(sample) if representation == "all-history" else []
-    if include_question:
-        parts = parts + [sample.question]
-    if not parts:
-        return ""
-    if style == "sep":
-        return " [SEP] ".join(p.strip() for p in parts)
-    # FiD: even positions are questions, odd are answers, numbered from 1 per turn
-    labelled = []
-    for i, part in enumerate(parts):
-        if style == "fid":
-            kind = "question" if i % 2 == 0 else "answer"
-            labelled.append(f"{kind} {i // 2 + 1}: {part.strip()}")
-        else:
-            kind = "Q" if i % 2 == 0 else "A"
-            labelled.append(f"{kind}{i // 2 + 1}: {part.strip()}")
-    return (" " if style == "fid" else "\n").join(labelled)
 
 
 def turn_type(previous_topic: str | None, topic: str) -> str:
@@ -123,6 +75,9 @@ class TopiOCQA(DatasetLoader):
                 raise DatasetError(
                     f"{where}: needs Conversation_no, Turn_no, Question, Answer, Context and Topic"
                 ) from None
+            context = rec.get("Context") or []
+            if not isinstance(context, list):
+                raise DatasetError(f"{where}: Context must be a list (previous questions and answers)")
             if sample_id in seen:
                 raise DatasetError(f"{where}: duplicate turn {sample_id}")
             seen.add(sample_id)
@@ -138,6 +93,7 @@ class TopiOCQA(DatasetLoader):
                     evidence=[{"title": topic}],
                     needed_titles=[topic],
                     groups=groups,
+                    history=[str(x) for x in context],
                 )
             )
         return self.dataset(split, version, path, data_path, samples, has_answers=True)

@@ -1,10 +1,13 @@
-"""Model backends. ``create_backend("local/smollm2", options)`` picks the backend by prefix."""
+"""Model backends. ``create_backend("local/smollm2", options)`` picks the backend by prefix.
+
+A model is ``PREFIX/NAME``: PREFIX is a backend name (``harness list backends``: built in, or an
+installed package's ``harness.backends`` entry point) or a reference, ``FILE.py:Class/NAME`` or
+``package.module:Class/NAME``; NAME is handed to the backend.
+"""
 
 from __future__ import annotations
 
-import importlib
-
-from harness.errors import ModelError
+from harness.errors import HarnessError, ModelError
 from harness.models.base import (
     BACKENDS,
     BackendOptions,
@@ -12,31 +15,52 @@ from harness.models.base import (
     ModelBackend,
     ModelResponse,
 )
+from harness.registry import Entry, split_reference
 
 DEFAULT_MODEL = "local/smollm2"
 
-# prefix -> module that registers it. Only the requested one is imported, so a backend's SDK
-# matters only when that backend is used.
-BACKEND_MODULES = {
-    "local": "harness.models.local",
-    "llamacpp-server": "harness.models.llamacpp_server",
-    "vllm": "harness.models.vllm",
-    "openai": "harness.models.openai_api",
-    "anthropic": "harness.models.anthropic_api",
-}
+
+def parse_model(spec: str | None) -> tuple[str, str]:
+    """``PREFIX/NAME`` -> (PREFIX or reference, NAME)."""
+    spec = (spec or DEFAULT_MODEL).strip()
+    ref = split_reference(spec)
+    if ref is not None and ref[1].startswith("/"):
+        prefix, rest = ref[0], ref[1][1:]
+    else:
+        prefix, _, rest = spec.partition("/")
+    if not prefix or not rest:
+        known = ", ".join(BACKENDS.names())
+        raise ModelError(f"model {spec!r} must look like PREFIX/NAME (backends: {known}); e.g. {DEFAULT_MODEL}")
+    return prefix, rest
+
+
+def resolve_backend(spec: str | None) -> tuple[Entry[type[ModelBackend]], str]:
+    prefix, rest = parse_model(spec)
+    try:
+        entry = BACKENDS.resolve(prefix)
+    except ModelError:
+        raise
+    except HarnessError as exc:  # the registry's one-line error, as a model error
+        raise ModelError(f"{exc} in {spec!r}") from None
+    if entry.source != "builtin" or not getattr(entry.obj, "prefix", None):
+        entry.obj.prefix = entry.name
+    return entry, rest
 
 
 def create_backend(spec: str | None, options: BackendOptions | None = None) -> ModelBackend:
-    spec = spec or DEFAULT_MODEL
-    prefix, sep, rest = spec.partition("/")
-    known = ", ".join(BACKEND_MODULES)
-    if not sep or not rest:
-        raise ModelError(f"model {spec!r} must look like PREFIX/NAME (backends: {known}); e.g. {DEFAULT_MODEL}")
-    if prefix in BACKEND_MODULES:
-        importlib.import_module(BACKEND_MODULES[prefix])
-    elif prefix not in BACKENDS:  # backends registered by plugins or tests need no module entry
-        raise ModelError(f"unknown model backend {prefix!r} in {spec!r} (known: {known})")
-    return BACKENDS.get(prefix)(rest, options or BackendOptions())
+    entry, rest = resolve_backend(spec)
+    backend = entry.obj(rest, options or BackendOptions())
+    backend.plugin = entry.record()
+    return backend
 
 
-__all__ = ["DEFAULT_MODEL", "BackendOptions", "GenerationParams", "ModelBackend", "ModelResponse", "create_backend"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "BackendOptions",
+    "GenerationParams",
+    "ModelBackend",
+    "ModelResponse",
+    "create_backend",
+    "parse_model",
+    "resolve_backend",
+]

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
-from harness.errors import TransientModelError
+from harness.errors import ModelError, TransientModelError
 from harness.redact import register_url_credentials, strip_credentials
 from harness.registry import Registry
 
@@ -114,6 +114,7 @@ class ModelBackend(ABC):
     def __init__(self, model: str, options: BackendOptions):
         self.model = model
         self.options = options
+        self.plugin: dict[str, Any] = {}  # the registry entry it came from (create_backend sets it)
 
     # lifecycle -----------------------------------------------------------------
     async def start(self) -> None:
@@ -213,15 +214,28 @@ async def close_loop_clients(clients: dict[int, tuple[Any, Any]]) -> None:
             pass
 
 
-BACKENDS: Registry[type[ModelBackend]] = Registry("model backend")
+def _check_backend(obj: Any, ref: str) -> None:
+    if not (isinstance(obj, type) and issubclass(obj, ModelBackend)):
+        raise ModelError(f"backend {ref}: not a model backend (a subclass of harness.models.base.ModelBackend)")
 
 
-def register_backend(prefix: str):
-    def decorator(cls: type[ModelBackend]) -> type[ModelBackend]:
-        cls.prefix = prefix
-        return BACKENDS.register(prefix)(cls)
+# prefix -> "module:Class"; a backend's SDK is imported only when that backend is used
+BACKENDS: Registry[type[ModelBackend]] = Registry(
+    "model backend",
+    group="harness.backends",
+    builtins={
+        "local": "harness.models.local:LocalLlamaBackend",
+        "llamacpp-server": "harness.models.llamacpp_server:LlamaCppServerBackend",
+        "vllm": "harness.models.vllm:VLLMBackend",
+        "openai": "harness.models.openai_api:OpenAIBackend",
+        "anthropic": "harness.models.anthropic_api:AnthropicBackend",
+        "scripted": "harness.models.scripted:ScriptedBackend",
+    },
+    validate=_check_backend,
+    name_attribute="prefix",
+)
 
-    return decorator
+register_backend = BACKENDS.register
 
 
 __all__ = [

@@ -12,14 +12,13 @@ the scores (results format 2, see ``harness.scoring.results``), so two metrics c
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Callable
 
 from pydantic import BaseModel, Field
 
 from harness.datasets.base import Dataset, Sample
 from harness.errors import HarnessError
-from harness.registry import Registry
+from harness.registry import Entry, Registry
 from harness.scoring.results import RESULTS_FORMAT, SECTIONS
 
 
@@ -38,31 +37,49 @@ class ScoringOptions(BaseModel):
 # fn(questions, answers, only_score_answered, options=ScoringOptions)
 #   -> {"raw": {qid: {...}}, "info": {...}, "aggregate"?: {...}}
 MetricFn = Callable[..., dict[str, Any]]
-METRICS: Registry[MetricFn] = Registry("metric")
-
-# metric name -> module that registers it, for metrics that live in their own file
-METRIC_MODULES = {
-    "llm-judge": "harness.scoring.llm_judge",
-    "bleurt": "harness.scoring.bleurt",
-    "set-f1": "harness.scoring.list_metrics",
-    "quest": "harness.scoring.quest_metrics",
-    "topiocqa": "harness.scoring.topiocqa_metrics",
-}
-
 
 # Names a metric cannot have: the other keys of a scores dict and of its rows.
 RESERVED_NAMES = frozenset(SECTIONS) | {"question_id", "n", "oversized_answer"}
 
 
+def _check_metric(obj: Any, ref: str) -> None:
+    if not callable(obj):
+        raise HarnessError(f"metric {ref}: not a metric function fn(questions, answers, only_answered, options)")
+
+
+METRICS: Registry[MetricFn] = Registry(
+    "metric",
+    builtins={
+        "fanoutqa-string": "harness.scoring.metrics:fanoutqa_string",
+        "em-f1": "harness.scoring.metrics:em_f1",
+        "set-f1": "harness.scoring.list_metrics:set_f1",
+        "quest": "harness.scoring.quest_metrics:quest",
+        "topiocqa": "harness.scoring.topiocqa_metrics:topiocqa",
+        "bleurt": "harness.scoring.bleurt:bleurt",
+        "llm-judge": "harness.scoring.llm_judge:llm_judge",
+    },
+    validate=_check_metric,
+)
+
+
+def resolve_metrics(names: list[str]) -> dict[str, Entry[MetricFn]]:
+    """Each name or reference resolved (all before any runs); keyed by the name its scores go under."""
+    out: dict[str, Entry[MetricFn]] = {}
+    for name in dict.fromkeys(names):  # a metric named twice is scored once
+        if name in RESERVED_NAMES:
+            raise HarnessError(f"{name!r} cannot be a metric name (reserved in the scores)")
+        entry = METRICS.resolve(name)
+        key = entry.name
+        if key in RESERVED_NAMES:
+            raise HarnessError(f"metric {name}: its name {key!r} is reserved in the scores; give it another `name`")
+        if key in out and out[key].obj is not entry.obj:
+            raise HarnessError(f"metrics {out[key].ref or key} and {name} would both be scored as {key!r}")
+        out[key] = entry
+    return out
+
+
 def get_metric(name: str) -> MetricFn:
-    if name in RESERVED_NAMES:
-        raise HarnessError(f"{name!r} cannot be a metric name (reserved in the scores)")
-    if name in METRIC_MODULES:
-        importlib.import_module(METRIC_MODULES[name])
-    if name not in METRICS:
-        known = sorted(set(METRICS.names()) | set(METRIC_MODULES))
-        raise HarnessError(f"unknown metric {name!r} (known: {', '.join(known)})")
-    return METRICS.get(name)
+    return resolve_metrics([name])[METRICS.resolve(name).name].obj
 
 
 @METRICS.register("fanoutqa-string")
@@ -131,8 +148,9 @@ def score_answers(
     Returns a results-format-2 scores dict (see ``harness.scoring.results``)."""
     if not dataset.info.has_answers:
         raise HarnessError(f"{dataset.info.spec()} has no reference answers; it cannot be scored here")
-    names = list(dict.fromkeys(metrics or dataset.metrics))  # a metric named twice is scored once
-    fns = {name: get_metric(name) for name in names}  # every name checked before any is run
+    entries = resolve_metrics(list(metrics or dataset.metrics))  # every name checked before any is run
+    fns = {name: entry.obj for name, entry in entries.items()}
+    names = list(fns)
     options = options or ScoringOptions()
     answers, oversized = cap_answers(answers, options.max_answer_chars)
     if only_answered:  # the official scorer walks the answers in their order
@@ -157,6 +175,8 @@ def score_answers(
             out[name] = mean_values([per_question[qid] for qid in order if qid in per_question])
             aggregation[name] = "mean of the per-question values"
         info[name] = result.get("info", {})
+        if entries[name].source != "builtin":
+            info[name] = {**info[name], "plugin": entries[name].record()}
     for qid, chars in oversized.items():
         if qid in rows:
             rows[qid]["oversized_answer"] = {"chars": chars, "scored_chars": options.max_answer_chars}

@@ -118,6 +118,12 @@ def normalize_many(texts: Iterable[Any]) -> list[str]:
     return [_cache[k] if k in _cache else normalize(k) for k in keys]
 
 
+def tokenize_fanoutqa(texts: Iterable[Any]) -> list[list[str]]:
+    """``fanoutqa.norm.normalize(text).split(" ")`` for each text (spaCy batch, memoized): the
+    tokenizer of ``fanoutqa.retrieval.Corpus``, passed to ``wiki_snapshot.ranking``."""
+    return [s.split(" ") for s in normalize_many(texts)]
+
+
 def clear_cache() -> None:
     _cache.clear()
 

@@ -136,6 +136,7 @@ def rescore_run(
     given: dict[str, Any] | None = None,
     only_answered: bool = False,
     data_path: str | None = None,
+    save: bool = True,
 ) -> tuple[dict[str, Any], bool]:
     """``harness score RUN_DIR``: ``score_run`` with the run's options updated by ``given`` (judge,
     bleurt_checkpoint named now), written into its results.json in results format 2 whatever
@@ -151,7 +152,7 @@ def rescore_run(
         results, claimed = read_run_files(run_dir)
         options = recorded_options(run_config(results, claimed)).model_copy(update=given or {})
         scores = score_run(run_dir, metrics, options, only_answered, data_path=data_path)
-        if results is None:
+        if results is None or not save:
             return scores, False
         results = {"results_format": RESULTS_FORMAT, **{k: v for k, v in results.items() if k != "results_format"}}
         results["scores"] = scores

@@ -1,7 +1,7 @@
 """Snapshot builders: one file per source kind, registered by name.
 
 A builder is constructed with the source (a path, or for ``api`` an optional evidence file) and
-its options, validates them (raising :class:`HarnessError` with one line), and then streams
+its options, validates them (raising :class:`SnapshotError` with one line), and then streams
 :class:`~wiki_snapshot.store.Page` and :class:`Redirect` items from :meth:`Builder.items`.
 :func:`build_snapshot` drives any builder into a :class:`~wiki_snapshot.store.SnapshotWriter`,
 reporting pages/s to stderr.
@@ -15,13 +15,40 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, TextIO
+from typing import Any, ClassVar, Iterable, Iterator, TextIO
 
-from harness.errors import HarnessError
-from harness.registry import Registry
+from wiki_snapshot.errors import SnapshotError
 from wiki_snapshot.store import Page, SnapshotWriter
 
-BUILDERS: Registry[type["Builder"]] = Registry("snapshot source kind")
+
+class BuilderRegistry:
+    """Source kind -> builder class. The kinds are fixed (the modules below), so a plain dict:
+    no plugins, and no dependency on the harness's registry."""
+
+    def __init__(self) -> None:
+        self._kinds: dict[str, type[Builder]] = {}
+
+    def register(self, name: str):
+        def decorator(cls):
+            self._kinds[name] = cls
+            return cls
+
+        return decorator
+
+    def names(self) -> list[str]:
+        return sorted(self._kinds)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._kinds
+
+    def get(self, name: str) -> type[Builder]:
+        try:
+            return self._kinds[name]
+        except KeyError:
+            raise SnapshotError(f"unknown snapshot source kind {name!r} (known: {', '.join(self.names())})") from None
+
+
+BUILDERS = BuilderRegistry()
 
 _BUILDER_MODULES = (
     "wiki_snapshot.builders.mediawiki_dump",
@@ -87,12 +114,12 @@ def get_builder(kind: str) -> type[Builder]:
 
 def require_file(source: str | None, what: str) -> Path:
     if not source:
-        raise HarnessError(f"{what}: no source given (--from)")
+        raise SnapshotError(f"{what}: no source given (--from)")
     p = Path(source)
     if not p.exists():
-        raise HarnessError(f"{p}: not found")
+        raise SnapshotError(f"{p}: not found")
     if not p.is_file():
-        raise HarnessError(f"{p}: not a file ({what} expected)")
+        raise SnapshotError(f"{p}: not a file ({what} expected)")
     return p
 
 
@@ -100,11 +127,11 @@ def detect_kind(source: str) -> str:
     """The builder for a source, from its extension, or its first bytes."""
     p = Path(source)
     if not p.exists():
-        raise HarnessError(f"{p}: not found")
+        raise SnapshotError(f"{p}: not found")
     if p.is_dir():
         if any(p.glob("*-dated.md")):
             return "fanoutqa-cache"
-        raise HarnessError(f"{p}: a directory without *-dated.md files (not a FanOutQA page cache); give --kind")
+        raise SnapshotError(f"{p}: a directory without *-dated.md files (not a FanOutQA page cache); give --kind")
     name = p.name.lower()
     if name.endswith((".xml", ".xml.bz2", ".xml.gz", ".xml.bz")):
         return "dump"
@@ -120,7 +147,7 @@ def detect_kind(source: str) -> str:
         return "zim"
     if head.lstrip()[:1] in (b"[", b"{"):
         return "records"
-    raise HarnessError(
+    raise SnapshotError(
         f"{p}: cannot tell what kind of source this is; give --kind (dump, zim, fanoutqa-cache, records, api)"
     )
 
@@ -164,7 +191,7 @@ def build_snapshot(
     """Build a snapshot at ``out`` from ``source``; returns a summary (and the metadata)."""
     if kind is None:
         if not source:
-            raise HarnessError("give --from SOURCE (or --kind api)")
+            raise SnapshotError("give --from SOURCE (or --kind api)")
         kind = detect_kind(source)
     builder = get_builder(kind)(source, **options)
     out = Path(out)
@@ -234,21 +261,15 @@ def collect_evidence(obj: Any, out: list[dict[str, Any]] | None = None) -> list[
     return out
 
 
-def dataset_evidence(specs: str) -> list[dict[str, Any]]:
-    """The evidence of one or more datasets (``fanoutqa:dev,fanoutqa:test``), deduplicated by
-    (pageid, revid), first occurrence first."""
-    from harness.datasets import load_dataset
-
+def unique_evidence(evidence: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Evidence deduplicated by (pageid, revid), first occurrence first."""
     seen: set[tuple] = set()
     out = []
-    for spec in [s.strip() for s in specs.split(",") if s.strip()]:
-        dataset = load_dataset(spec)
-        for sample in dataset.samples:
-            for ev in collect_evidence(sample.raw):
-                key = (ev["pageid"], ev["revid"])
-                if key not in seen:
-                    seen.add(key)
-                    out.append(ev)
+    for ev in evidence:
+        key = (ev.get("pageid"), ev.get("revid"))
+        if key not in seen:
+            seen.add(key)
+            out.append(ev)
     return out
 
 
@@ -298,8 +319,8 @@ __all__ = [
     "Redirect",
     "build_snapshot",
     "collect_evidence",
-    "dataset_evidence",
     "detect_kind",
     "get_builder",
     "html_to_markdown",
+    "unique_evidence",
 ]

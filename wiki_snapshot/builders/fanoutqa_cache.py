@@ -5,9 +5,9 @@ at its dated revision to ``~/.cache/fanoutqa/wikicache/{pageid}-dated.md``, as m
 files carry no title, so titles (and revids) come from
 
 - ``--titles FILE.json``: ``{"pageid": "title", ...}`` (or ``{"pageid": {"title", "revid"}}``), or
-- by default the evidence of ``--dataset`` (default ``fanoutqa:dev,fanoutqa:test``): every
-  ``{pageid, revid, title}`` in the questions' decompositions (recursively) and test
-  ``necessary_evidence``.
+- ``evidence``: ``{pageid, revid, title}`` dicts the caller collected, e.g. every evidence page of
+  FanOutQA's questions (``harness snapshot build`` loads ``--dataset``, default
+  ``fanoutqa:dev,fanoutqa:test``; ``dataset`` only names it in the metadata).
 
 Files whose pageid has no title are skipped and counted; empty files (what ``wiki_content``
 writes when the dated revision could not be found) are skipped and counted.
@@ -18,14 +18,13 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
-from harness.errors import HarnessError
-from wiki_snapshot.builders import BUILDERS, Builder, Redirect, dataset_evidence
+from wiki_snapshot.builders import BUILDERS, Builder, Redirect, unique_evidence
+from wiki_snapshot.errors import SnapshotError
 from wiki_snapshot.store import Page
 
 _NAME = re.compile(r"^(\d+)-dated\.md$")
-DEFAULT_DATASETS = "fanoutqa:dev,fanoutqa:test"
 FANOUTQA_EPOCH = "2023-11-20"  # fanoutqa.utils.DATASET_EPOCH: revisions are the last before this day
 
 
@@ -34,27 +33,27 @@ def load_titles_file(path: str) -> dict[int, dict[str, Any]]:
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise HarnessError(f"--titles {p}: not found") from None
+        raise SnapshotError(f"--titles {p}: not found") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise HarnessError(f"--titles {p}: not valid JSON ({exc})") from None
+        raise SnapshotError(f"--titles {p}: not valid JSON ({exc})") from None
     out: dict[int, dict[str, Any]] = {}
     if isinstance(data, dict):
         items = data.items()
     elif isinstance(data, list):  # a list of {pageid, title[, revid]}
         items = [(d.get("pageid"), d) for d in data if isinstance(d, dict)]
     else:
-        raise HarnessError(f"--titles {p}: expected a JSON object {{pageid: title}}")
+        raise SnapshotError(f"--titles {p}: expected a JSON object {{pageid: title}}")
     for key, value in items:
         try:
             pageid = int(key)
         except (TypeError, ValueError):
-            raise HarnessError(f"--titles {p}: key {key!r} is not a page id") from None
+            raise SnapshotError(f"--titles {p}: key {key!r} is not a page id") from None
         if isinstance(value, str):
             out[pageid] = {"title": value, "revid": None}
         elif isinstance(value, dict) and isinstance(value.get("title"), str):
             out[pageid] = {"title": value["title"], "revid": value.get("revid")}
         else:
-            raise HarnessError(f"--titles {p}: page {key}: expected a title string")
+            raise SnapshotError(f"--titles {p}: page {key}: expected a title string")
     return out
 
 
@@ -63,27 +62,37 @@ class FanOutQACacheBuilder(Builder):
     name = "fanoutqa-cache"
     description = "FanOutQA page cache (fanoutqa.wiki.wiki_content markdown at the dataset's dated revisions)"
 
-    def __init__(self, source: str | None, *, titles: str | None = None, dataset: str | None = None, **options: Any):
+    def __init__(
+        self,
+        source: str | None,
+        *,
+        titles: str | None = None,
+        evidence: Iterable[dict[str, Any]] | None = None,
+        dataset: str | None = None,
+        **options: Any,
+    ):
+        """Titles come from ``titles`` (a JSON file) or ``evidence``; ``dataset`` labels the evidence."""
         if not source:
-            raise HarnessError("fanoutqa-cache: no source directory given (--from DIR)")
+            raise SnapshotError("fanoutqa-cache: no source directory given (--from DIR)")
         path = Path(source)
         if not path.exists():
-            raise HarnessError(f"{path}: not found")
+            raise SnapshotError(f"{path}: not found")
         if not path.is_dir():
-            raise HarnessError(
+            raise SnapshotError(
                 f"{path}: not a directory (a FanOutQA page cache directory of *-dated.md files expected)"
             )
         self.files = sorted((int(m.group(1)), f) for f in path.iterdir() if f.is_file() and (m := _NAME.match(f.name)))
         if not self.files:
-            raise HarnessError(f"{path}: no {{pageid}}-dated.md files (not a FanOutQA page cache)")
-        dataset = dataset or (None if titles else DEFAULT_DATASETS)
+            raise SnapshotError(f"{path}: no {{pageid}}-dated.md files (not a FanOutQA page cache)")
+        if not titles and evidence is None:
+            raise SnapshotError("fanoutqa-cache: the files carry no titles; give titles (a JSON file) or evidence")
         super().__init__(str(path), titles=titles, dataset=dataset, **options)
         self.path = path
         if titles:
             self.titles = load_titles_file(titles)
         else:
             self.titles = {}
-            for ev in dataset_evidence(dataset):
+            for ev in unique_evidence(evidence):
                 try:
                     pid = int(ev["pageid"])
                 except (TypeError, ValueError):
@@ -134,9 +143,10 @@ class FanOutQACacheBuilder(Builder):
             import sys
 
             n = len(self.stats["skipped_no_title"])
+            dataset = self.options.get("dataset") or "the caller"
+            where = "--titles" if self.options.get("titles") else f"the evidence of {dataset}"
             print(
-                f"warning: {n} file(s) skipped: no title for their pageid in "
-                f"{'--titles' if self.options.get('titles') else '--dataset ' + str(self.options.get('dataset'))} "
+                f"warning: {n} file(s) skipped: no title for their pageid in {where} "
                 f"(e.g. {self.stats['skipped_no_title'][0]}-dated.md)",
                 file=sys.stderr,
             )

@@ -1,7 +1,8 @@
 """Exact dated revisions from the MediaWiki API, fetched the way the ``fanoutqa`` package does.
 
-For each evidence page ``{pageid, revid, title}`` (default: every evidence page of
-``--dataset``, ``fanoutqa:dev``; or the evidence found anywhere in ``--from FILE.json``):
+For each evidence page ``{pageid, revid, title}`` (the evidence found anywhere in
+``--from FILE.json``, or ``evidence`` the caller collected: ``harness snapshot build`` loads
+every evidence page of ``--dataset``, default ``fanoutqa:dev``):
 ``GET api.php?format=json&action=parse&oldid=REVID&prop=text``, then the HTML rendered to
 markdown with FanOutQA's markdownify options (see ``fanoutqa.wiki.wiki_content``).
 
@@ -28,20 +29,19 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 from urllib.parse import urlparse
 
-from harness import __version__
-from harness.errors import HarnessError
-from wiki_snapshot.builders import BUILDERS, Builder, Redirect, collect_evidence, dataset_evidence, html_to_markdown
+from wiki_snapshot._version import HARNESS_VERSION
+from wiki_snapshot.builders import BUILDERS, Builder, Redirect, collect_evidence, html_to_markdown
+from wiki_snapshot.errors import SnapshotError
 from wiki_snapshot.store import Page, normalize_title, stable_pageid
 
 log = logging.getLogger(__name__)
 
 DEFAULT_API_URL = "https://en.wikipedia.org/w/api.php"
-DEFAULT_DATASET = "fanoutqa:dev"
 FANOUTQA_EPOCH = "2023-11-20"
-USER_AGENT = f"harness/{__version__} (LLM evaluation harness; wiki_snapshot offline snapshot builder)"
+USER_AGENT = f"harness/{HARNESS_VERSION} (LLM evaluation harness; wiki_snapshot offline snapshot builder)"
 # API error codes that mean "this page/revision does not exist (here)": record, do not retry.
 MISSING_CODES = {
     "nosuchrevid",
@@ -98,6 +98,7 @@ class MediaWikiAPIBuilder(Builder):
         self,
         source: str | None,
         *,
+        evidence: Iterable[dict[str, Any]] | None = None,
         dataset: str | None = None,
         api_url: str | None = None,
         rate_limit: float | None = None,
@@ -111,10 +112,10 @@ class MediaWikiAPIBuilder(Builder):
     ):
         self.api_url = api_url or DEFAULT_API_URL
         if urlparse(self.api_url).scheme not in ("http", "https"):
-            raise HarnessError(f"--api-url {self.api_url!r}: must be an http(s) URL of api.php")
+            raise SnapshotError(f"--api-url {self.api_url!r}: must be an http(s) URL of api.php")
         self.rate_limit = 1.0 if rate_limit is None else float(rate_limit)
         if self.rate_limit < 0:
-            raise HarnessError("--rate-limit must be >= 0 (requests per second; 0 = unlimited)")
+            raise SnapshotError("--rate-limit must be >= 0 (requests per second; 0 = unlimited)")
         self.max_attempts = max(1, int(max_attempts or 6))
         self.retry_max_wait = float(retry_max_wait or 60.0)
         self.timeout = float(timeout or 30.0)
@@ -123,7 +124,7 @@ class MediaWikiAPIBuilder(Builder):
         if source:
             p = Path(source)
             if not p.is_file():
-                raise HarnessError(
+                raise SnapshotError(
                     f"{p}: not found (api --from takes a JSON/JSONL file of evidence {{pageid, revid, title}})"
                 )
             try:
@@ -134,12 +135,13 @@ class MediaWikiAPIBuilder(Builder):
                     else json.loads(text)
                 )
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise HarnessError(f"{p}: not valid JSON ({exc})") from None
+                raise SnapshotError(f"{p}: not valid JSON ({exc})") from None
             self.evidence = collect_evidence(data)
             dataset = None
+        elif evidence is not None:  # ``dataset`` only names where it came from
+            self.evidence = list(evidence)
         else:
-            dataset = dataset or DEFAULT_DATASET
-            self.evidence = dataset_evidence(dataset)
+            raise SnapshotError("api: no evidence pages to fetch; give --from FILE.json (or evidence)")
         seen: set[tuple] = set()
         unique = []
         for ev in self.evidence:
@@ -149,7 +151,8 @@ class MediaWikiAPIBuilder(Builder):
                 unique.append(ev)
         self.evidence = unique[: int(limit)] if limit else unique
         if not self.evidence:
-            raise HarnessError(f"no evidence pages {{pageid, revid, title}} found in {source or dataset}")
+            where = source or dataset or "the evidence given"
+            raise SnapshotError(f"no evidence pages {{pageid, revid, title}} found in {where}")
         super().__init__(
             source,
             dataset=dataset,
@@ -218,13 +221,15 @@ class MediaWikiAPIBuilder(Builder):
         if resp.status_code == 429 or resp.status_code >= 500:
             raise _Transient(f"HTTP {resp.status_code}", parse_retry_after(resp.headers.get("Retry-After")))
         if resp.status_code >= 400:
-            raise HarnessError(f"{self.api_url}: HTTP {resp.status_code} for {params}")
+            raise SnapshotError(f"{self.api_url}: HTTP {resp.status_code} for {params}")
         try:
             data = resp.json()
         except ValueError:
-            raise HarnessError(f"{self.api_url}: the response is not JSON (is this a MediaWiki api.php URL?)") from None
+            raise SnapshotError(
+                f"{self.api_url}: the response is not JSON (is this a MediaWiki api.php URL?)"
+            ) from None
         if not isinstance(data, dict):
-            raise HarnessError(f"{self.api_url}: unexpected response {str(data)[:80]!r}")
+            raise SnapshotError(f"{self.api_url}: unexpected response {str(data)[:80]!r}")
         code = (data.get("error") or {}).get("code") if isinstance(data.get("error"), dict) else None
         if code in TRANSIENT_CODES:
             raise _Transient(f"API error {code}", parse_retry_after(resp.headers.get("Retry-After")) or 5.0)
@@ -257,7 +262,7 @@ class MediaWikiAPIBuilder(Builder):
                 with attempt:
                     return self._get_once(params)
         except _Transient as exc:
-            raise HarnessError(
+            raise SnapshotError(
                 f"{self.api_url}: gave up after {self.max_attempts} attempts ({exc}); pages fetched so far are "
                 f"cached in {self.cache_dir}, run again to continue"
             ) from None

@@ -28,8 +28,8 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any, Iterator
 
-from harness.errors import HarnessError
 from wiki_snapshot.builders import BUILDERS, Builder, Redirect, require_file
+from wiki_snapshot.errors import SnapshotError
 from wiki_snapshot.store import Page
 
 # ---------------------------------------------------------------------------------------------
@@ -370,7 +370,7 @@ class MediaWikiDumpBuilder(Builder):
             try:
                 namespaces = [int(x) for x in namespaces.split(",") if x.strip()]
             except ValueError:
-                raise HarnessError(f"--namespaces must be comma-separated integers, got {namespaces!r}") from None
+                raise SnapshotError(f"--namespaces must be comma-separated integers, got {namespaces!r}") from None
         self.namespaces = sorted(set(namespaces or [0]))
         self.workers = int(workers) if workers else min(os.cpu_count() or 1, 8)
         super().__init__(str(path), namespaces=self.namespaces, **options)
@@ -405,12 +405,14 @@ class MediaWikiDumpBuilder(Builder):
             with self._open() as f:
                 head = f.read(8192)
         except (OSError, EOFError, ValueError) as exc:
-            raise HarnessError(f"{self.path}: not a MediaWiki XML dump (cannot decompress: {exc})") from None
+            raise SnapshotError(f"{self.path}: not a MediaWiki XML dump (cannot decompress: {exc})") from None
         text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
         if not text.startswith(b"<"):
-            raise HarnessError(f"{self.path}: not a MediaWiki XML dump (not XML)")
+            raise SnapshotError(f"{self.path}: not a MediaWiki XML dump (not XML)")
         if b"<mediawiki" not in head:
-            raise HarnessError(f"{self.path}: not a MediaWiki XML dump (no <mediawiki> root element in the first 8 KB)")
+            raise SnapshotError(
+                f"{self.path}: not a MediaWiki XML dump (no <mediawiki> root element in the first 8 KB)"
+            )
 
     def bytes_read(self) -> int | None:
         return self._counter.count if self._counter else None
@@ -439,7 +441,7 @@ class MediaWikiDumpBuilder(Builder):
                         if root is None:
                             root = elem
                             if tag != "mediawiki":
-                                raise HarnessError(f"{self.path}: not a MediaWiki XML dump (root element <{tag}>)")
+                                raise SnapshotError(f"{self.path}: not a MediaWiki XML dump (root element <{tag}>)")
                         continue
                     if tag == "revision":
                         rev = {}
@@ -492,12 +494,12 @@ class MediaWikiDumpBuilder(Builder):
                         rev = {}
         except ET.ParseError as exc:
             if pages == 0:
-                raise HarnessError(f"{self.path}: not a MediaWiki XML dump ({exc})") from None
-            raise HarnessError(
+                raise SnapshotError(f"{self.path}: not a MediaWiki XML dump ({exc})") from None
+            raise SnapshotError(
                 f"{self.path}: XML error after {pages} pages ({exc}); the dump is truncated or corrupt"
             ) from None
         except (OSError, EOFError) as exc:
-            raise HarnessError(
+            raise SnapshotError(
                 f"{self.path}: read error after {pages} pages ({exc}); the file is truncated or corrupt"
             ) from None
 

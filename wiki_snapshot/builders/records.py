@@ -23,8 +23,8 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from harness.errors import HarnessError
 from wiki_snapshot.builders import BUILDERS, Builder, Redirect, require_file
+from wiki_snapshot.errors import SnapshotError
 from wiki_snapshot.store import Page, normalize_title, stable_pageid
 
 
@@ -68,16 +68,16 @@ class RecordsBuilder(Builder):
                 with _open_text(path) as f:
                     self._data = json.load(f)
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise HarnessError(f"{path}: not valid JSON ({exc})") from None
+                raise SnapshotError(f"{path}: not valid JSON ({exc})") from None
             except (OSError, EOFError) as exc:
-                raise HarnessError(f"{path}: cannot read ({exc})") from None
+                raise SnapshotError(f"{path}: cannot read ({exc})") from None
             if isinstance(self._data, dict):
                 for key in ("data", "records", "pages", "articles"):
                     if isinstance(self._data.get(key), list):
                         self._data = self._data[key]
                         break
             if not isinstance(self._data, list):
-                raise HarnessError(
+                raise SnapshotError(
                     f"{path}: expected a JSON list of records ({{title, text}}) or of HotpotQA questions"
                 )
             self.layout = "hotpotqa" if self._data and _is_hotpot(self._data[0]) else "records"
@@ -107,10 +107,10 @@ class RecordsBuilder(Builder):
                         try:
                             rec = json.loads(line)
                         except json.JSONDecodeError as exc:
-                            raise HarnessError(f"{self.path}:{lineno}: not valid JSON ({exc})") from None
+                            raise SnapshotError(f"{self.path}:{lineno}: not valid JSON ({exc})") from None
                         yield f"{self.path}:{lineno}", rec
             except UnicodeDecodeError as exc:
-                raise HarnessError(f"{self.path}: not UTF-8 text ({exc})") from None
+                raise SnapshotError(f"{self.path}: not UTF-8 text ({exc})") from None
         else:
             for i, rec in enumerate(self._data):
                 yield f"{self.path}: record #{i + 1}", rec
@@ -125,10 +125,10 @@ class RecordsBuilder(Builder):
             elif isinstance(ctx, list):
                 pairs = ((c[0], c[1]) for c in ctx if isinstance(c, (list, tuple)) and len(c) == 2)
             else:
-                raise HarnessError(f"{where}: HotpotQA question without a context")
+                raise SnapshotError(f"{where}: HotpotQA question without a context")
             for title, sentences in pairs:
                 if not isinstance(title, str) or not isinstance(sentences, list):
-                    raise HarnessError(f"{where}: context titles must be strings and sentences lists")
+                    raise SnapshotError(f"{where}: context titles must be strings and sentences lists")
                 text = "".join(s for s in sentences if isinstance(s, str))
                 key = normalize_title(title)
                 if key in seen:
@@ -147,17 +147,17 @@ class RecordsBuilder(Builder):
         for where, rec in self._records():
             self.stats["records"] += 1
             if _is_hotpot(rec):
-                raise HarnessError(
+                raise SnapshotError(
                     f"{where}: a HotpotQA question in a records file (give the questions as a JSON list)"
                 )
             if not isinstance(rec, dict) or not isinstance(rec.get("title"), str) or not rec["title"].strip():
-                raise HarnessError(f"{where}: each record needs a non-empty string 'title'")
+                raise SnapshotError(f"{where}: each record needs a non-empty string 'title'")
             if isinstance(rec.get("redirect"), str):
                 self.stats["redirects"] += 1
                 yield Redirect(rec["title"], rec["redirect"])
                 continue
             if not isinstance(rec.get("text"), str):
-                raise HarnessError(f"{where}: each record needs a string 'text' (or 'redirect')")
+                raise SnapshotError(f"{where}: each record needs a string 'text' (or 'redirect')")
             pageid = _int_or_none(rec.get("pageid"))
             if pageid is None:
                 pageid = _int_or_none(rec.get("id"))

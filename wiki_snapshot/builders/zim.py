@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from harness.errors import HarnessError
 from wiki_snapshot.builders import BUILDERS, Builder, Redirect, html_to_markdown, require_file
+from wiki_snapshot.errors import SnapshotError
 from wiki_snapshot.store import Page, stable_pageid
 
 _META_KEYS = ("Title", "Name", "Description", "Language", "Date", "Creator", "Publisher", "Source", "Flavour")
@@ -22,7 +22,7 @@ def _import_libzim():
     try:
         from libzim.reader import Archive
     except ImportError:
-        raise HarnessError("reading ZIM archives needs the libzim package: pip install libzim") from None
+        raise SnapshotError("reading ZIM archives needs the libzim package: pip install libzim") from None
     return Archive
 
 
@@ -38,7 +38,7 @@ class ZimBuilder(Builder):
         try:
             self.archive = Archive(str(path))
         except (RuntimeError, OSError, ValueError) as exc:
-            raise HarnessError(f"{path}: not a ZIM archive ({exc})") from None
+            raise SnapshotError(f"{path}: not a ZIM archive ({exc})") from None
         self.path = path
         self.zim_metadata: dict[str, str] = {}
         for key in _META_KEYS:
@@ -79,7 +79,7 @@ class ZimBuilder(Builder):
             try:
                 entry = archive._get_entry_by_id(i)
             except (RuntimeError, IndexError) as exc:
-                raise HarnessError(f"{self.path}: cannot read entry {i} ({exc}); the archive is corrupt") from None
+                raise SnapshotError(f"{self.path}: cannot read entry {i} ({exc}); the archive is corrupt") from None
             self.stats["entries"] += 1
             title = entry.title or entry.path
             if entry.is_redirect:

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import signal
 import sys
+from pathlib import Path
 from typing import Any
 
-from harness.errors import HarnessError
 from harness.argtypes import number
+from harness.commands._common import run_subcommand, sigterm_interrupts
+from harness.errors import HarnessError
 
 KINDS = ("dump", "zim", "fanoutqa-cache", "records", "api")
+# Whose evidence gives fanoutqa-cache its titles (without --titles) and api its pages (without --from).
+DEFAULT_DATASETS = {"fanoutqa-cache": "fanoutqa:dev,fanoutqa:test", "api": "fanoutqa:dev"}
 
 
-def add_snapshot_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser(
+def add_parser(sub) -> None:
+    p = sub.add_parser(
         "snapshot",
         help="build or inspect an offline, dated Wikipedia snapshot (one SQLite file)",
         description=(
@@ -80,33 +82,9 @@ def add_snapshot_parser(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--text", action="store_true", help="full-text search instead (titles with bm25 scores)")
     s.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(snapshot_parser=p)
-    return p
 
 
-def run_subcommand(args: argparse.Namespace, handlers: dict[str, Any], chosen: str, parser: str) -> int:
-    """Call the handler of the sub-command in ``args.<chosen>``; without one, print ``args.<parser>``'s help."""
-    handler = handlers.get(getattr(args, chosen, None))
-    if handler is None:
-        getattr(args, parser).print_help(sys.stderr)
-        return 2
-    return handler(args)
-
-
-@contextlib.contextmanager
-def sigterm_interrupts():
-    """A kill (SIGTERM) unwinds like Ctrl-C, so a build removes its partial output."""
-
-    def raise_interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, raise_interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def cmd_snapshot(args: argparse.Namespace) -> int:
+def command(args: argparse.Namespace) -> int:
     return run_subcommand(
         args, {"build": _build, "info": _info, "search": _search}, "snapshot_command", "snapshot_parser"
     )
@@ -148,6 +126,13 @@ def _build(args: argparse.Namespace) -> int:
     if extra:
         flags = ", ".join("--" + e.replace("_", "-") for e in extra)
         raise HarnessError(f"{flags} {'does' if len(extra) == 1 else 'do'} not apply to --kind {kind}")
+    # The builders take evidence, not dataset specs (wiki_snapshot does not load datasets). A cache
+    # that is not a directory is left to the builder, whose error says so before any dataset loads.
+    if (kind == "fanoutqa-cache" and not options.get("titles") and Path(args.source).is_dir()) or (
+        kind == "api" and not args.source
+    ):
+        options.setdefault("dataset", DEFAULT_DATASETS[kind])
+        options["evidence"] = dataset_evidence(options["dataset"])
     # A kill unwinds like Ctrl-C: the partial file is removed, --out is untouched.
     try:
         with sigterm_interrupts():
@@ -233,3 +218,17 @@ def _search(args: argparse.Namespace) -> int:
             for n, t in enumerate(similar, 1):
                 print(f"{n:3d}. {t}")
     return 0
+
+
+def dataset_evidence(specs: str) -> list[dict[str, Any]]:
+    """The evidence of one or more datasets (``fanoutqa:dev,fanoutqa:test``): every
+    ``{pageid, revid, title[, url]}`` in the samples' raw records (decompositions, recursively, and
+    test ``necessary_evidence``), deduplicated by (pageid, revid), first occurrence first."""
+    from harness.datasets import load_dataset
+    from wiki_snapshot.builders import collect_evidence, unique_evidence
+
+    evidence: list[dict[str, Any]] = []
+    for spec in [s.strip() for s in specs.split(",") if s.strip()]:
+        for sample in load_dataset(spec).samples:
+            collect_evidence(sample.raw, evidence)
+    return unique_evidence(evidence)

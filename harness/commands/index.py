@@ -6,13 +6,13 @@ import argparse
 import json
 import sys
 
-from harness.errors import HarnessError
 from harness.argtypes import number
-from wiki_snapshot.cli import run_subcommand, sigterm_interrupts
+from harness.commands._common import run_subcommand, sigterm_interrupts
+from harness.errors import HarnessError
 
 
-def add_index_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser(
+def add_parser(sub) -> None:
+    p = sub.add_parser(
         "index",
         help="build or inspect a passage index (BM25 or dense) over a snapshot",
         description=(
@@ -55,10 +55,9 @@ def add_index_parser(subparsers) -> argparse.ArgumentParser:
     s.add_argument("--k", type=number(int, 1, 1_000_000), default=10)
     s.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(index_parser=p)
-    return p
 
 
-def cmd_index(args: argparse.Namespace) -> int:
+def command(args: argparse.Namespace) -> int:
     return run_subcommand(args, {"build": _build, "info": _info, "search": _search}, "index_command", "index_parser")
 
 
@@ -141,8 +140,3 @@ def _search(args: argparse.Namespace) -> int:
             if not hits:
                 print("no passage matches", file=sys.stderr)
     return 0
-
-
-# the interface of harness.cli.FEATURE_COMMANDS
-add_parser = add_index_parser
-command = cmd_index

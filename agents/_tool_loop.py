@@ -1,0 +1,91 @@
+"""The open-book loop both search protocols share: the model searches until it answers without a
+search, runs out of rounds (``max_rounds``) or fills its context (``context_policy``), and every
+sample records the same outcome fields (outcome, rounds, dropped results, searches, evidence recall).
+
+A protocol subclass supplies the hooks: ``read_reply`` (which part of a reply is kept and which
+searches it asks for; none means the reply is the answer), ``send_results`` (how results go back),
+and, for native tool calling, ``request_tools`` / ``tool_choice`` and ``loop_extra`` fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from agents._knobs import SearchKnobs
+from agents._search import ContextGuard, SearchSession, build_search_tool, clean
+from harness.errors import ContextOverflowError
+from harness.models.base import ModelResponse
+from harness.strategy import Agent, AgentContext, SampleResult
+
+
+class ToolLoop(Agent):
+    settings = ("open-book",)
+    Knobs = SearchKnobs
+    needs_context_size = True
+    needs_snapshot = True
+    protocol: ClassVar[str]  # recorded in results.json
+
+    def prepare(self, model, snapshot) -> None:
+        super().prepare(model, snapshot)
+        self.tool = build_search_tool(self.knobs, model, snapshot)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "protocol": self.protocol}
+
+    # hooks --------------------------------------------------------------------------------
+    def first_prompt(self, sample) -> str:
+        return self.prompt(sample.question)
+
+    def final_answer(self, content: str) -> str:
+        return content
+
+    def request_tools(self) -> list[dict[str, Any]] | None:
+        """Tool schemas sent with every request (and counted by the context guard)."""
+        return None
+
+    def tool_choice(self, round_no: int) -> Any:
+        return None
+
+    def read_reply(self, response: ModelResponse) -> tuple[dict[str, Any], list | None]:
+        """(the assistant message kept, the searches it asks for; None: the reply is the answer)."""
+        raise NotImplementedError
+
+    def send_results(self, calls: list, session: SearchSession) -> list[dict[str, Any]]:
+        """Run the searches (through ``session``, which records them) and return the messages
+        that carry the results back to the model."""
+        raise NotImplementedError
+
+    def loop_extra(self) -> dict[str, Any]:
+        """Protocol facts recorded per sample, after ``rounds``."""
+        return {}
+
+    # the loop -----------------------------------------------------------------------------
+    async def solve(self, sample, ctx: AgentContext) -> SampleResult:
+        session = SearchSession(self.tool, sample.question, self.knobs.repeat_question)
+        guard = ContextGuard(self.model, ctx.params.max_tokens, self.knobs.context_policy)
+        tools = self.request_tools()
+        messages = [{"role": "user", "content": self.first_prompt(sample)}]
+        answer, outcome, rounds = None, "max_rounds", 0
+        for rounds in range(1, self.knobs.max_rounds + 1):
+            if not guard.ensure(messages, tools):
+                outcome = "context_full"
+                break
+            try:
+                response = await ctx.generate(clean(messages), tools=tools, tool_choice=self.tool_choice(rounds))
+            except ContextOverflowError:
+                outcome = "context_full"
+                break
+            kept, calls = self.read_reply(response)
+            messages.append(kept)
+            if not calls:
+                answer, outcome = self.final_answer(response.content or ""), "answered"
+                break
+            messages.extend(self.send_results(calls, session))
+        extra = {
+            "outcome": outcome,
+            "rounds": rounds,
+            **self.loop_extra(),
+            "dropped_results": guard.dropped,
+            **session.record(self.snapshot, sample.needed_titles),
+        }
+        return SampleResult(answer=answer, messages=clean(messages), extra=extra)

@@ -1,0 +1,125 @@
+"""The Python API: ``harness.run(...)`` and ``harness.score(...)`` take the CLI's options as keywords
+(long flag names with ``_``: ``model="local/smollm2", limit=3, agent_args={"max_rounds": 5}``) and
+return the results dict the CLI writes. The CLI is a thin layer over these.
+
+In a notebook (an event loop already running) ``run`` works too: it runs the evaluation on a
+worker thread with its own loop; ``await run_async(...)`` runs it on the caller's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import sys
+from typing import Any
+
+from harness.config import RunConfig, build_config, load_yaml
+
+
+def build_run_config(options: dict[str, Any] | RunConfig) -> RunConfig:
+    """Options (a ``config=`` YAML file, then keywords over it) -> a validated RunConfig."""
+    if isinstance(options, RunConfig):
+        return options
+    options = {k.replace("-", "_"): v for k, v in options.items() if v is not None}
+    flat: dict[str, Any] = {}
+    if options.get("config"):
+        flat = {k.replace("-", "_"): v for k, v in load_yaml(options["config"]).items()}
+    given = {k: v for k, v in options.items() if k != "config"}
+    if isinstance(flat.get("agent"), dict):
+        # flags add to (and override) the YAML agent: section: its name and its knobs
+        from harness.config import parse_agent_args
+
+        section = {**flat["agent"], **parse_agent_args(given.pop("agent_args", None))}
+        if isinstance(given.get("agent"), str):
+            section["name"] = given.pop("agent")
+        flat["agent"] = section
+    flat.update(given)
+    if "out" in flat:
+        from harness.records import check_output_path
+
+        check_output_path(flat["out"], "--out", directory=True)
+    return build_config(flat)
+
+
+async def run_async(config: dict[str, Any] | RunConfig | None = None, /, *, show_progress: bool = True, **options: Any):
+    """Run (or resume) an evaluation; returns results.json's contents."""
+    from harness.runner import Run
+
+    return await Run(build_run_config(config if config is not None else options), show_progress=show_progress).execute()
+
+
+def run(
+    config: dict[str, Any] | RunConfig | None = None, /, *, show_progress: bool = True, **options: Any
+) -> dict[str, Any]:
+    """``harness run`` from Python: ``harness.run(model="local/smollm2", dataset="qampari:sample", limit=3)``."""
+    config = build_run_config(config if config is not None else options)  # bad options fail here, nothing started
+    coro_factory = lambda: run_async(config, show_progress=show_progress)  # noqa: E731
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro_factory())
+    # A loop is running (Jupyter): asyncio.run would refuse, so run on a thread with its own loop.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro_factory()).result()
+
+
+def score(
+    run_dir: str | None = None,
+    *,
+    dataset: str | None = None,
+    generations: str | list[dict[str, Any]] | None = None,
+    data_path: str | None = None,
+    metrics: str | list[str] | None = None,
+    judge: str | None = None,
+    bleurt_checkpoint: str | None = None,
+    only_answered: bool = False,
+    save: bool = True,
+) -> dict[str, Any]:
+    """``harness score`` from Python. Either re-score a run directory (its results.json is rewritten
+    unless ``save=False``), or score ``generations`` ({"id", "answer"} records, or a JSONL file of
+    them) against ``dataset``. Returns the scores dict; no model is called (except a named judge)."""
+    from harness.errors import HarnessError
+    from harness.scoring.metrics import ScoringOptions, score_answers
+
+    if isinstance(metrics, str):
+        metrics = [m for m in metrics.split(",") if m]
+    given = {k: v for k, v in {"judge": judge, "bleurt_checkpoint": bleurt_checkpoint}.items() if v is not None}
+    if run_dir:
+        if generations is not None or dataset:
+            raise HarnessError("a run is re-scored on its own dataset: give RUN_DIR, or --dataset and --generations")
+        from harness.scoring.run_scoring import rescore_run
+
+        scores, saved = rescore_run(run_dir, metrics, given, only_answered, data_path, save=save)
+        if save and not saved:
+            print(f"warning: {run_dir} has no results.json: scores printed, not saved", file=sys.stderr)
+        return scores
+    if not dataset or generations is None:
+        raise HarnessError("score needs a RUN_DIR, or --dataset and --generations")
+    from harness.datasets import load_dataset
+
+    loaded = load_dataset(dataset, data_path)
+    answers = read_generations(generations)
+    known = loaded.by_id()
+    unknown = [a["id"] for a in answers if a["id"] not in known]
+    if unknown:
+        print(f"warning: {len(unknown)} id(s) not in {loaded.info.spec()} ignored (e.g. {unknown[0]})", file=sys.stderr)
+    return score_answers(loaded, loaded.samples, answers, metrics, only_answered, ScoringOptions(**given))
+
+
+def read_generations(generations: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """{"id", "answer"} records from a JSONL file or a list; ids must be unique strings."""
+    from harness.errors import HarnessError
+    from harness.records import iter_jsonl
+
+    where = generations if isinstance(generations, str) else "generations"
+    records = iter_jsonl(generations) if isinstance(generations, str) else enumerate(generations, 1)
+    answers = []
+    seen: set[str] = set()
+    for lineno, record in records:
+        if not isinstance(record, dict) or not isinstance(record.get("id"), str) or "answer" not in record:
+            raise HarnessError(f"{where}:{lineno}: each line needs 'id' (string) and 'answer'")
+        if record["id"] in seen:
+            raise HarnessError(f"{where}:{lineno}: duplicate id {record['id']!r}")
+        seen.add(record["id"])
+        answers.append({"id": record["id"], "answer": record["answer"]})
+    return answers

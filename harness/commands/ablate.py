@@ -1,0 +1,91 @@
+"""``harness ablate``: the context-length sweep (the logic: harness.ablate)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.ablate import (
+    ABLATION_JSON,
+    ABLATION_MD,
+    ABLATION_PNG,
+    SETTINGS,
+    ceiling_config,
+    format_table,
+    max_supported_context,
+    parse_sizes,
+    run_ablation,
+)
+from harness.commands.run import add_run_options
+from harness.errors import ConfigError
+from harness.records import slug
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "ablate",
+        help="context-length sweep: one run per size, the ceiling, a table and a plot",
+        description=(
+            "Run the same configuration once per context size (DIR/ctx-<size>/, ordinary resumable runs), compute "
+            "the answerability ceiling at those sizes, and write DIR/ablation.json, DIR/ablation.md and "
+            "DIR/ablation.png. Takes every `harness run` option; --out is the ablation folder."
+        ),
+        argument_default=argparse.SUPPRESS,
+    )
+    p.add_argument("--context-sizes", required=True, help="comma-separated sizes in tokens, e.g. 2048,4096,8192")
+    add_run_options(p)
+
+
+def command(args) -> int:
+    from harness.api import build_run_config
+    from harness.config import load_yaml
+    from harness.strategy import create_agent
+
+    given = {k: v for k, v in vars(args).items() if k not in ("command", "verbose", "config", "context_sizes")}
+    flat: dict[str, Any] = load_yaml(args.config) if getattr(args, "config", None) else {}
+    flat = {k.replace("-", "_"): v for k, v in flat.items()}
+    flat.update(given)
+    sizes = parse_sizes(args.context_sizes)
+    if flat.pop("context_size", None) is not None:
+        raise ConfigError("ablate sets the context size of each run: give the sizes with --context-sizes only")
+    flat.setdefault("model", "local/smollm2")
+    if flat.get("setting") not in SETTINGS:
+        raise ConfigError(f"ablate needs --setting {' or '.join(SETTINGS)} (got {flat.get('setting')!r})")
+    # every option and knob checked before the first run; the sizes must leave room for the answer
+    # both in the runs and in the ceiling (evidence-provided's packing at the same sizes)
+    config = build_run_config(flat)
+    reserve = max(
+        getattr(create_agent(config).knobs, "evidence_reserve", 0),
+        create_agent(ceiling_config(config, flat)).knobs.evidence_reserve,
+    )
+    if sizes[0] <= reserve:
+        raise ConfigError(f"context sizes must each exceed the answer reserve (--agent-arg evidence_reserve={reserve})")
+    supported = max_supported_context(flat["model"])
+    if supported is not None and sizes[-1] > supported:
+        raise ConfigError(f"context size {sizes[-1]} is larger than {flat['model']} supports ({supported} tokens)")
+    default_out = (
+        Path("results")
+        / f"ablation-{slug(flat.get('dataset', 'fanoutqa:dev'))}-{slug(flat['model'])}-{flat['setting']}"
+    )
+    out = Path(flat.pop("out", None) or default_out)
+
+    async def main() -> dict[str, Any]:
+        task = asyncio.current_task()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        return await run_ablation(flat, sizes, out)
+
+    try:
+        ablation = asyncio.run(main())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("interrupted: run the same command again to resume", file=sys.stderr)
+        return 130
+    print(format_table(ablation), end="")
+    print(f"wrote {out / ABLATION_JSON}, {out / ABLATION_MD}, {out / ABLATION_PNG}", file=sys.stderr)
+    if any(r["counts"]["failed"] for r in ablation["rows"]):
+        print("some samples failed: see each ctx-<size>/failures.jsonl; rerun to retry them", file=sys.stderr)
+        return 1
+    return 0

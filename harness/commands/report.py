@@ -1,0 +1,27 @@
+"""``harness report RUN_DIR``: a run as one static HTML page (the logic: harness.report)."""
+
+from __future__ import annotations
+
+import sys
+
+from harness.report import REPORT_FILE, write_report
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "report",
+        help="write a static HTML page of a run (metadata, scores, sortable questions, transcripts)",
+        description=(
+            "Write one self-contained HTML file (no network): the run's metadata and scores, a per-question "
+            "table (click a header to sort) and every transcript with its tool calls, the titles returned, "
+            "token counts and per-metric scores."
+        ),
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory")
+    p.add_argument("--out", help=f"HTML file to write (default RUN_DIR/{REPORT_FILE})")
+
+
+def command(args) -> int:
+    path = write_report(args.run_dir, args.out)
+    print(f"wrote {path}", file=sys.stderr)
+    return 0

@@ -1,0 +1,207 @@
+"""``harness run``: a thin layer over ``harness.api.run`` (flags -> options -> results)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from typing import Any
+
+# Knobs that were global flags before strategies declared their own: `--max-rounds 3` gets a hint.
+MOVED_TO_KNOBS = frozenset(
+    {
+        "search_style", "chunk_size", "ranking_query", "budget_fraction", "max_similar", "bm25_k1", "bm25_b",
+        "bm25_delta", "max_rounds", "context_policy", "evidence_reserve", "repeat_question", "text_protocol_strict",
+        "loose_text_protocol", "retriever", "retrieval_k", "passage_kind", "question_representation",
+        "classify_doc_tokens", "history",
+    }
+)  # fmt: skip
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "run",
+        help="generate answers for a dataset and score them",
+        description=(
+            "Run a model on a dataset in one setting. Writes DIR/samples.jsonl (one line per finished "
+            "sample, appended as it finishes) and DIR/results.json. Running the same command again "
+            "continues the run: finished samples are skipped, failed ones retried."
+        ),
+        argument_default=argparse.SUPPRESS,
+    )
+    add_run_options(p)
+
+
+def _names(registry) -> str:
+    return ", ".join(registry.names())
+
+
+def add_run_options(p) -> None:
+    """Every ``harness run`` option (``harness ablate`` takes them too)."""
+    from harness.datasets.base import DATASETS
+    from harness.models.base import BACKENDS
+    from harness.scoring.metrics import METRICS
+    from harness.strategy import AGENTS, SETTINGS
+
+    g = p.add_argument_group("what to run")
+    g.add_argument(
+        "--model",
+        help=f"BACKEND/NAME, backends: {_names(BACKENDS)}; e.g. local/smollm2 (default), local/PATH.gguf, "
+        "vllm/HF_ID, openai/MODEL; or FILE.py:Class/NAME, package.module:Class/NAME",
+    )
+    g.add_argument(
+        "--setting",
+        choices=list(SETTINGS),
+        help="default: the strategy's first setting (closed-book without --agent)",
+    )
+    g.add_argument(
+        "--agent",
+        help=f"strategy: {_names(AGENTS)}; or FILE.py:NAME, package.module:NAME; default: the setting's "
+        f"own ({', '.join(f'{s}: {a}' for s, a in SETTINGS.items())}); harness list agents -v shows their knobs",
+    )
+    g.add_argument(
+        "--agent-arg",
+        dest="agent_args",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a knob of the strategy (repeat), e.g. --agent-arg max_rounds=5; checked before any model call",
+    )
+    g.add_argument(
+        "--dataset",
+        help=f"NAME[:SPLIT][@VERSION], datasets: {_names(DATASETS)}; or FILE.py:Loader[:SPLIT]; default "
+        "fanoutqa:dev (version nov23: the answers every published score used; @2026 for the corrected answers)",
+    )
+    g.add_argument(
+        "--data-path", help="read the dataset from this file (its official format) instead of the vendored copy"
+    )
+    g.add_argument("--limit", type=int, help="only the first N samples (after --sample-id)")
+    g.add_argument("--sample-id", dest="sample_ids", help="comma-separated sample ids to run")
+    g.add_argument("--out", help="run directory (default: results/<dataset>-<model>-<setting>-<config hash>)")
+    g.add_argument(
+        "--config",
+        help="YAML file of options (keys are these long flag names; an agent: section holds the strategy "
+        "and its knobs); flags override it",
+    )
+    g.add_argument(
+        "--snapshot", help="Wikipedia snapshot (SQLite) the strategies read pages from (harness snapshot build)"
+    )
+    add_scoring_options(p, METRICS)
+    g = p.add_argument_group("prompt")
+    g.add_argument("--current-date", help="'Current date' in the FanOutQA prompts (default 11-20-2023, the paper's)")
+    g.add_argument("--prompt-template", help="template name in prompts/ or a .txt file (default: the strategy's)")
+    g = p.add_argument_group("generation (greedy by default)")
+    g.add_argument("--temperature", type=float, help="default 0")
+    g.add_argument("--top-p", type=float, help="default 1")
+    g.add_argument("--max-tokens", type=int, help="answer length limit in tokens (default 512)")
+    g.add_argument("--seed", type=int, help="default 0")
+    g = p.add_argument_group("backend")
+    g.add_argument(
+        "--base-url", help="OpenAI-compatible server to talk to (openai/, vllm/: attach instead of launching)"
+    )
+    g.add_argument(
+        "--context-size",
+        type=int,
+        help="context window in tokens (llama.cpp n_ctx, vLLM --max-model-len); "
+        "default: what the model file or server reports",
+    )
+    g.add_argument("--n-threads", type=int, help="CPU threads for llama.cpp (default: all cores)")
+    g.add_argument(
+        "--server-arg",
+        dest="server_args",
+        action="append",
+        help="extra flag for a launched server (repeat; e.g. --server-arg=--gpu-memory-utilization=0.8)",
+    )
+    g = p.add_argument_group("runner")
+    g.add_argument("--max-connections", type=int, help="samples in flight at once (default 4)")
+    g.add_argument("--request-timeout", type=float, help="seconds per model request (default 600)")
+    g.add_argument("--sample-timeout", type=float, help="seconds per sample (default 600, the paper's)")
+    g.add_argument("--max-attempts", type=int, help="tries per request on 429/5xx/timeouts (default 6)")
+    g.add_argument("--retry-max-wait", type=float, help="longest back-off between tries, seconds (default 120)")
+    g.add_argument("--startup-timeout", type=float, help="seconds to wait for a launched server (default 300)")
+    g.add_argument("--no-cache", dest="cache", action="store_false", help="do not read or write the response cache")
+    g.add_argument("--cache-path", help="SQLite response cache (default $HARNESS_CACHE_DIR or ~/.cache/harness)")
+    g = p.add_argument_group("cost")
+    g.add_argument(
+        "--max-cost",
+        type=float,
+        help="budget in USD: a request whose worst case could pass it is not sent, the run stops "
+        "(rerun with a higher budget to resume); not hashed",
+    )
+    g.add_argument("--price-table", help="price table YAML, USD per 1M tokens (default: harness/prices.yaml)")
+
+
+def add_scoring_options(p, metrics=None, suppress: bool = True) -> None:
+    if metrics is None:
+        from harness.scoring.metrics import METRICS as metrics
+    g = p.add_argument_group("scoring")
+    extra = {"default": argparse.SUPPRESS} if suppress else {}
+    g.add_argument(
+        "--metrics",
+        help=f"comma-separated metrics (default: the dataset's): {_names(metrics)}; or FILE.py:NAME, "
+        "package.module:NAME",
+        **extra,
+    )
+    g.add_argument(
+        "--judge",
+        help="model for the LLM judge, e.g. openai/gpt-4o-2024-11-20 (FanOutQA's); no judge runs unless named",
+        **extra,
+    )
+    g.add_argument(
+        "--bleurt-checkpoint",
+        help="BLEURT checkpoint directory (without it BLEURT is reported unavailable, never 0)",
+        **extra,
+    )
+
+
+def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags given, as API options (``harness.api.run`` keywords)."""
+    return {k: v for k, v in vars(args).items() if k not in ("command", "verbose")}
+
+
+def command(args: argparse.Namespace) -> int:
+    from harness.api import build_run_config, run_async
+
+    config = build_run_config(options_from_args(args))
+
+    async def main() -> dict[str, Any]:
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        # A kill (SIGTERM) unwinds like Ctrl-C: servers stopped, results.json written.
+        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+        return await run_async(config)
+
+    try:
+        results = asyncio.run(main())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        print("interrupted: run the same command again to resume", file=sys.stderr)
+        return 130
+    print_summary(results)
+    return 0 if results["counts"]["failed"] == 0 else 1
+
+
+def print_summary(results: dict[str, Any], file=None) -> None:
+    """Counts, then one line per metric with its aggregate numbers (every metric the run scored)."""
+    from harness.scoring.results import summary_lines
+
+    file = file or sys.stdout
+    c = results["counts"]
+    print(f"finished {c['finished']}/{c['selected']}, failed {c['failed']}", file=file)
+    for line in summary_lines(results.get("scores")):
+        print(f"  {line}", file=file)
+    cost = results.get("cost") or {}
+    if cost.get("spent_usd"):
+        print(f"cost: ${cost['spent_usd']:.6f} spent (list price of the finished samples ${cost['model_usd']:.6f})")
+    if results.get("stopped_on_budget"):
+        print(
+            f"stopped on budget: ${cost['spent_usd']:.6f} spent of --max-cost ${cost['max_cost_usd']:g}; "
+            f"{c['pending']} sample(s) not started; rerun with a higher --max-cost to resume",
+            file=sys.stderr,
+        )
+    elif c["failed"]:
+        first = next(iter(results.get("failures", {}).values()), {})
+        print(
+            f"{c['failed']} sample(s) failed (e.g. {first.get('type')}: {first.get('error')}); "
+            "see failures.jsonl; rerun the same command to retry them",
+            file=sys.stderr,
+        )

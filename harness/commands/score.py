@@ -1,0 +1,69 @@
+"""``harness score``: a thin layer over ``harness.api.score``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_parser(sub) -> None:
+    from harness.commands.run import add_scoring_options
+
+    p = sub.add_parser(
+        "score",
+        help="score saved generations (no model call)",
+        description=(
+            "Score generations without calling any model. Either re-score a finished run "
+            "(harness score RUN_DIR), or score a file in FanOutQA's official submission format, one "
+            '{"id", "answer"} object per line (harness score --dataset fanoutqa:dev@nov23 --generations FILE.jsonl).'
+        ),
+    )
+    p.add_argument(
+        "run_dir",
+        nargs="?",
+        help="a run directory to re-score on its own dataset, with its own metrics and options unless given "
+        "(rewrites its results.json scores)",
+    )
+    p.add_argument("--dataset", help="NAME[:SPLIT][@VERSION] the generations answer")
+    p.add_argument(
+        "--data-path",
+        help="read the dataset from this file instead of the vendored copy; with RUN_DIR, where the run's "
+        "--data-path file is now (its sha256 must match)",
+    )
+    p.add_argument("--generations", help='JSONL file of {"id", "answer"} lines')
+    p.add_argument("--out", help="write the scores JSON here (default: print it)")
+    add_scoring_options(p, suppress=False)
+    p.add_argument(
+        "--only-answered",
+        action="store_true",
+        help="score only questions that have an answer (official only_score_answered); default counts them as 0",
+    )
+
+
+def command(args: argparse.Namespace) -> int:
+    from harness.api import score
+    from harness.commands.run import print_summary
+    from harness.records import write_json_atomic
+
+    scores = score(
+        args.run_dir,
+        dataset=args.dataset,
+        generations=args.generations,
+        data_path=args.data_path,
+        metrics=args.metrics,
+        judge=args.judge,
+        bleurt_checkpoint=args.bleurt_checkpoint,
+        only_answered=args.only_answered,
+    )
+    if args.out:
+        write_json_atomic(args.out, scores)
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        print(json.dumps(scores, indent=2))
+    summary = {
+        "counts": {"finished": scores["meta"]["n_answered"], "selected": scores["meta"]["n_questions"], "failed": 0},
+        "scores": scores,
+    }
+    print_summary(summary, file=sys.stdout if args.out else sys.stderr)  # stdout stays JSON when it is JSON
+    return 0

@@ -1,0 +1,301 @@
+"""The strategy interface: what an agent strategy is, what it may use per sample, and its knobs.
+
+A strategy is one class: the settings it implements, its knobs (a small pydantic model), an
+optional prompt template, and ``solve(sample, ctx)``. It calls the model only through
+``ctx.generate`` (which counts calls and tokens, goes through the response cache and the budget).
+Built-in strategies live in ``agents/``; others come from a ``FILE.py:NAME``, a
+``package.module:NAME`` or an installed package's ``harness.agents`` entry point.
+
+The run key hashes a strategy's identity (name, plugin identity, knobs by value); a knob added
+later with ``knob(..., neutral=...)`` stays out of the key while it holds the value that reproduces
+the behaviour from before it existed, so existing run directories still resume.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harness.cache import ResponseCache, cache_key, is_cacheable
+from harness.datasets.base import Sample
+from harness.errors import ConfigError
+from harness.models.base import GenerationParams, ModelBackend, ModelResponse, Usage
+from harness.registry import Entry, Registry
+
+# setting -> the strategy it runs unless --agent names another
+SETTINGS: dict[str, str] = {
+    "closed-book": "closed-book",
+    "open-book": "open-book-native",
+    "evidence-provided": "evidence-provided",
+    "retrieve-read": "retrieve-read-joint",
+}
+
+_UNSET: Any = object()
+
+
+def budget_tokens(context_size: int | None, reserve: int) -> int:
+    """The prompt budget of every packing strategy: the context minus the tokens kept for the answer."""
+    return (context_size or 0) - reserve
+
+
+def knob(default: Any = ..., description: str | None = None, *, neutral: Any = _UNSET, **constraints: Any) -> Any:
+    """A knob field. ``neutral``: for a knob added after runs exist, the value that reproduces the
+    old behaviour; the run key leaves the knob out while it has that value (defaults are hashed by
+    value otherwise, so changing a default starts new runs)."""
+    extra = {"neutral": neutral} if neutral is not _UNSET else None
+    return Field(default, description=description, json_schema_extra=extra, **constraints)
+
+
+class Knobs(BaseModel):
+    """Base of every strategy's knobs: unknown names and NaN/inf are refused."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, protected_namespaces=())
+
+
+def keyed_values(model: BaseModel, dumped: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``model`` as JSON values for the run key: fields at their declared neutral value left out.
+    Values are the serialized ones (a field serializer that strips a password applies)."""
+    dumped = model.model_dump(mode="json") if dumped is None else dumped
+    out: dict[str, Any] = {}
+    for name, info in type(model).model_fields.items():
+        value = getattr(model, name)
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        if "neutral" in extra and dumped[name] == _json(extra["neutral"]):
+            continue
+        out[name] = keyed_values(value, dumped[name]) if isinstance(value, BaseModel) else dumped[name]
+    return out
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return json.loads(json.dumps(value, default=str))
+
+
+@dataclass
+class SampleResult:
+    answer: str | None
+    messages: list[dict[str, Any]]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class AgentContext:
+    """What a strategy may use for one sample; tallies what it spent."""
+
+    def __init__(self, model: ModelBackend, params: GenerationParams, cache: ResponseCache | None, budget: Any = None):
+        self.model = model
+        self.params = params
+        self.cache = cache
+        self.budget = budget  # harness.cost.Budget (--max-cost): may refuse a request before it is sent
+        self.model_calls = 0  # requests actually sent to the model (cache hits excluded)
+        self.cache_hits = 0
+        self.usage = Usage()
+        self.sent_usage = Usage()  # tokens of the requests actually sent: what is billed
+        self.finish_reasons: list[str | None] = []
+
+    async def generate(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: Any = None,
+        params: GenerationParams | None = None,
+    ) -> ModelResponse:
+        params = params or self.params
+        key = None
+        if self.cache is not None and is_cacheable(params):
+            key = cache_key(self.model.cache_identity(), messages, params, tools, tool_choice)
+            hit = self.cache.get(key)
+            if hit is not None:
+                self.cache_hits += 1
+                self._tally(hit)
+                return hit
+        hold = self.budget.reserve(self.model, messages, tools, params) if self.budget is not None else None
+        self.model_calls += 1
+        response = None
+        try:
+            response = await self.model.generate(messages, params, tools, tool_choice)
+        finally:
+            if hold is not None:
+                self.budget.settle(hold, response.usage if response is not None else None)
+        self.sent_usage.prompt_tokens += response.usage.prompt_tokens
+        self.sent_usage.completion_tokens += response.usage.completion_tokens
+        if key is not None:
+            self.cache.put(key, response)
+        self._tally(response)
+        return response
+
+    def _tally(self, response: ModelResponse) -> None:
+        self.usage.prompt_tokens += response.usage.prompt_tokens
+        self.usage.completion_tokens += response.usage.completion_tokens
+        self.finish_reasons.append(response.finish_reason)
+
+
+class Agent(ABC):
+    """Subclass, set the class attributes, implement ``solve``."""
+
+    name: ClassVar[str] = ""  # set from the registry name (or the reference) when loaded
+    settings: ClassVar[tuple[str, ...]] = ()  # the settings it implements (keys of SETTINGS)
+    Knobs: ClassVar[type[Knobs]] = Knobs  # its knobs; --agent-arg KEY=VALUE / the YAML agent: section
+    default_template: ClassVar[str | None] = None  # a template in prompts/; --prompt-template overrides
+    # fields the strategy fills besides {question} and {current_date}; checked before the run
+    template_fields: ClassVar[tuple[str, ...]] = ()
+    needs_snapshot: ClassVar[bool] = False
+    needs_context_size: ClassVar[bool] = False  # packs pages by token budget: refused without one
+
+    def __init__(self, config: Any, knobs: Knobs | None = None):
+        self.config = config  # harness.config.RunConfig: the core options
+        self.knobs = knobs if knobs is not None else self.Knobs()
+        self.plugin: dict[str, Any] = {}  # where it came from (registry entry record)
+        self.template = self.template_source = self.template_sha256 = None
+        template = getattr(config, "prompt_template", None) or self.default_template
+        if template:
+            from harness.templates import load_template
+
+            self.template, self.template_source, self.template_sha256 = load_template(template)
+
+    def prepare(self, model: ModelBackend, snapshot: Any | None) -> None:
+        """Called once the model is started (context size known) and the snapshot opened."""
+        self.model = model
+        self.snapshot = snapshot
+
+    def prompt(self, question: str, **fields: Any) -> str:
+        return self.template.format(question=question, current_date=self.config.current_date, **fields)
+
+    def check_template(self, samples: list[Sample]) -> None:
+        """Render the template for every sample (other fields blank), so a template that names a
+        field this strategy does not fill fails before the first request, not on sample 1."""
+        if not self.template:
+            return
+        blanks = {name: "" for name in self.template_fields}
+        for sample in samples:
+            try:
+                self.prompt(sample.question, **blanks)
+            except KeyError as exc:
+                known = ", ".join("{" + f + "}" for f in ("question", "current_date", *self.template_fields))
+                raise ConfigError(
+                    f"prompt template {self.template_source} uses {{{exc.args[0]}}}, which agent {self.name} "
+                    f"does not fill (it fills {known})"
+                ) from None
+            except (IndexError, ValueError, AttributeError) as exc:
+                raise ConfigError(
+                    f"prompt template {self.template_source} does not render for sample {sample.id}: {exc} "
+                    "(literal braces must be doubled: {{ }})"
+                ) from None
+
+    def identity(self) -> dict[str, Any]:
+        """What changes the prompts or the answers: hashed into the run key. Subclasses add facts
+        (an index's identity); knobs go in by value, neutral ones left out (see ``knob``)."""
+        out: dict[str, Any] = {"name": self.name, "knobs": keyed_values(self.knobs)}
+        plugin = {k: v for k, v in self.plugin.items() if k in ("package", "version", "sha256")}
+        if plugin:
+            out["plugin"] = plugin
+        if self.template:
+            out["prompt_template"] = self.template_source
+            out["prompt_sha256"] = self.template_sha256
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        """Recorded in results.json under ``agent``: name, where it came from, every knob."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "settings": list(self.settings),
+            "knobs": self.knobs.model_dump(mode="json"),
+        }
+        if self.plugin and self.plugin.get("source") != "builtin":
+            out["plugin"] = self.plugin
+        if self.template:
+            out["prompt_template"] = self.template_source
+            out["prompt_sha256"] = self.template_sha256
+        return out
+
+    @abstractmethod
+    async def solve(self, sample: Sample, ctx: AgentContext) -> SampleResult: ...
+
+
+def _check_agent(obj: Any, ref: str) -> None:
+    if not (isinstance(obj, type) and issubclass(obj, Agent)):
+        raise ConfigError(f"agent {ref}: not a strategy (a subclass of harness.strategy.Agent)")
+    unknown = [s for s in obj.settings if s not in SETTINGS]
+    if not obj.settings or unknown:
+        raise ConfigError(
+            f"agent {ref}: settings must name at least one of {', '.join(SETTINGS)}"
+            + (f" (got {', '.join(map(repr, unknown))})" if unknown else "")
+        )
+    if not (isinstance(obj.Knobs, type) and issubclass(obj.Knobs, BaseModel)):
+        raise ConfigError(f"agent {ref}: Knobs must be a pydantic model (subclass harness.strategy.Knobs)")
+
+
+AGENTS: Registry[type[Agent]] = Registry(
+    "agent",
+    builtins={
+        "closed-book": "agents.single_prompt:ClosedBook",
+        "entity-set": "agents.single_prompt:EntitySet",
+        "open-book-native": "agents.open_book_native:OpenBookNative",
+        "open-book-text": "agents.open_book_text:OpenBookText",
+        "evidence-provided": "agents.evidence_provided:EvidenceProvided",
+        "conversational": "agents.conversational:Conversational",
+        "conversational-open-book": "agents.conversational_open_book:ConversationalOpenBook",
+        "retrieve-read-joint": "agents.retrieve_read_joint:RetrieveReadJoint",
+        "retrieve-read-each": "agents.retrieve_read_each:RetrieveReadEach",
+        "retrieve-classify": "agents.retrieve_classify:RetrieveClassify",
+    },
+    validate=_check_agent,
+    name_attribute="name",
+)
+
+# Register a strategy class in-process (notebooks, tests); files and packages need not.
+register_agent = AGENTS.register
+
+
+def resolve_agent(agent: str | None, setting: str | None) -> tuple[Entry[type[Agent]], str]:
+    """(the strategy's registry entry, the setting it runs in). Without --setting, a strategy
+    runs in the first setting it declares; a strategy never runs in a setting it does not implement."""
+    if setting is not None and setting not in SETTINGS:
+        raise ConfigError(f"unknown setting {setting!r} (known: {', '.join(SETTINGS)})")
+    entry = AGENTS.resolve(agent or SETTINGS[setting or "closed-book"])
+    cls = entry.obj
+    setting = setting or cls.settings[0]
+    if setting not in cls.settings:
+        raise ConfigError(
+            f"agent {entry.name} does not implement --setting {setting} (it implements: {', '.join(cls.settings)})"
+        )
+    return entry, setting
+
+
+def parse_knobs(cls: type[Agent], name: str, args: dict[str, Any]) -> Knobs:
+    """Validate ``--agent-arg``/YAML values against the strategy's knobs; errors are one line."""
+    try:
+        return cls.Knobs.model_validate(args)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"]) or "agent"
+        if first["type"] == "extra_forbidden":
+            known = ", ".join(cls.Knobs.model_fields) or "none"
+            raise ConfigError(f"--agent-arg {key}: agent {name} has no such knob (its knobs: {known})") from None
+        got = first.get("input")
+        shown = f" (got {got!r})" if isinstance(got, (int, float, str)) and len(repr(got)) < 80 else ""
+        raise ConfigError(f"--agent-arg {key}: {first['msg'].lower()}{shown}") from None
+
+
+def create_agent(config: Any) -> Agent:
+    """The strategy of ``config`` (RunConfig) with its knobs validated; nothing is started."""
+    entry, _ = resolve_agent(config.agent, config.setting)
+    cls = entry.obj
+    cls.name = entry.name
+    agent = cls(config, parse_knobs(cls, entry.name, dict(config.agent_args)))
+    agent.plugin = entry.record()
+    return agent
+
+
+def knob_help(cls: type[Agent]) -> list[str]:
+    """One line per knob: name, type, default, help (``harness list agents -v``)."""
+    lines = []
+    for name, info in cls.Knobs.model_fields.items():
+        default = info.get_default(call_default_factory=True)
+        kind = getattr(info.annotation, "__name__", None) or str(info.annotation).replace("typing.", "")
+        lines.append(f"{name} ({kind}, default {default!r}){': ' + info.description if info.description else ''}")
+    return lines

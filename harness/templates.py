@@ -1,0 +1,30 @@
+"""Plain-text prompt templates (``str.format`` fields) from ``prompts/``, by name, or from a file path."""
+
+from __future__ import annotations
+
+import hashlib
+from importlib import resources
+from pathlib import Path
+
+from harness.errors import ConfigError
+
+
+def load_template(name_or_path: str) -> tuple[str, str, str]:
+    """Return (template text, where it came from, sha256 of its bytes)."""
+    path = Path(name_or_path)
+    if path.suffix == ".txt" and path.is_file():
+        data = path.read_bytes()
+        where = str(path.resolve())
+    else:
+        resource = resources.files("prompts") / f"{name_or_path}.txt"
+        if not resource.is_file():
+            raise ConfigError(f"--prompt-template {name_or_path!r}: not found (a name in prompts/ or a .txt file)")
+        data = resource.read_bytes()
+        where = f"prompts/{name_or_path}.txt"
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"--prompt-template {where}: not UTF-8 text") from None
+    if not text.strip():
+        raise ConfigError(f"--prompt-template {where}: the template is empty")
+    return text, where, hashlib.sha256(data).hexdigest()

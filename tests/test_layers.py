@@ -1,0 +1,122 @@
+"""One-way layers, checked over the import graph (every import statement, module level or inside a
+function, read with ast; nothing is imported).
+
+    wiki_snapshot   a library: imports nothing of ours
+    prompts         data: imports nothing of ours
+    harness core    errors, registry, run files, config, strategy base, models, datasets, scoring,
+                    runner, API: may use wiki_snapshot; never agents/, tools/ or the commands
+    tools           may use the core and wiki_snapshot; never agents/ or the commands
+    agents          strategies only: may use the core, tools and wiki_snapshot; never the commands
+    commands        harness/commands/ and harness/cli.py: the top, may import anything
+
+Strategies, backends, datasets and metrics reach the core only by name through its registries
+("module:attr" references), so the core never imports agents/.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("harness", "agents", "tools", "wiki_snapshot", "prompts")
+TOP = ("harness.commands", "harness.cli", "harness.__main__")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def layer(module: str) -> str:
+    if module == "harness" or module.startswith("harness."):
+        return "commands" if any(module == t or module.startswith(t + ".") for t in TOP) else "core"
+    return module.split(".")[0]
+
+
+# layer -> the layers it may import
+ALLOWED = {
+    "wiki_snapshot": {"wiki_snapshot"},
+    "prompts": set(),
+    "core": {"core", "wiki_snapshot"},
+    "tools": {"tools", "core", "wiki_snapshot"},
+    "agents": {"agents", "tools", "core", "wiki_snapshot"},
+    "commands": {"commands", "core", "agents", "tools", "wiki_snapshot", "prompts"},
+}
+
+
+def our_imports(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.ImportFrom):
+            raise AssertionError(f"{path}:{node.lineno}: relative import; use the absolute module name")
+        else:
+            continue
+        found.extend((node.lineno, n) for n in names if n.split(".")[0] in PACKAGES)
+    return found
+
+
+def source_files() -> list[Path]:
+    return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def find_violations(files: list[tuple[str, Path]]) -> list[str]:
+    out = []
+    for name, path in files:
+        here = layer(name)
+        for lineno, target in our_imports(path):
+            there = layer(target)
+            if there not in ALLOWED[here]:
+                out.append(f"{name}:{lineno} ({here}) imports {target} ({there})")
+    return out
+
+
+def test_every_import_follows_the_layers():
+    violations = find_violations([(module_name(p), p) for p in source_files()])
+    assert not violations, "layer violations:\n" + "\n".join(violations)
+
+
+def test_the_checker_catches_violations(tmp_path):
+    """The rules are live: a core module importing a strategy, and wiki_snapshot importing the core."""
+    core = tmp_path / "probe_core.py"
+    core.write_text("import json\n\ndef f():\n    from agents.single_prompt import ClosedBook\n", encoding="utf-8")
+    lib = tmp_path / "probe_lib.py"
+    lib.write_text("from harness.errors import HarnessError\n", encoding="utf-8")
+    found = find_violations([("harness.probe", core), ("wiki_snapshot.probe", lib), ("harness.commands.probe", core)])
+    assert found == [
+        "harness.probe:4 (core) imports agents.single_prompt (agents)",
+        "wiki_snapshot.probe:1 (wiki_snapshot) imports harness.errors (core)",
+    ]
+
+
+def test_agents_holds_strategies_only():
+    """agents/__init__.py defines nothing, and each public module of agents/ is a registered strategy's."""
+    from harness.strategy import AGENTS
+
+    init = ast.parse((ROOT / "agents" / "__init__.py").read_text(encoding="utf-8"))
+    assert all(isinstance(n, ast.Expr) or isinstance(n, ast.ImportFrom) and n.module == "__future__" for n in init.body)
+    registered = {AGENTS._builtins[n].partition(":")[0] for n in AGENTS._builtins}
+    public = {module_name(p) for p in (ROOT / "agents").glob("[!_]*.py")}
+    assert public == registered
+
+
+def test_core_imports_no_strategy_at_import_time():
+    """Importing the core (runner, API, scoring) loads no strategy module and no SDK."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, harness.runner, harness.api, harness.scoring.metrics;"
+        "heavy = ('agents', 'tools', 'openai', 'anthropic', 'llama_cpp');"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]"
