@@ -21,7 +21,9 @@ class OneLineErrorParser(argparse.ArgumentParser):
     """Usage errors as one line and exit 2, like every other bad input (sub-parsers inherit it)."""
 
     def error(self, message: str):
-        self.exit(EXIT_BAD_INPUT, f"error: {self.prog}: {message}{_moved_knob_hint(message)} (see {self.prog} --help)\n")
+        self.exit(
+            EXIT_BAD_INPUT, f"error: {self.prog}: {message}{_moved_knob_hint(message)} (see {self.prog} --help)\n"
+        )
 
 
 def _moved_knob_hint(message: str) -> str:
@@ -38,7 +40,26 @@ def _moved_knob_hint(message: str) -> str:
     return ""
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _CommandHelp:
+    """The sub-parsers action, adding each command's ``harness --help`` line from COMMANDS."""
+
+    def __init__(self, sub):
+        self._sub = sub
+
+    def add_parser(self, name: str, **kwargs):
+        kwargs.setdefault("help", COMMANDS[name][1])
+        return self._sub.add_parser(name, **kwargs)
+
+
+def chosen_command(argv: list[str]) -> str | None:
+    """The sub-command of ``argv``: its first word that is not an option (global options take no value)."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return first if first in COMMANDS else None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The whole parser; given ``argv``, only its command's module is imported and built, the others
+    are placeholders showing their one-line help (``harness --help`` imports no command at all)."""
     parser = OneLineErrorParser(
         prog="harness",
         description="Evaluate LLMs and agents on many-answer, many-document QA over Wikipedia (FanOutQA, ...).",
@@ -46,8 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"harness {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log retries and server activity")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in COMMANDS.values():
-        importlib.import_module(module).add_parser(sub)
+    only = chosen_command(argv) if argv is not None else None
+    for name, (module, line) in COMMANDS.items():
+        if argv is None or name == only:
+            importlib.import_module(module).add_parser(_CommandHelp(sub))
+        else:
+            sub.add_parser(name, help=line, add_help=False)
     _add_verbose(sub)  # `harness run -v` as well as `harness -v run`
     return parser
 
@@ -56,7 +81,11 @@ def _add_verbose(sub) -> None:
     for command in sub.choices.values():
         if not any("--verbose" in a.option_strings for a in command._actions):
             command.add_argument(
-                "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="log retries and server activity"
+                "-v",
+                "--verbose",
+                action="store_true",
+                default=argparse.SUPPRESS,
+                help="log retries and server activity",
             )
         for action in command._actions:
             if isinstance(action, argparse._SubParsersAction):
@@ -64,7 +93,8 @@ def _add_verbose(sub) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
@@ -76,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return EXIT_BAD_INPUT
-    command = importlib.import_module(COMMANDS[args.command]).command
+    command = importlib.import_module(COMMANDS[args.command][0]).command
     try:
         _check_common_paths(args)
         return command(args)
@@ -86,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `harness list | head`: the reader left; not an error worth a line
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 141
     except Exception as exc:  # noqa: BLE001 - last resort: one line, traceback only on request
         if os.environ.get("HARNESS_DEBUG"):
             raise

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -34,6 +34,7 @@ NOT_HASHED = frozenset(
         "metrics",
         "judge",
         "bleurt_checkpoint",
+        "stream_scoring",
         "max_cost",  # like --limit: raising the budget resumes the same run
         "price_table",
         # the strategy enters the key through its identity (resolved name, plugin, knobs by value)
@@ -71,6 +72,11 @@ class RunConfig(BaseModel):
     metrics: list[str] | None = Field(None, description="metric names; default: the dataset's")
     judge: str | None = Field(None, description="LLM judge model (none unless asked: it costs money)")
     bleurt_checkpoint: str | None = Field(None, description="BLEURT checkpoint directory")
+    stream_scoring: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="score samples in a worker process as they finish (auto: from 64 samples to do; "
+        "below that the end-of-run batch is cheaper than starting the worker)",
+    )
     # cost (never changes generation) -------------------------------------------------------------
     max_cost: float | None = Field(
         None, ge=0, le=1_000_000, description="USD: stop before a request could pass this budget"

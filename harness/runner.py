@@ -155,7 +155,10 @@ class Run:
             raise ConfigError(f"--max-cost needs a price for {config.model}: {self.pricing.reason}")
         self.budget: Budget | None = None
         self.invocation: dict[str, Any] = {}
-        self.max_answer_chars = config.scoring_options().max_answer_chars
+        self.scoring_options = config.scoring_options()
+        self.max_answer_chars = self.scoring_options.max_answer_chars
+        self.metric_names = list(config.metrics or self.dataset.metrics)
+        self.scorer = None  # StreamingScorer while samples are being solved
         self._preflight()
 
     # checks before anything is spent ------------------------------------------------
@@ -286,12 +289,22 @@ class Run:
         failures_out = JsonlAppender(self.run_dir / FAILURES_FILE)
         semaphore = asyncio.Semaphore(self.config.max_connections)
         progress = _Progress(len(todo), enabled=self.show_progress)
+        if self.dataset.info.has_answers and self._stream_scoring(len(todo)):
+            from harness.scoring.streaming import StreamingScorer
+
+            self.scorer = StreamingScorer(self.metric_names, self.scoring_options)
 
         async def one(sample: Sample) -> None:
             async with semaphore:
                 if self.budget is not None and self.budget.exhausted:
                     return  # over budget: not started, left pending for a rerun with a higher --max-cost
                 record = await self._solve_one(sample, cache)
+            if record["status"] == "ok" and self.scorer is not None and self.scorer.active:
+                # scored in the worker, outside the semaphore: the next request is already on its way
+                scores = await self.scorer.score(sample, record["answer"])
+                if scores is not None:
+                    record["scores"] = scores
+                    record["scored_with"] = self.scorer.fingerprint
             if record["status"] == "ok":
                 samples_out.append(record)
                 finished[sample.id] = record
@@ -316,6 +329,14 @@ class Run:
             failures_out.close()
             if cache is not None:
                 cache.close()
+            if self.scorer is not None:
+                self.scorer.close()
+
+    STREAM_FROM = 64  # samples to do: below, starting the scoring worker costs more than it saves
+
+    def _stream_scoring(self, n_todo: int) -> bool:
+        mode = self.config.stream_scoring
+        return mode == "on" or (mode == "auto" and n_todo >= self.STREAM_FROM)
 
     async def _solve_one(self, sample: Sample, cache: ResponseCache | None) -> dict[str, Any]:
         ctx = AgentContext(self.backend, self.config.generation, cache, self.budget)
@@ -398,7 +419,13 @@ class Run:
         scores = None
         scoring_note = None
         if self.dataset.info.has_answers:  # the same path as `harness score RUN_DIR` (score_run)
-            scores = score_records(self.dataset, selected, done, self.config.metrics, self.config.scoring_options())
+            from harness.scoring.streaming import precomputed_from
+
+            info = self.scorer.info if self.scorer is not None else {}
+            precomputed = precomputed_from(done, self.metric_names, self.scoring_options, info)
+            scores = score_records(
+                self.dataset, selected, done, self.config.metrics, self.scoring_options, precomputed=precomputed
+            )
         else:
             scoring_note = f"{self.dataset.info.spec()} has no reference answers; export the generations to score them"
         tokens_prompt = sum(r["usage"]["prompt_tokens"] for r in done)

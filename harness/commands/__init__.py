@@ -6,17 +6,36 @@ nothing imports them except ``harness.cli``. A module is imported only when its 
 
 from __future__ import annotations
 
-# command name -> its module, in the order ``harness --help`` lists them
-COMMANDS = {
-    "run": "harness.commands.run",
-    "score": "harness.commands.score",
-    "list": "harness.commands.list",
-    "ceiling": "harness.commands.ceiling",
-    "snapshot": "harness.commands.snapshot",
-    "index": "harness.commands.index",
-    "retrieval-eval": "harness.commands.retrieval_eval",
-    "leaderboard": "harness.commands.leaderboard",
-    "export": "harness.commands.export",
-    "ablate": "harness.commands.ablate",
-    "report": "harness.commands.report",
+# command name -> (its module, the line ``harness --help`` shows), in that order. ``harness X`` imports
+# only X's module: the others get a placeholder parser with this line, so startup stays small.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("harness.commands.run", "generate answers for a dataset and score them"),
+    "score": ("harness.commands.score", "score saved generations (no model call)"),
+    "list": (
+        "harness.commands.list",
+        "list strategies, metrics, backends and datasets (built in and installed plugins)",
+    ),
+    "ceiling": (
+        "harness.commands.ceiling",
+        "answerability ceiling of evidence-provided at several context sizes (no model call)",
+    ),
+    "snapshot": (
+        "harness.commands.snapshot",
+        "build or inspect an offline, dated Wikipedia snapshot (one SQLite file)",
+    ),
+    "index": ("harness.commands.index", "build or inspect a passage index (BM25 or dense) over a snapshot"),
+    "retrieval-eval": (
+        "harness.commands.retrieval_eval",
+        "score a passage index on a dataset's gold evidence (no reader, no model)",
+    ),
+    "leaderboard": (
+        "harness.commands.leaderboard",
+        "gather every run under a folder into one table (JSON and markdown)",
+    ),
+    "export": ("harness.commands.export", "export runs in an official submission format (fanoutqa-submission)"),
+    "ablate": ("harness.commands.ablate", "context-length sweep: one run per size, the ceiling, a table and a plot"),
+    "report": (
+        "harness.commands.report",
+        "write a static HTML page of a run (metadata, scores, sortable questions, transcripts)",
+    ),
 }

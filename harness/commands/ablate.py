@@ -28,7 +28,6 @@ from harness.records import slug
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "ablate",
-        help="context-length sweep: one run per size, the ceiling, a table and a plot",
         description=(
             "Run the same configuration once per context size (DIR/ctx-<size>/, ordinary resumable runs), compute "
             "the answerability ceiling at those sizes, and write DIR/ablation.json, DIR/ablation.md and "

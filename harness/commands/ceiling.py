@@ -10,7 +10,6 @@ import sys
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "ceiling",
-        help="answerability ceiling of evidence-provided at several context sizes (no model call)",
         description=(
             "For each context size, pack each question's evidence exactly as --setting evidence-provided would and "
             "measure, with FanOutQA's string accuracy, how much of the gold answer the packed documents contain."

@@ -13,7 +13,6 @@ from harness.export import SUBMISSION_TYPES, TEMPLATE_FIELDS, export_fanoutqa_su
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "export",
-        help="export runs in an official submission format (fanoutqa-submission)",
         description=(
             "fanoutqa-submission: write FanOutQA's leaderboard submission from test-set runs, one per setting: "
             "DIR/{closedbook,openbook,evidenceprovided}-generations/NAME.jsonl and DIR/metadata/NAME.json in the "

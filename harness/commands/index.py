@@ -14,7 +14,6 @@ from harness.errors import HarnessError
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "index",
-        help="build or inspect a passage index (BM25 or dense) over a snapshot",
         description=(
             "A passage index splits every page of a snapshot into passages and indexes them for "
             "retrieve-and-read baselines (--setting retrieve-read) and harness retrieval-eval. It lives beside the "

@@ -10,7 +10,6 @@ from harness.leaderboard import build_leaderboard, format_markdown
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "leaderboard",
-        help="gather every run under a folder into one table (JSON and markdown)",
         description=(
             "One row per run found under DIR (any folder holding a results.json), keyed by model, dataset, "
             "split, version, setting and agent, with every metric, tokens, cost, context size, native tool "

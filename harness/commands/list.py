@@ -11,7 +11,6 @@ KINDS = ("agents", "metrics", "backends", "datasets")
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "list",
-        help="list strategies, metrics, backends and datasets (built in and installed plugins)",
         description="One line each: name, where it comes from (built in, an installed package's entry point, "
         "registered in-process), and what it is. -v adds each strategy's knobs.",
     )

@@ -10,7 +10,6 @@ from harness.report import REPORT_FILE, write_report
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "report",
-        help="write a static HTML page of a run (metadata, scores, sortable questions, transcripts)",
         description=(
             "Write one self-contained HTML file (no network): the run's metadata and scores, a per-question "
             "table (click a header to sort) and every transcript with its tool calls, the titles returned, "

@@ -14,7 +14,6 @@ from harness.retrieval_eval import DEFAULT_KS, evaluate, format_table
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "retrieval-eval",
-        help="score a passage index on a dataset's gold evidence (no reader, no model)",
         description=retrieval_eval.__doc__.split("\n\n", 1)[1].split("\n\nMetrics", 1)[0].replace("``", ""),
     )
     p.add_argument("--dataset", required=True, help="NAME[:SPLIT][@VERSION], e.g. hotpotqa:dev, quest:train-sample")

@@ -22,7 +22,6 @@ MOVED_TO_KNOBS = frozenset(
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "run",
-        help="generate answers for a dataset and score them",
         description=(
             "Run a model on a dataset in one setting. Writes DIR/samples.jsonl (one line per finished "
             "sample, appended as it finishes) and DIR/results.json. Running the same command again "
@@ -147,6 +146,12 @@ def add_scoring_options(p, metrics=None, suppress: bool = True) -> None:
         help="model for the LLM judge, e.g. openai/gpt-4o-2024-11-20 (FanOutQA's); no judge runs unless named",
         **extra,
     )
+    if suppress:  # `harness run` (not `harness score`, which scores in one batch)
+        g.add_argument(
+            "--stream-scoring",
+            choices=["auto", "on", "off"],
+            help="score each sample in a worker process as it finishes (default auto: from 64 samples)",
+        )
     g.add_argument(
         "--bleurt-checkpoint",
         help="BLEURT checkpoint directory (without it BLEURT is reported unavailable, never 0)",

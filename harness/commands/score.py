@@ -12,7 +12,6 @@ def add_parser(sub) -> None:
 
     p = sub.add_parser(
         "score",
-        help="score saved generations (no model call)",
         description=(
             "Score generations without calling any model. Either re-score a finished run "
             "(harness score RUN_DIR), or score a file in FanOutQA's official submission format, one "

@@ -20,7 +20,6 @@ DEFAULT_DATASETS = {"fanoutqa-cache": "fanoutqa:dev,fanoutqa:test", "api": "fano
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "snapshot",
-        help="build or inspect an offline, dated Wikipedia snapshot (one SQLite file)",
         description=(
             "A snapshot is one SQLite file of pages (pageid, revid, title, text, timestamp), redirects, "
             "full-text indexes and provenance metadata, built from a MediaWiki XML dump, a ZIM archive, "

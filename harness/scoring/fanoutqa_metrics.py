@@ -95,7 +95,10 @@ def _field(obj: Any, name: str) -> Any:
 def _rouge_scorer():
     global _rouge
     if _rouge is None:
-        from rouge_score.rouge_scorer import RougeScorer
+        from harness.scoring.lean_import import NLTK_OPTIONAL, hidden
+
+        with hidden(NLTK_OPTIONAL):  # nltk's optional scikit-learn/scipy imports: the stemmer needs neither
+            from rouge_score.rouge_scorer import RougeScorer
 
         _rouge = RougeScorer(list(ROUGE_TYPES), use_stemmer=True)
     return _rouge
@@ -135,20 +138,14 @@ def score_fanoutqa(questions: Iterable[Any], answers: Iterable[dict], only_score
     )
 
     rouge = _rouge_scorer()
-    accs, rouges, raw = [], [], []
-    n_perfect = 0
+    raw = []
     for qid, ref, a in pairs:
         if a is None:
             acc, parts = 0, {k: (0, 0, 0) for k in ROUGE_TYPES}
         else:
-            result = answer_in_text(ref, a["answer"])
-            acc = result.score  # int 0/1 for primitives, float for containers, as official
-            if result.found:
-                n_perfect += 1
+            acc = answer_in_text(ref, a["answer"]).score  # int 0/1 for primitives, float for containers
             scores = rouge.score(str_answer(ref), str_answer(a["answer"]))
             parts = {k: (s.precision, s.recall, s.fmeasure) for k, s in scores.items()}
-        accs.append(acc)
-        rouges.append(parts)
         raw.append(
             {
                 "question_id": qid,
@@ -158,16 +155,21 @@ def score_fanoutqa(questions: Iterable[Any], answers: Iterable[dict], only_score
                 },
             }
         )
+    return {**aggregate_fanoutqa(raw, eval_len), "raw": raw}
 
-    # Same left-to-right sums over the same int/float values as the official code.
+
+def aggregate_fanoutqa(raw: list[dict], eval_len: int) -> dict:
+    """The official aggregates from per-question rows in scoring order: the same left-to-right sums
+    over the same values as the official code (an int 0/1 and its float add up identically), so a
+    run scored question by question as it goes ends with the batch scorer's exact numbers. Strict
+    counts the fully found answers: ``found`` is exactly ``score == 1`` in ``answer_in_text``."""
     return {
-        "acc": {"loose": sum(accs) / eval_len, "strict": n_perfect / eval_len},
+        "acc": {
+            "loose": sum(r["acc"] for r in raw) / eval_len,
+            "strict": sum(1 for r in raw if r["acc"] == 1.0) / eval_len,
+        },
         "rouge": {
-            k: {
-                name: sum(parts[k][i] for parts in rouges) / eval_len
-                for i, name in enumerate(("precision", "recall", "fscore"))
-            }
+            k: {name: sum(r["rouge"][k][name] for r in raw) / eval_len for name in ("precision", "recall", "fscore")}
             for k in ROUGE_TYPES
         },
-        "raw": raw,
     }

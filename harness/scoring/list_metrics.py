@@ -46,7 +46,7 @@ from typing import Any
 
 import regex
 
-from harness.scoring.metrics import METRICS, ScoringOptions
+from harness.scoring.metrics import METRICS, ScoringOptions, streamable
 
 _PUNCT = set(string.punctuation)
 # ``regex``, not ``re``: upstream's module; the two disagree on \b next to "²", "½", combining marks.
@@ -168,6 +168,15 @@ def predictions_from(
     return split_items(str(answer), known)
 
 
+def aggregate_set_f1(rows: list[dict[str, Any]], n: int) -> dict[str, float]:
+    """QAMPARI's aggregates from per-question rows in scoring order: means, %F1>=0.5, %Recall>=0.8."""
+    agg = {key: sum(r[key] for r in rows) / n if n else 0.0 for key in ("precision", "recall", "f1")}
+    agg["f1_ge_0.5"] = sum(r["f1"] >= 0.5 for r in rows) / n if n else 0.0
+    agg["recall_ge_0.8"] = sum(r["recall"] >= 0.8 for r in rows) / n if n else 0.0
+    return agg
+
+
+@streamable(aggregate_set_f1)
 @METRICS.register("set-f1")
 def set_f1(
     questions: list,
@@ -185,12 +194,7 @@ def set_f1(
         gold = list(q.answer or [])
         preds = predictions_from(by_id.get(q.id), gold, clean_items=clean_items, alias_fallback=alias_fallback)
         raw[q.id] = score_list(preds, gold, alias_fallback=alias_fallback)
-    n = len(pool)
-    agg: dict[str, float] = {}
-    for key in ("precision", "recall", "f1"):
-        agg[key] = sum(r[key] for r in raw.values()) / n if n else 0.0
-    agg["f1_ge_0.5"] = sum(r["f1"] >= 0.5 for r in raw.values()) / n if n else 0.0
-    agg["recall_ge_0.8"] = sum(r["recall"] >= 0.8 for r in raw.values()) / n if n else 0.0
+    agg = aggregate_set_f1(list(raw.values()), len(pool))
     info = {
         "reference": "samsam3232/qampari@dd9fe313 models/evaluation/reader_metrics.py compute_metrics_qampari",
         "normalizer": f"official normalize_answer (regex {regex.__version__} word boundaries)",

@@ -62,6 +62,20 @@ METRICS: Registry[MetricFn] = Registry(
 )
 
 
+def streamable(aggregate: Callable[[list[dict[str, Any]], int], dict[str, Any]] | None = None):
+    """Mark a metric whose value for a question depends on that question alone, so a run scores each
+    sample as it finishes and the end of the run only aggregates. ``aggregate(rows, n)``: its official
+    aggregate from the per-question rows in scoring order (without one, the mean of the rows); the
+    batch call must return that same aggregate, so both paths give identical numbers."""
+
+    def mark(fn: MetricFn) -> MetricFn:
+        fn.streamable = True
+        fn.aggregate_rows = aggregate
+        return fn
+
+    return mark
+
+
 def resolve_metrics(names: list[str]) -> dict[str, Entry[MetricFn]]:
     """Each name or reference resolved (all before any runs); keyed by the name its scores go under."""
     out: dict[str, Entry[MetricFn]] = {}
@@ -82,6 +96,13 @@ def get_metric(name: str) -> MetricFn:
     return resolve_metrics([name])[METRICS.resolve(name).name].obj
 
 
+def _aggregate_fanoutqa(rows: list[dict[str, Any]], n: int) -> dict[str, Any]:
+    from harness.scoring.fanoutqa_metrics import aggregate_fanoutqa
+
+    return aggregate_fanoutqa(rows, n)
+
+
+@streamable(_aggregate_fanoutqa)
 @METRICS.register("fanoutqa-string")
 def fanoutqa_string(
     questions: list[Sample], answers: list[dict[str, Any]], only_answered: bool, options: ScoringOptions | None = None
@@ -106,6 +127,7 @@ def fanoutqa_string(
     return {"aggregate": {"acc": scores["acc"], "rouge": scores["rouge"]}, "raw": raw, "info": info}
 
 
+@streamable()
 @METRICS.register("em-f1")
 def em_f1(
     questions: list[Sample], answers: list[dict[str, Any]], only_answered: bool, options: ScoringOptions | None = None
@@ -142,9 +164,12 @@ def score_answers(
     metrics: list[str] | None = None,
     only_answered: bool = False,
     options: ScoringOptions | None = None,
+    precomputed: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Score ``answers`` ({"id", "answer"}) on ``questions``; unanswered questions count 0
     unless ``only_answered`` (mirrors the official Scorer's ``only_score_answered``).
+    ``precomputed``: {metric: {"raw": {qid: value}, "info": {...}}} of streamable metrics, scored one
+    sample at a time while a run went (``score_one``); only the other questions are scored here.
     Returns a results-format-2 scores dict (see ``harness.scoring.results``)."""
     if not dataset.info.has_answers:
         raise HarnessError(f"{dataset.info.spec()} has no reference answers; it cannot be scored here")
@@ -163,7 +188,11 @@ def score_answers(
     info: dict[str, Any] = {}
     aggregation: dict[str, str] = {}
     for name, fn in fns.items():
-        result = fn(questions, answers, only_answered, options=options)
+        stored = (precomputed or {}).get(name) if getattr(fn, "streamable", False) and not only_answered else None
+        if stored is None:
+            result = fn(questions, answers, only_answered, options=options)
+        else:
+            result = _complete(fn, stored, questions, answers, order, options)
         per_question = result["raw"]
         for qid in order:
             if qid in per_question:
@@ -196,6 +225,48 @@ def score_answers(
         "aggregation": aggregation,
         "options": options.model_dump(),
     }
+    return out
+
+
+def _complete(fn, stored, questions, answers, order, options) -> dict[str, Any]:
+    """A streamable metric's result from the stored per-question values, the questions without one
+    (unanswered, failed) scored now; its aggregate from all of them in scoring order."""
+    raw = dict(stored["raw"])
+    missing = [q for q in questions if q.id not in raw]
+    info = stored.get("info") or {}
+    if missing:
+        ids = {q.id for q in missing}
+        rest = fn(missing, [a for a in answers if a["id"] in ids], False, options=options)
+        raw.update(rest["raw"])
+        info = rest.get("info", info)
+    if not info and questions:  # every value stored by an earlier invocation: the info of one question
+        first = questions[0]
+        info = fn([first], [a for a in answers if a["id"] == first.id], False, options=options).get("info", {})
+    rows = [raw[qid] for qid in order if qid in raw]
+    result: dict[str, Any] = {"raw": raw, "info": info}
+    if fn.aggregate_rows is not None:
+        result["aggregate"] = fn.aggregate_rows(rows, len(order))
+    return result
+
+
+def score_one(sample: Sample, answer: Any, names: list[str], options: ScoringOptions) -> dict[str, Any]:
+    """One finished sample's values of the streamable metrics among ``names``: {metric: {"raw",
+    "info"}}, exactly what the batch call gives that question (its answer capped the same way)."""
+    return score_some([sample], [answer], names, options)[sample.id]
+
+
+def score_some(samples: list[Sample], answers: list[Any], names: list[str], options: ScoringOptions) -> dict[str, Any]:
+    """``score_one`` for several finished samples in one call per metric (spaCy lemmatizes them in one
+    batch): {sample id: {metric: {"raw", "info"}}}. Streamable metrics score each question alone,
+    so the values are those of separate calls."""
+    entries = resolve_metrics(names)
+    given, _ = cap_answers([{"id": s.id, "answer": a} for s, a in zip(samples, answers)], options.max_answer_chars)
+    out: dict[str, dict[str, Any]] = {s.id: {} for s in samples}
+    for name, entry in entries.items():
+        if getattr(entry.obj, "streamable", False):
+            result = entry.obj(samples, given, False, options=options)
+            for sample in samples:
+                out[sample.id][name] = {"raw": result["raw"][sample.id], "info": result.get("info", {})}
     return out
 
 

@@ -36,10 +36,14 @@ _SPACE = re.compile(r"\s+")
 def _load():
     global _nlp
     if _nlp is None:
-        import spacy
+        from harness.scoring.lean_import import SPACY_OPTIONAL, hidden
+
+        with hidden(SPACY_OPTIONAL):  # thinc's torch probe: seconds and ~250 MB a lemmatizer never uses
+            import spacy
 
         try:
-            _nlp = spacy.load(MODEL, exclude=list(EXCLUDED))
+            with hidden(SPACY_OPTIONAL):
+                _nlp = spacy.load(MODEL, exclude=list(EXCLUDED))
         except OSError as exc:
             if "E050" not in str(exc):  # E050 = "Can't find model"; anything else is a real error
                 raise
@@ -130,9 +134,9 @@ def clear_cache() -> None:
 
 def normalizer_info() -> dict:
     """Versions that determine normalized strings; results files record them."""
+    nlp = _load()  # first: spaCy is imported the lean way there
     import spacy
 
-    nlp = _load()
     return {
         "spacy": spacy.__version__,
         "model": MODEL,

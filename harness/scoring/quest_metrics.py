@@ -22,7 +22,7 @@ import re
 from collections.abc import Collection
 from typing import Any
 
-from harness.scoring.metrics import METRICS, ScoringOptions
+from harness.scoring.metrics import METRICS, ScoringOptions, streamable
 
 _BULLET = re.compile(r"^\s*(?:[-*•]\s+|\(?\d+[.)]\s+)")
 TITLE_NORMALIZATIONS = ("none", "light")
@@ -91,6 +91,12 @@ def score_sets(predicted: list[str], gold: list[str], title_normalization: str =
     return {"precision": precision, "recall": recall, "f1": f1, "n_predicted": len(pred_set), "n_correct": tp}
 
 
+def aggregate_quest(rows: list[dict[str, Any]], n: int) -> dict[str, float]:
+    """Average precision, recall and F1 over the queries, as ``run_eval.py``."""
+    return {k: (sum(r[k] for r in rows) / n if n else 0.0) for k in ("precision", "recall", "f1")}
+
+
+@streamable(aggregate_quest)
 @METRICS.register("quest")
 def quest(
     questions: list,
@@ -107,8 +113,7 @@ def quest(
     for q in pool:
         gold = list(q.answer or [])
         raw[q.id] = score_sets(titles_from(by_id.get(q.id)), gold, title_normalization)  # cleans if "light"
-    n = len(pool)
-    agg = {k: (sum(r[k] for r in raw.values()) / n if n else 0.0) for k in ("precision", "recall", "f1")}
+    agg = aggregate_quest(list(raw.values()), len(pool))
     info = {
         "reference": "google-research/language@cd31d413 language/quest/eval/run_eval.py",
         "title_normalization": title_normalization,

@@ -23,12 +23,13 @@ def score_records(
     metrics: list[str] | None = None,
     options: ScoringOptions | None = None,
     only_answered: bool = False,
+    precomputed: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Scores of finished sample records ({"id", "answer", ...}) on the selected questions. A
     sample that finished without an answer (context full, rounds exhausted) counts as unanswered,
     i.e. 0, exactly like a question missing from an official submission."""
     answers = [{"id": r["id"], "answer": r["answer"]} for r in records if r.get("answer") is not None]
-    return score_answers(dataset, questions, answers, metrics, only_answered, options)
+    return score_answers(dataset, questions, answers, metrics, only_answered, options, precomputed)
 
 
 def read_run_files(run_dir: str | Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:

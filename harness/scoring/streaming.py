@@ -1,0 +1,122 @@
+"""Scoring that streams with a run: each finished sample is scored by the streamable metrics in a
+worker process (spaCy's lemmatizer and ROUGE never hold up the event loop), its values kept in the
+sample's record, and the end of the run only aggregates (``score_answers(precomputed=...)``).
+
+The values are the batch scorer's, question for question (``score_one`` calls the same metric on one
+question), and the aggregates are computed from them in the same order, so a streamed run's scores
+equal ``harness score RUN_DIR`` exactly (tests/test_streaming_scoring.py). A record carries
+``scored_with``, a fingerprint of what scored it (metrics, options, harness version): a resumed run
+with other metrics or options, or an older record, is scored at the end instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from harness.datasets.base import Sample
+from harness.scoring.metrics import ScoringOptions, resolve_metrics, score_one, score_some
+
+log = logging.getLogger(__name__)
+
+
+def streamable_metrics(names: list[str]) -> list[str]:
+    return [name for name, entry in resolve_metrics(names).items() if getattr(entry.obj, "streamable", False)]
+
+
+def fingerprint(names: list[str], options: ScoringOptions) -> str:
+    import harness
+
+    canonical = json.dumps(
+        {"metrics": names, "options": options.model_dump(mode="json"), "harness": harness.__version__}, sort_keys=True
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _warm(names: list[str], options: ScoringOptions) -> None:
+    """Load the metrics' libraries (spaCy, ROUGE) before the first sample needs them."""
+    probe = Sample(id="warm-up", question="", answer=["warm up"])
+    try:
+        score_one(probe, "warm up", names, options)
+    except Exception:  # a metric that cannot score a probe still scores real samples (or fails there)
+        pass
+
+
+class StreamingScorer:
+    """One worker process scoring finished samples. Samples that finish while it is busy are sent
+    together as the next batch, so it keeps up with any request rate (one spaCy batch per call)."""
+
+    def __init__(self, names: list[str], options: ScoringOptions):
+        self.names = streamable_metrics(names)
+        self.options = options
+        self.fingerprint = fingerprint(names, options)
+        self.info: dict[str, Any] = {}
+        self._pool: ProcessPoolExecutor | None = None
+        self._queue: list[tuple[Sample, Any, asyncio.Future]] = []
+        self._batch: asyncio.Task | None = None
+        if self.names:
+            # spawn, not fork: the parent may hold a loaded model, server threads and locks
+            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+            self._pool.submit(_warm, self.names, options)
+
+    @property
+    def active(self) -> bool:
+        return self._pool is not None
+
+    async def score(self, sample: Sample, answer: Any) -> dict[str, Any] | None:
+        """{metric: value} for the record, or None (no answer, or the worker failed: scored at the end)."""
+        if self._pool is None or answer is None:
+            return None
+        future = asyncio.get_running_loop().create_future()
+        self._queue.append((sample, answer, future))
+        if self._batch is None or self._batch.done():
+            self._batch = asyncio.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._queue and self._pool is not None:
+            batch, self._queue = self._queue, []
+            samples = [s for s, _, _ in batch]
+            try:
+                result = await loop.run_in_executor(
+                    self._pool, score_some, samples, [a for _, a, _ in batch], self.names, self.options
+                )
+            except Exception as exc:  # never lose a finished sample over its score: the end scores it
+                log.warning(
+                    "streaming scoring failed (%s: %s); those samples are scored at the end", type(exc).__name__, exc
+                )
+                result = {}
+            for sample, _, future in batch:
+                values = result.get(sample.id)
+                if values:
+                    for name, value in values.items():
+                        self.info.setdefault(name, value["info"])
+                if not future.done():
+                    future.set_result({name: value["raw"] for name, value in values.items()} if values else None)
+
+    def close(self) -> None:
+        for _, _, future in self._queue:
+            if not future.done():
+                future.set_result(None)
+        self._queue = []
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+
+def precomputed_from(records: list[dict[str, Any]], names: list[str], options: ScoringOptions, info: dict[str, Any]):
+    """{metric: {"raw": {qid: value}, "info"}} from records scored with this fingerprint."""
+    mark = fingerprint(names, options)
+    out: dict[str, dict[str, Any]] = {}
+    for record in records:
+        if record.get("scored_with") != mark or not isinstance(record.get("scores"), dict):
+            continue
+        for name, value in record["scores"].items():
+            out.setdefault(name, {"raw": {}, "info": info.get(name)})["raw"][record["id"]] = value
+    return out

@@ -1,0 +1,94 @@
+"""Scoring that streams with a run equals scoring afterwards, question by question and bit for bit.
+
+Runs with ``stream_scoring="on"`` score each finished sample in a worker process and keep the values
+in its record; ``harness score RUN_DIR`` scores the same records afresh in one batch. Both must give
+the same scores dict (every per-question value, aggregate, breakdown), on hostile answers: the
+question echoed, empty, a long ramble past the scoring cap, numbers with thousands separators,
+unicode, lists."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import harness
+from harness.models.scripted import register_script, unregister_script
+
+ANSWERS = [
+    lambda q: q,
+    lambda q: "",
+    lambda q: ("The answer is " + q + " ") * (100_000 // len(q) + 1),  # past max_answer_chars: capped alike
+    lambda q: "1,234,567 and 2,000; also 3.5 million",
+    lambda q: "Ünïcödé — “quotes”, naïve café, 東京",
+    lambda q: "- Paris\n- London\n- the United States\n1. Berlin",
+    lambda q: "yes",
+    lambda q: "none of them",
+]
+
+
+@pytest.fixture(scope="module")
+def hostile():
+    def reply(messages, tools, tool_choice, params):
+        text = messages[-1]["content"]
+        return ANSWERS[sum(map(ord, text)) % len(ANSWERS)](text.splitlines()[-1])
+
+    register_script("hostile", reply)
+    yield "scripted/hostile"
+    unregister_script("hostile")
+
+
+def run(tmp_path: Path, name: str, **options):
+    options = {"stream_scoring": "on", **options}
+    return harness.run(
+        model="scripted/hostile", out=str(tmp_path / name), cache_path=str(tmp_path / "cache.sqlite"),
+        show_progress=False, max_tokens=100_000, **options,
+    )  # fmt: skip
+
+
+def records(run_dir: Path) -> list[dict]:
+    return [json.loads(x) for x in (run_dir / "samples.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.mark.parametrize(
+    "dataset, metrics",
+    [
+        ("fanoutqa:dev", None),  # all 310 questions: FanOutQA string accuracy and ROUGE
+        ("hotpotqa:dev", None),  # fanoutqa-string and em-f1
+        ("qampari:sample", None),  # set-f1
+        ("quest:train-sample", "quest,set-f1"),
+    ],
+)
+def test_streamed_scores_equal_batch_scores(tmp_path, hostile, dataset, metrics):
+    streamed = run(tmp_path, "r", dataset=dataset, metrics=metrics)["scores"]
+    recs = records(tmp_path / "r")
+    assert all("scores" in r and r["scored_with"] for r in recs)  # every sample scored as it finished
+    assert set(recs[0]["scores"]) == set(streamed["meta"]["metrics"])
+    assert any(r["oversized_answer"] for r in recs)  # the cap was exercised
+    rescored = harness.score(str(tmp_path / "r"))
+    assert json.dumps(streamed, sort_keys=True) == json.dumps(rescored, sort_keys=True)
+    # and the values in the records are the batch's, question by question
+    by_id = {row["question_id"]: row for row in rescored["raw"]}
+    for r in recs:
+        for name, value in r["scores"].items():
+            assert by_id[r["id"]][name] == value
+
+
+def test_resumed_and_rescored_runs_mix_stored_and_new_values(tmp_path, hostile):
+    run(tmp_path, "r", dataset="hotpotqa:dev", limit=6)
+    first = {r["id"]: r for r in records(tmp_path / "r")}
+    # a resumed run keeps the stored values and scores only the new samples
+    resumed = run(tmp_path, "r", dataset="hotpotqa:dev", limit=12, stream_scoring="off")
+    recs = records(tmp_path / "r")
+    assert sum("scores" in r for r in recs) == 6 and all(first[i]["scores"] for i in first)
+    assert json.dumps(resumed["scores"], sort_keys=True) == json.dumps(harness.score(str(tmp_path / "r")), sort_keys=True)
+    # other metrics than the records were scored with: the stored values are not used for them
+    other = run(tmp_path, "r", dataset="hotpotqa:dev", limit=12, metrics="em-f1")
+    assert other["scores"]["meta"]["metrics"] == ["em-f1"]
+    assert other["scores"]["em-f1"] == harness.score(str(tmp_path / "r"), metrics="em-f1")["em-f1"]
+
+
+def test_auto_streams_only_large_runs(tmp_path, hostile):
+    run(tmp_path, "small", dataset="qampari:sample", stream_scoring="auto")
+    assert not any("scores" in r for r in records(tmp_path / "small"))  # 13 samples: scored at the end
