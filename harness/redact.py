@@ -66,10 +66,14 @@ def redact(text: object) -> str:
     return _SHAPES.sub(mask, text)
 
 
-def strip_credentials(url: str | None) -> str | None:
-    """``http://user:pass@host/v1`` -> ``http://host/v1``: what is recorded, hashed and printed."""
-    if not url:
-        return url
+def split_urls(value: str | None) -> list[str]:
+    """``--base-url URL1,URL2`` -> its URLs (one URL -> a list of one; blanks kept, so they can be refused)."""
+    if value is None:
+        return []
+    return [part.strip() for part in value.split(",")]
+
+
+def _strip_one(url: str) -> str:
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -83,14 +87,22 @@ def strip_credentials(url: str | None) -> str | None:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-def register_url_credentials(url: str | None) -> None:
+def strip_credentials(url: str | None) -> str | None:
+    """``http://user:pass@host/v1`` -> ``http://host/v1``: what is recorded, hashed and printed.
+    A comma list of URLs (several servers) is stripped URL by URL."""
     if not url:
-        return
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return
-    register_secret(parts.password)
+        return url
+    if "," in url:
+        return ",".join(_strip_one(part.strip()) for part in url.split(","))
+    return _strip_one(url)
+
+
+def register_url_credentials(url: str | None) -> None:
+    for part in split_urls(url):
+        try:
+            register_secret(urlsplit(part).password)
+        except ValueError:
+            continue
 
 
 class RedactingFilter(logging.Filter):
@@ -126,5 +138,6 @@ __all__ = [
     "redact_known",
     "register_secret",
     "register_url_credentials",
+    "split_urls",
     "strip_credentials",
 ]

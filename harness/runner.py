@@ -30,6 +30,7 @@ from harness.errors import (
     TransientModelError,
 )
 from harness.models import create_backend
+from harness.models.concurrency import AdaptiveLimit
 from harness.records import (
     JsonlAppender,
     iter_jsonl,
@@ -181,6 +182,18 @@ class Run:
                 f"context size of {self.config.model} is unknown: pass --context-size N"
             )
 
+    def _server_slots_note(self) -> dict[str, Any]:
+        """A server that runs fewer requests at once than --max-connections: said once, and recorded."""
+        slots = self.backend.server_slots()
+        if slots is None or self.config.max_connections <= slots:
+            return {}
+        print(
+            f"the server runs {slots} request{'s' if slots != 1 else ''} at a time (--max-connections {self.config.max_connections}: "
+            "the rest wait in its queue)",
+            file=sys.stderr,
+        )
+        return {"requests_at_a_time": slots}
+
     def _open_snapshot(self):
         if not self.config.snapshot:
             if self.agent.needs_snapshot:
@@ -254,6 +267,7 @@ class Run:
                 model_info = self.backend.describe()
                 if self.backend.plugin.get("source") not in (None, "builtin"):
                     model_info = {**model_info, "plugin": self.backend.plugin}
+                model_info = {**model_info, **self._server_slots_note()}
                 self.agent.prepare(self.backend, self.snapshot)
             self._claim_run_dir()
             print(
@@ -269,6 +283,8 @@ class Run:
             status = "error"
             raise
         finally:
+            if todo and model_info is not None:
+                model_info = {**model_info, **self.backend.usage_facts()}  # per-server counts
             await self.backend.close()
             # A run that failed before it began (no config.json yet) leaves no files behind.
             if (self.run_dir / CONFIG_FILE).exists():
@@ -288,6 +304,9 @@ class Run:
         samples_out = JsonlAppender(self.run_dir / SAMPLES_FILE)
         failures_out = JsonlAppender(self.run_dir / FAILURES_FILE)
         semaphore = asyncio.Semaphore(self.config.max_connections)
+        # requests in flight: --max-connections, fewer while the provider answers 429
+        limiter = AdaptiveLimit(self.config.max_connections)
+        self.backend.limiter = limiter
         progress = _Progress(len(todo), enabled=self.show_progress)
         if self.dataset.info.has_answers and self._stream_scoring(len(todo)):
             from harness.scoring.streaming import StreamingScorer
@@ -325,6 +344,8 @@ class Run:
                     await asyncio.gather(*tasks, return_exceptions=True)
                     raise
         finally:
+            self.backend.limiter = None
+            self.invocation["concurrency"] = limiter.facts()
             samples_out.close()
             failures_out.close()
             if cache is not None:

@@ -38,6 +38,8 @@ class FaultServer:
         self.context_size = context_size
         self.served: list[str] = []  # the fault used for each chat request, in order
         self.headers_seen: list[dict[str, str]] = []
+        self.in_flight = 0
+        self.in_flight_seen: list[int] = []  # chat requests being answered as each one arrived (itself included)
         self._lock = threading.Lock()
         outer = self
 
@@ -69,7 +71,13 @@ class FaultServer:
                     fault = outer.script.pop(0) if outer.script else outer.default
                     outer.served.append(fault)
                     outer.headers_seen.append({k.lower(): v for k, v in self.headers.items()})
-                outer.respond(self, fault, body)
+                    outer.in_flight += 1
+                    outer.in_flight_seen.append(outer.in_flight)
+                try:
+                    outer.respond(self, fault, body)
+                finally:
+                    with outer._lock:
+                        outer.in_flight -= 1
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True

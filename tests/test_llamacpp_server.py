@@ -254,3 +254,86 @@ def test_launcher_retries_on_a_fresh_port_when_the_port_was_taken(tmp_path):
         assert len(ports) == 2 and launcher.port == ports[-1] and launcher.running()
     finally:
         launcher.stop()
+
+
+# --------------------------------------------------------------------------- threads, slots, two servers
+def test_threads_default_to_every_core_and_one_slot_is_recorded(server):
+    from harness.models.llamacpp_server import available_cores
+
+    argv = server.launcher.argv
+    cores = str(available_cores())
+    assert argv[argv.index("--n_threads") + 1] == cores and argv[argv.index("--n_threads_batch") + 1] == cores
+    assert server.server_slots() == 1  # llama_cpp.server has one lock around the model, no parallel slots
+    info = server.describe()
+    assert info["n_threads"] == available_cores() and info["server_slots"] == 1
+    chosen = create_backend("llamacpp-server/smollm2", BackendOptions(n_threads=3)).command(8000)
+    assert chosen[chosen.index("--n_threads") + 1] == "3"
+    overridden = create_backend("llamacpp-server/smollm2", BackendOptions(server_args=["--n_threads", "5"]))
+    assert overridden.command(8000)[-2:] == ["--n_threads", "5"] and overridden.n_threads() == 5
+
+
+def test_max_connections_above_the_slots_is_said_once_and_recorded(tmp_path):
+    from conftest import run_harness
+
+    out = tmp_path / "run"
+    proc = run_harness("run", "--model", "llamacpp-server/smollm2", "--dataset", "hotpotqa:dev", "--limit", "2",
+                       "--max-tokens", "4", "--max-connections", "2", "--n-threads", "1", "--no-cache",
+                       "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("the server runs 1 request at a time") == 1
+    model = json.loads((out / "results.json").read_text())["model"]
+    assert model["requests_at_a_time"] == 1 and model["n_threads"] == 1
+
+
+def _llama_server(name: str, log_dir) -> ServerLauncher:
+    """A bare llama_cpp.server on the packaged SmolLM2, without a key (loopback, test only), one thread."""
+    from harness.models.local import packaged_model_path
+
+    path = str(packaged_model_path("smollm2"))
+    return ServerLauncher(
+        lambda port: [sys.executable, "-m", "llama_cpp.server", "--model", path, "--host", "127.0.0.1",
+                      "--port", str(port), "--n_ctx", "2048", "--n_threads", "1"],  # fmt: skip
+        name=name,
+        log_dir=log_dir,
+        startup_timeout=120,
+        unset_env=("HOST", "PORT", "CONFIG_FILE", "API_KEY", "MODEL"),
+    )
+
+
+def test_two_servers_one_killed_mid_run_every_sample_finishes_once(tmp_path):
+    import subprocess
+
+    from conftest import harness_cmd
+
+    a, b = _llama_server("a", tmp_path / "logs"), _llama_server("b", tmp_path / "logs")
+    out = tmp_path / "run"
+    with a, b:
+        asyncio.run(a.start())
+        asyncio.run(b.start())
+        proc = subprocess.Popen(
+            harness_cmd("run", "--model", "openai/smollm2", "--base-url", f"{a.base_url},{b.base_url}",
+                        "--dataset", "hotpotqa:dev", "--limit", "8", "--max-tokens", "8", "--max-connections", "2",
+                        "--max-attempts", "3", "--retry-max-wait", "0.5", "--no-cache", "--out", str(out)),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        samples = out / "samples.jsonl"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if samples.exists() and samples.read_text().count("\n") >= 2:
+                break
+            time.sleep(0.05)
+        os.killpg(a.pid, signal.SIGKILL)  # mid-run: its request in flight, if any, is dropped
+        killed_after = samples.read_text().count("\n")
+        _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    assert killed_after < 8, "the run ended before the server was killed"
+    ids = [json.loads(line)["id"] for line in samples.read_text().splitlines()]
+    assert len(ids) == 8 and len(set(ids)) == 8
+    assert not (out / "failures.jsonl").exists() or not (out / "failures.jsonl").read_text().strip()
+    results = json.loads((out / "results.json").read_text())
+    assert results["counts"] == {**results["counts"], "finished": 8, "failed": 0, "pending": 0}
+    servers = {s["url"]: s for s in results["model"]["servers"]}
+    dead, alive = servers[a.base_url], servers[b.base_url]
+    assert dead["failures"] >= 1 and dead["taken_out"] >= 1 and not dead["in_service_at_end"]
+    assert alive["failures"] == 0 and alive["requests"] >= 8 - killed_after
+    assert dead["requests"] + alive["requests"] == 8 + dead["failures"]  # every failed request was sent again

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 from harness.errors import ModelError, TransientModelError
-from harness.redact import register_url_credentials, strip_credentials
+from harness.redact import register_url_credentials, split_urls, strip_credentials
 from harness.registry import Registry
 
 
@@ -59,11 +59,30 @@ class BackendOptions(BaseModel):
     def _url_shape(cls, value: str | None) -> str | None:
         if value is None:
             return value
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"must be an http(s) URL like http://host:8000/v1, not {value!r}")
+        # first, so a password is masked in the error below too
         register_url_credentials(value)
+        urls = split_urls(value)
+        seen: set[str] = set()
+        for url in urls:
+            try:
+                parts = urlsplit(url)
+                parts.port  # noqa: B018 - raises on a port that is not a number
+            except ValueError:
+                parts = None
+            if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+                shown = f"{strip_credentials(url)!r}" if url else "an empty entry"
+                where = " in the list" if len(urls) > 1 else ""
+                raise ValueError(f"must be an http(s) URL like http://host:8000/v1, not {shown}{where}")
+            key = strip_credentials(url).rstrip("/")
+            if key in seen:
+                raise ValueError(f"{strip_credentials(url)!r} is listed twice")
+            seen.add(key)
         return value
+
+    @property
+    def base_urls(self) -> list[str]:
+        """``--base-url`` as a list: one entry per server (``URL1,URL2``); empty when not given."""
+        return split_urls(self.base_url)
 
     @field_serializer("base_url")
     def _no_credentials(self, value: str | None) -> str | None:
@@ -110,11 +129,21 @@ class ModelBackend(ABC):
     # llama.cpp never returns tool calls with tool_choice "auto" (only when the tool is named):
     # agents read this to force the first call there, and record that they did.
     supports_auto_tool_choice: ClassVar[bool] = True
+    # whether ``--base-url URL1,URL2`` (several servers, balanced) means something to this backend
+    supports_server_list: ClassVar[bool] = False
 
     def __init__(self, model: str, options: BackendOptions):
         self.model = model
         self.options = options
         self.plugin: dict[str, Any] = {}  # the registry entry it came from (create_backend sets it)
+        # requests in flight, adapted to 429s (harness.models.concurrency.AdaptiveLimit); the runner
+        # sets it, None means no limit beyond the caller's own
+        self.limiter: Any = None
+        if len(options.base_urls) > 1 and not self.supports_server_list:
+            raise ModelError(
+                f"--base-url: a list of servers works with the OpenAI-compatible backends (openai/, vllm/), "
+                f"not {getattr(self, 'prefix', type(self).__name__)}/"
+            )
 
     # lifecycle -----------------------------------------------------------------
     async def start(self) -> None:
@@ -149,7 +178,19 @@ class ModelBackend(ABC):
         async def once() -> ModelResponse:
             nonlocal attempts
             attempts += 1
-            return await self._generate(messages, params, tools, tool_choice)
+            limiter = self.limiter
+            if limiter is None:
+                return await self._generate(messages, params, tools, tool_choice)
+            # the slot is held for the request only: a Retry-After wait happens outside it
+            async with limiter.slot() as slot:
+                try:
+                    response = await self._generate(messages, params, tools, tool_choice)
+                except TransientModelError as exc:
+                    if exc.status == 429:
+                        limiter.throttled(slot)
+                    raise
+                limiter.succeeded()
+                return response
 
         response = await retrying(once, self.options.max_attempts, self.options.retry_max_wait)
         response.latency_s = time.monotonic() - start
@@ -167,6 +208,14 @@ class ModelBackend(ABC):
 
     def tokenizer_name(self) -> str:
         return f"{self.prefix}:{self.model}"
+
+    def server_slots(self) -> int | None:
+        """Requests the server runs at a time, when it is known to be fixed (None: unknown or elastic)."""
+        return None
+
+    def usage_facts(self) -> dict[str, Any]:
+        """Counters of this invocation recorded with the model facts at the end of a run (per server)."""
+        return {}
 
     def cache_identity(self) -> dict[str, Any]:
         """What distinguishes this backend's answers in the response cache (never a key)."""

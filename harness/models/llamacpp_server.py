@@ -6,6 +6,11 @@ The server is ``python -m llama_cpp.server`` from this interpreter (``pip instal
 model was trained with, read from the GGUF header (pure Python, no weights loaded). The model's own
 chat template is used unless ``--server-arg=--chat_format --server-arg=NAME`` says otherwise.
 Tokens are counted by the server itself (``POST /extras/tokenize``).
+
+Threads: ``--n-threads`` or every core this process may use (the server's own default is half of
+them), for generation and prompt processing alike. Slots: llama-cpp-python's server (0.3.x) has
+no parallel slots, it holds one lock around the model, so it runs one request at a time; more
+connections only queue there (``server_slots()`` says so and the runner prints it).
 """
 
 from __future__ import annotations
@@ -26,6 +31,15 @@ from harness.models.launcher import ServerLauncher
 from harness.models.openai_compat import OpenAICompatibleBackend
 
 FALLBACK_N_CTX = 4096
+SERVER_SLOTS = 1  # llama_cpp.server serializes requests (one global lock, no n_parallel option)
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity), not every core of the machine."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 # --------------------------------------------------------------------------- GGUF header
 _GGUF_SCALARS = {
@@ -188,9 +202,19 @@ class LlamaCppServerBackend(OpenAICompatibleBackend):
             "--n_ctx", str(self.n_ctx()),
             "--api_key", self._api_key,
         ]  # fmt: skip
-        if self.options.n_threads:
-            argv += ["--n_threads", str(self.options.n_threads)]
+        threads = str(self.n_threads())
+        argv += ["--n_threads", threads, "--n_threads_batch", threads]
         return argv + list(self.options.server_args)
+
+    def n_threads(self) -> int:
+        """``--n-threads``, else every available core; a ``--server-arg=--n_threads`` given wins (last flag)."""
+        from_args = _flag_value(list(self.options.server_args), "--n_threads")
+        if from_args is not None and from_args.lstrip("-").isdigit():
+            return int(from_args)
+        return self.options.n_threads or available_cores()
+
+    def server_slots(self) -> int:
+        return SERVER_SLOTS
 
     # lifecycle -----------------------------------------------------------------
     async def start(self) -> None:
@@ -267,6 +291,8 @@ class LlamaCppServerBackend(OpenAICompatibleBackend):
                 "base_url": self.base_url,
                 "server": "llama_cpp.server",
                 "n_ctx": self.n_ctx(),
+                "n_threads": self.n_threads(),
+                "server_slots": SERVER_SLOTS,
                 "server_args": list(self.options.server_args),
             }
         )

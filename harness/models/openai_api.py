@@ -63,6 +63,8 @@ class OpenAIBackend(OpenAICompatibleBackend):
         super().__init__(model, options)
         # The SDK itself falls back to OPENAI_BASE_URL; record it too.
         self.base_url = options.base_url or os.environ.get("OPENAI_BASE_URL") or None
+        if len(options.base_urls) > 1:
+            self.use_servers(options.base_urls)
 
     def api_key(self) -> str:
         key = os.environ.get(API_KEY_ENV)
@@ -75,7 +77,12 @@ class OpenAIBackend(OpenAICompatibleBackend):
     async def start(self) -> None:
         self.api_key()  # fail before the first sample, not inside it
         # The default endpoint too: offline, or behind a firewall, the run stops now, not after retries.
-        await check_reachable(self.base_url or DEFAULT_BASE_URL)
+        # Every listed server: a typo in one of them is caught before anything is spent.
+        if self.pool is not None:
+            for endpoint in self.pool.endpoints:
+                await check_reachable(endpoint.url)
+        else:
+            await check_reachable(self.base_url or DEFAULT_BASE_URL)
 
     def request_kwargs(self, messages, params: GenerationParams, tools, tool_choice) -> dict[str, Any]:
         kwargs = super().request_kwargs(messages, params, tools, tool_choice)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import logging
 import re
 import time
 import uuid
@@ -33,6 +34,9 @@ from harness.models.base import (
     chat_request_kwargs,
     close_loop_clients,
 )
+from harness.models.pool import Endpoint, ServerPool
+
+log = logging.getLogger(__name__)
 
 try:  # the runner catches this class; it lives in harness.errors
     from harness.errors import ContextOverflowError
@@ -246,11 +250,39 @@ class OpenAICompatibleBackend(ModelBackend):
 
     api_key_env: ClassVar[str | None] = None  # checked by api_key() when set
     label: ClassVar[str] = "server"  # used in messages: "<label> at <url>"
+    supports_server_list = True
 
     def __init__(self, model, options):
         super().__init__(model, options)
         self.base_url: str | None = options.base_url
-        self._clients: dict[int, tuple[asyncio.AbstractEventLoop, Any]] = {}
+        self.pool: ServerPool | None = None  # several servers (--base-url URL1,URL2): see use_servers
+        self._clients: dict[tuple[int, str | None], tuple[asyncio.AbstractEventLoop, Any]] = {}
+
+    def use_servers(self, urls: list[str]) -> None:
+        """Balance requests over ``urls`` (API bases, ``.../v1``); one URL stays a plain ``base_url``."""
+        if len(urls) > 1:
+            self.pool = ServerPool(urls, self.server_healthy)
+            self.base_url = None
+        else:
+            self.pool = None
+            self.base_url = urls[0] if urls else None
+
+    async def server_healthy(self, endpoint: Endpoint) -> bool:
+        """The health check of a server taken out: it answers ``GET /models`` without a 5xx."""
+        import httpx
+
+        headers = {"Authorization": f"Bearer {self.api_key()}"}
+        try:
+            async with httpx.AsyncClient(
+                timeout=min(self.options.request_timeout, 30.0), headers=headers, trust_env=False
+            ) as client:
+                resp = await client.get(endpoint.url.rstrip("/") + "/models")
+        except httpx.HTTPError:
+            return False
+        return resp.status_code < 500
+
+    def usage_facts(self) -> dict[str, Any]:
+        return {"servers": self.pool.facts()} if self.pool is not None else {}
 
     # hooks ---------------------------------------------------------------------
     def api_key(self) -> str:
@@ -261,8 +293,9 @@ class OpenAICompatibleBackend(ModelBackend):
         """The ``model`` field sent to the server."""
         return self.model
 
-    def server_label(self) -> str:
-        return f"{self.label} at {strip_credentials(self.base_url)}" if self.base_url else self.label
+    def server_label(self, url: str | None = None) -> str:
+        url = url or self.base_url
+        return f"{self.label} at {strip_credentials(url)}" if url else self.label
 
     def request_kwargs(
         self,
@@ -277,25 +310,27 @@ class OpenAICompatibleBackend(ModelBackend):
         }
 
     # client --------------------------------------------------------------------
-    def client(self) -> Any:
-        """An ``AsyncOpenAI`` for the running event loop (an httpx client cannot cross loops)."""
+    def client(self, base_url: str | None = None) -> Any:
+        """An ``AsyncOpenAI`` for the running event loop (an httpx client cannot cross loops) and
+        server (``base_url``, default ``self.base_url``)."""
         try:
             import openai
         except ImportError:
             raise ModelError(f"the {self.prefix} backend needs the openai package: pip install openai") from None
+        base_url = base_url or self.base_url
         loop = asyncio.get_running_loop()
-        entry = self._clients.get(id(loop))
+        entry = self._clients.get((id(loop), base_url))
         if entry is not None and entry[0] is loop:
             return entry[1]
         # Drop clients of loops that are gone (their connections died with them).
         self._clients = {k: v for k, v in self._clients.items() if not v[0].is_closed()}
         client = openai.AsyncOpenAI(
-            base_url=self.base_url,
+            base_url=base_url,
             api_key=self.api_key(),
             max_retries=0,  # retries are ours (harness.models.retry)
             timeout=self.options.request_timeout,
         )
-        self._clients[id(loop)] = (loop, client)
+        self._clients[(id(loop), base_url)] = (loop, client)
         return client
 
     async def close(self) -> None:
@@ -304,17 +339,57 @@ class OpenAICompatibleBackend(ModelBackend):
 
     # generation ----------------------------------------------------------------
     async def _generate(self, messages, params: GenerationParams, tools=None, tool_choice=None) -> ModelResponse:
+        kwargs = self.request_kwargs(messages, params, tools, tool_choice)
+        if self.pool is None:
+            return await self._request(None, kwargs)
+        tried: set[Endpoint] = set()
+        while True:
+            endpoint = await self.pool.acquire(exclude=tried)
+            tried.add(endpoint)
+            try:
+                response = await self._request(endpoint.url, kwargs)
+            except asyncio.CancelledError:  # the sample timed out or the run stops: not the server's fault
+                self.pool.release(endpoint)
+                raise
+            except Exception as exc:
+                fault = _server_fault(exc)
+                self.pool.release(endpoint, failed=True, server_fault=fault, error=_one_line(exc, 200))
+                # the server is gone, not the request: send it to another one now (none left: the
+                # retry loop waits and asks the pool again)
+                if fault and any(ep.in_service and ep not in tried for ep in self.pool.endpoints):
+                    log.warning("%s; sending the request to another server", exc)
+                    continue
+                raise
+            self.pool.release(endpoint)
+            return response
+
+    async def _request(self, base_url: str | None, kwargs: dict[str, Any]) -> ModelResponse:
         import openai
 
-        client = self.client()
-        kwargs = self.request_kwargs(messages, params, tools, tool_choice)
+        label = self.server_label(base_url)
         try:
-            completion = await client.chat.completions.create(**kwargs)
+            completion = await self.client(base_url).chat.completions.create(**kwargs)
         except openai.APIError as exc:
-            raise map_api_error(exc, openai, self.server_label(), self.model) from exc
+            raise map_api_error(exc, openai, label, self.model) from exc
         except ValueError as exc:  # a 200 whose body is not JSON (json.JSONDecodeError): a glitch, retried
-            raise TransientModelError(f"{self.server_label()} returned a body that is not JSON: {_one_line(exc)}")
-        return response_from_completion(completion, self.server_label())
+            raise TransientModelError(f"{label} returned a body that is not JSON: {_one_line(exc)}")
+        return response_from_completion(completion, label)
+
+
+def _server_fault(exc: BaseException) -> bool:
+    """A failure of the server itself (refused, dropped, timed out, 5xx), not of this request
+    (429 throttling, a 4xx, a bad answer): such a server is taken out of the pool."""
+    if not isinstance(exc, TransientModelError):
+        return False
+    if exc.status is not None:
+        return exc.status >= 500
+    return isinstance(exc.__cause__, _connection_errors())
+
+
+def _connection_errors() -> tuple[type, ...]:
+    import openai
+
+    return (openai.APIConnectionError,)  # APITimeoutError is one too
 
 
 __all__ = [

@@ -48,6 +48,8 @@ class VLLMBackend(OpenAICompatibleBackend):
         super().__init__(model, options)
         self.launcher: ServerLauncher | None = None
         self.base_url = api_base(options.base_url) if options.base_url else None
+        if len(options.base_urls) > 1:
+            self.use_servers([api_base(url) for url in options.base_urls])
         self._key = os.environ.get("VLLM_API_KEY") if options.base_url else secrets.token_hex(16)
         register_secret(self._key)
         self._served_id: str | None = None
@@ -77,6 +79,9 @@ class VLLMBackend(OpenAICompatibleBackend):
     async def start(self) -> None:
         if self._served_id is not None and (self.launcher is None or self.launcher.running()):
             return
+        if self.pool is not None:  # attached to several servers: each must serve the model
+            await self._attach_all()
+            return
         if self.options.base_url:
             url = self.options.base_url
         else:
@@ -100,6 +105,24 @@ class VLLMBackend(OpenAICompatibleBackend):
         models = await attach(url, api_key=self._key, timeout=30.0, what="vLLM server")
         self._pick_model(models, url)
         self._version = await self._fetch_version(url)
+
+    async def _attach_all(self) -> None:
+        sizes = []
+        for endpoint in self.pool.endpoints:
+            url = endpoint.url
+            models = await attach(url, api_key=self._key, timeout=30.0, what="vLLM server")
+            served = self._served_id
+            self._pick_model(models, strip_credentials(url))
+            if served is not None and served != self._served_id:
+                raise ModelError(
+                    f"the vLLM servers serve {self.model!r} under different names ({served}, {self._served_id}); "
+                    "start them with the same --served-model-name"
+                )
+            sizes.append(self._max_model_len)
+        # the smallest window fits every server
+        known = [s for s in sizes if s]
+        self._max_model_len = min(known) if known else None
+        self._version = await self._fetch_version(self.pool.endpoints[0].url)
 
     def _pick_model(self, listing: dict[str, Any], url: str) -> None:
         entries = [m for m in (listing.get("data") or []) if isinstance(m, dict)]
@@ -136,9 +159,10 @@ class VLLMBackend(OpenAICompatibleBackend):
         return self._max_model_len or self.options.context_size
 
     def count_tokens(self, text: str) -> int:
-        if self.base_url is None or self._served_id is None:
+        base = self.pool.first_in_service().url if self.pool is not None else self.base_url
+        if base is None or self._served_id is None:
             raise ModelError("vllm: count_tokens needs the server; call start() first")
-        url = server_root(self.base_url) + "/tokenize"
+        url = server_root(base) + "/tokenize"
         try:
             resp = httpx.post(
                 url,
@@ -151,7 +175,7 @@ class VLLMBackend(OpenAICompatibleBackend):
             data = resp.json()
             return int(data["count"]) if "count" in data else len(data["tokens"])
         except (httpx.HTTPError, KeyError, ValueError, TypeError) as exc:
-            raise ModelError(f"cannot tokenize with the vLLM server at {url}: {exc}") from None
+            raise ModelError(f"cannot tokenize with the vLLM server at {strip_credentials(url)}: {exc}") from None
 
     def tokenizer_name(self) -> str:
         return f"hf:{self.model}"
@@ -168,7 +192,7 @@ class VLLMBackend(OpenAICompatibleBackend):
         info = super().describe()
         info.update(
             {
-                "base_url": strip_credentials(self.base_url),
+                "base_url": strip_credentials(self.base_url or self.options.base_url),
                 "served_model": self._served_id,
                 "vllm_version": self._version,
             }
