@@ -1,11 +1,12 @@
 """Local model throughput: ``harness run --model local/smollm2`` vs raw llama.cpp on the same GGUF.
 
-    python benchmarks/local_model.py [--limit 20] [--max-tokens 512] [--repeats 3] [--model smollm2|PATH.gguf]
+    python benchmarks/local_model.py [--limit 20] [--max-tokens 512] [--repeats 3] [--threads N] [--model smollm2|PATH.gguf]
 
 Both get the first ``--limit`` FanOutQA dev questions (closed book, the harness's
 ``prompts/closed_book.txt`` filled the same way), greedy (temperature 0, top_p 1, seed 0), the same
 ``--max-tokens``, one after the other, through llama-cpp-python's ``create_chat_completion`` on the
-same GGUF with the same context (the model's trained length) and thread count (all cores).
+same GGUF with the same context (the model's trained length) and ``--threads`` (default all cores;
+1 is steadier on a shared machine, where llama.cpp's threads wait on each other).
 
 - harness: the whole ``harness run --no-cache`` command (imports, model load, records, scoring);
   completion tokens from its results.json.
@@ -43,14 +44,14 @@ def prompts(limit: int) -> list[str]:
     return [template.format(question=r["question"], current_date=CURRENT_DATE) for r in rows]
 
 
-def raw(model: str, limit: int, max_tokens: int, out: Path) -> None:
+def raw(model: str, limit: int, max_tokens: int, threads: int, out: Path) -> None:
     """The child: plain llama-cpp-python, nothing of the harness but the GGUF's path."""
     t0 = time.perf_counter()
     from llama_cpp import Llama
 
     from harness.models.local import resolve_gguf
 
-    llm = Llama(model_path=str(resolve_gguf(model)), n_ctx=0, n_threads=os.cpu_count() or 1, seed=0, verbose=False)
+    llm = Llama(model_path=str(resolve_gguf(model)), n_ctx=0, n_threads=threads, seed=0, verbose=False)
     t1 = time.perf_counter()
     tokens = 0
     for prompt in prompts(limit):
@@ -68,11 +69,12 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=512, help="max completion tokens per question (harness default)")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs of each")
     ap.add_argument("--model", default="smollm2", help="packaged model name or a .gguf path (harness local/NAME)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="llama.cpp threads, both")
     ap.add_argument("--no-warmup", action="store_true", help="skip the untimed one-question warm-up")
     ap.add_argument("--_raw", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._raw:
-        return raw(args.model, args.limit, args.max_tokens, Path(args._raw))
+        return raw(args.model, args.limit, args.max_tokens, args.threads, Path(args._raw))
 
     work = Path(tempfile.mkdtemp(prefix="harness-local-"))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_CACHE_DIR": str(work / "cache")}
@@ -91,7 +93,7 @@ def main() -> None:
                 "fanoutqa:dev",
             ]
             cmd += ["--setting", "closed-book", "--limit", str(limit), "--max-tokens", str(args.max_tokens)]
-            cmd += ["--no-cache", "--out", str(out)]
+            cmd += ["--n-threads", str(args.threads), "--no-cache", "--out", str(out)]
             r = timed(cmd, work, env, work / f"{which}-{tag}.log")
             results = json.loads((out / "results.json").read_text())
             if results["counts"]["finished"] != limit:
@@ -100,7 +102,7 @@ def main() -> None:
         else:
             stats = work / f"raw-{tag}.json"
             cmd = [sys.executable, __file__, "--_raw", str(stats), "--model", args.model]
-            cmd += ["--limit", str(limit), "--max-tokens", str(args.max_tokens)]
+            cmd += ["--limit", str(limit), "--max-tokens", str(args.max_tokens), "--threads", str(args.threads)]
             r = timed(cmd, work, env, work / f"{which}-{tag}.log")
             r.update(json.loads(stats.read_text()))
         r["rate"] = r["tokens"] / r["wall"]
@@ -121,7 +123,7 @@ def main() -> None:
 
     print(
         f"\nlocal/{args.model}, {args.limit} FanOutQA dev questions (closed book), max_tokens {args.max_tokens}, "
-        f"greedy, {os.cpu_count()} threads, {args.repeats} runs each\n"
+        f"greedy, {args.threads} threads, {args.repeats} runs each\n"
     )
     print(
         f"{'':<26} | {'wall med s':>10} | {'tokens':>7} | {'tok/s whole wall':>16} | {'CPU s':>7} | {'peak RSS MB':>11}"
