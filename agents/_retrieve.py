@@ -67,6 +67,8 @@ class RetrievalAgent(Agent):
             index["bm25"] = meta["bm25"]["options"]
         if "dense" in meta:
             index["dense"] = {k: meta["dense"][k] for k in ("model", "weights_sha256", "max_seq_length")}
+            if meta["dense"].get("ann"):  # approximate search: its parameters change the results (exact keys unchanged)
+                index["dense"]["ann"] = meta["dense"]["ann"]
         out = {**super().identity(), "index": index}
         if self.rewrite_sha256:
             out["rewrite_prompt_sha256"] = self.rewrite_sha256

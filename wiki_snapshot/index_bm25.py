@@ -91,41 +91,118 @@ def tokenizer_info(opts: dict[str, Any]) -> dict[str, Any]:
     return info
 
 
-def build_bm25(tmp: Path, texts: list[str], options: dict[str, Any], progress: TextIO | None) -> dict[str, Any]:
-    bm25s = _require_bm25s()
-    opts = resolve_options(options)
-    started = time.perf_counter()
+def tokenize_unit(texts: list[str], opts: dict[str, Any]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Worker: a unit's passages as (its terms in order of first appearance, every passage's term
+    ids into that list, flat int32, and each passage's length). Tokenizing a passage depends on
+    that passage only (lower-case, split, stop words, Porter stems), so units are independent."""
     tokens = tokenize(texts, opts, return_ids=True)
-    tokenized = time.perf_counter()
-    live_progress(progress, f"tokenized {len(texts):,} passages in {tokenized - started:.1f} s; indexing")
-    live_progress(progress, None)
-    model = bm25s.BM25(k1=float(opts["k1"]), b=float(opts["b"]), delta=float(opts["delta"]), method=opts["method"])
-    model.index(tokens, show_progress=False)
-    indexed = time.perf_counter()
-    model.save(str(tmp / "bm25"), show_progress=False)
-    saved = time.perf_counter()
-    n_tokens = int(sum(len(ids) for ids in tokens.ids))
-    return {
-        "meta": {
-            "bm25": {
-                "library": f"bm25s {bm25s.__version__}",
-                "method": opts["method"],
-                "k1": float(opts["k1"]),
-                "b": float(opts["b"]),
-                "delta": float(opts["delta"]),
-                "dtype": "float32",
-                "tokenizer": tokenizer_info(opts),
-                "options": opts,
-                "vocabulary": len(tokens.vocab),
-                "tokens": n_tokens,
-            }
-        },
-        "timings": {
-            "tokenize_s": round(tokenized - started, 3),
-            "index_s": round(indexed - tokenized, 3),
-            "save_s": round(saved - indexed, 3),
-        },
-    }
+    lengths = np.fromiter((len(ids) for ids in tokens.ids), dtype=np.int32, count=len(tokens.ids))
+    flat = np.fromiter((i for ids in tokens.ids for i in ids), dtype=np.int32, count=int(lengths.sum()))
+    # bm25s numbers terms in set order (it changes with PYTHONHASHSEED): renumber by first appearance
+    by_id = {i: term for term, i in tokens.vocab.items()}
+    seen, first = np.unique(flat, return_index=True)
+    order = seen[np.argsort(first, kind="stable")]
+    lut = np.empty(len(by_id) + 1, dtype=np.int32)
+    lut[order] = np.arange(len(order), dtype=np.int32)
+    return [by_id[int(i)] for i in order], lut[flat] if len(flat) else flat, lengths
+
+
+class _TokenIdsOnDisk:
+    """Every passage's term ids, read back from the build's files: what bm25s's
+    ``build_index_from_ids`` iterates (three passes), without a list of lists in memory."""
+
+    def __init__(self, ids: np.ndarray, lengths: np.ndarray, block: int = 65536):
+        self.ids, self.lengths, self.block = ids, lengths, block
+        self.offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __iter__(self):
+        for b in range(0, len(self.lengths), self.block):
+            end = min(b + self.block, len(self.lengths))
+            lo = int(self.offsets[b])
+            chunk = self.ids[lo : int(self.offsets[end])].tolist()
+            for d in range(b, end):
+                yield chunk[int(self.offsets[d]) - lo : int(self.offsets[d + 1]) - lo]
+
+
+class BM25Build:
+    """Streams the workers' token ids to disk with one global vocabulary (terms numbered by first
+    appearance in passage order), then builds bm25s's score matrix from those files."""
+
+    start_method = "fork"  # pure Python workers: fork inherits spaCy, bm25s and PyStemmer already loaded
+    worker_init = None
+    verb = "splitting and tokenizing"
+    work_timing = "tokenize_s"
+
+    def __init__(self, options: dict[str, Any], snapshot=None):
+        _require_bm25s()
+        self.opts = resolve_options(options)
+        make_stemmer(self.opts["stemmer"])  # fail before splitting when PyStemmer is missing
+        self.worker_options = self.opts
+        self.vocab: dict[str, int] = {}
+        self._ids = self._lengths = None
+
+    def open(self, tmp: Path) -> None:
+        self._ids_path, self._len_path = tmp / "tokens.i32.tmp", tmp / "lengths.i32.tmp"
+        self._ids = open(self._ids_path, "wb")
+        self._lengths = open(self._len_path, "wb")
+
+    def add(self, payload) -> None:
+        terms, ids, lengths = payload
+        vocab = self.vocab
+        lut = np.fromiter((vocab.setdefault(t, len(vocab)) for t in terms), dtype=np.int32, count=len(terms))
+        self._ids.write((lut[ids] if len(ids) else ids).astype(np.int32, copy=False).tobytes())
+        self._lengths.write(lengths.astype(np.int32, copy=False).tobytes())
+
+    def close(self) -> None:
+        for f in (self._ids, self._lengths):
+            if f is not None and not f.closed:
+                f.close()
+
+    def finish(self, tmp: Path, progress: TextIO | None) -> dict[str, Any]:
+        bm25s = _require_bm25s()
+        self.close()
+        opts = self.opts
+        started = time.perf_counter()
+        lengths = np.fromfile(self._len_path, dtype=np.int32)  # 4 bytes a passage; the ids stay on disk
+        on_disk = self._ids_path.stat().st_size > 0
+        ids = np.memmap(self._ids_path, dtype=np.int32, mode="r") if on_disk else np.empty(0, np.int32)
+        corpus = _TokenIdsOnDisk(ids, lengths)
+        live_progress(progress, f"indexing {len(lengths):,} passages")
+        live_progress(progress, None)
+        model = bm25s.BM25(k1=float(opts["k1"]), b=float(opts["b"]), delta=float(opts["delta"]), method=opts["method"])
+        # what BM25.index does for an ids + vocab corpus (including its empty-string term), from the files
+        vocab = dict(self.vocab)
+        model.scores = model.build_index_from_ids(list(vocab.values()), corpus, show_progress=False)
+        if "" not in vocab:
+            vocab[""] = max(vocab.values(), default=-1) + 1
+        model.vocab_dict = vocab
+        model.unique_token_ids_set = set(vocab.values())
+        indexed = time.perf_counter()
+        model.save(str(tmp / "bm25"), show_progress=False)
+        saved = time.perf_counter()
+        del corpus, ids  # release the memory map before removing its file
+        self._ids_path.unlink()
+        self._len_path.unlink()
+        return {
+            "meta": {
+                "bm25": {
+                    "library": f"bm25s {bm25s.__version__}",
+                    "method": opts["method"],
+                    "k1": float(opts["k1"]),
+                    "b": float(opts["b"]),
+                    "delta": float(opts["delta"]),
+                    "dtype": "float32",
+                    "tokenizer": tokenizer_info(opts),
+                    "options": opts,
+                    "vocabulary": len(vocab),  # with bm25s's empty-string term, as before
+                    "tokens": int(lengths.sum(dtype=np.int64)),
+                }
+            },
+            "timings": {"index_s": round(indexed - started, 3), "save_s": round(saved - indexed, 3)},
+        }
 
 
 class BM25Retriever(Retriever):

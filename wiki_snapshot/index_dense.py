@@ -8,7 +8,10 @@ nothing is ever downloaded. A local sentence-transformers model directory works 
 pooling, L2-normalized: the model's own modules), so the inner product is the cosine.
 
 Embeddings are float32 in ``embeddings.npy``, memory-mapped at query time; search is exact (every
-passage scored, one matrix product per batch of queries). The model reads at most
+passage scored, one matrix product per batch of queries) unless the index was built with ``--ann
+hnsw|ivfpq``: then a faiss index (``ann.faiss``) picks the candidates and their scores are
+recomputed from the embeddings. Its parameters are in ``meta.json`` (``dense.ann``), so a run's
+configuration hash changes with them; ``open_retriever(..., exact=True)`` still searches exactly. The model reads at most
 ``max_seq_length`` (256) word pieces: longer passages are cut by the encoder, and how many were
 is counted in ``meta.json`` (``passages_truncated``), never silently.
 """
@@ -18,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from functools import lru_cache
+from functools import lru_cache, partial
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, TextIO
@@ -26,6 +29,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from wiki_snapshot.errors import SnapshotError
+from wiki_snapshot.parallel import NpyAppender
 from wiki_snapshot.retrieval import Hit, Retriever, live_progress, top_k
 
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
@@ -136,38 +140,167 @@ def count_truncated(model, texts: list[str]) -> int:
     return n
 
 
-def build_dense(tmp: Path, texts: list[str], options: dict[str, Any], progress: TextIO | None) -> dict[str, Any]:
-    name = options.get("model") or DEFAULT_ENCODER
-    batch_size = int(options.get("batch_size") or 64)
-    started = time.perf_counter()
-    model = load_encoder(name)
-    info = model_info(name)
-    loaded = time.perf_counter()
-    truncated = count_truncated(model, texts)
-    out = np.lib.format.open_memmap(
-        tmp / "embeddings.npy", mode="w+", dtype=np.float32, shape=(len(texts), info["dim"])
-    )
-    block = 1024
-    for i in range(0, len(texts), block):
-        out[i : i + block] = encode(model, texts[i : i + block], batch_size)
-        done = min(i + block, len(texts))
-        rate = done / (time.perf_counter() - loaded)
-        live_progress(progress, f"embedding: {done:,}/{len(texts):,} passages ({rate:,.1f}/s)")
+ANN_METHODS = ("none", "hnsw", "ivfpq")
+# faiss parameters: HNSW as in faiss's benchmarks for ~100M vectors (M 32, efConstruction 200);
+# IVF-PQ with 48 sub-quantizers of 8 dimensions (48 bytes a passage) and 8-bit codes
+ANN_DEFAULTS = {
+    "hnsw": {"hnsw_m": 32, "ef_construction": 200, "ef_search": 128},
+    "ivfpq": {"ivf_lists": None, "pq_m": 48, "nprobe": 16},  # ivf_lists None: 4 * sqrt(passages)
+}
+ANN_OPTIONS = {name for d in ANN_DEFAULTS.values() for name in d}
+FAISS_INSTALL = "pip install faiss-cpu==1.15.1"
+ANN_FILE = "ann.faiss"
+ADD_BLOCK = 65536  # embeddings added to the ANN index per step, read from the memory map
+
+
+def require_faiss():
+    try:
+        import faiss
+    except ImportError:
+        raise SnapshotError(f"an approximate (--ann) index needs faiss: {FAISS_INSTALL}") from None
+    return faiss
+
+
+def resolve_ann(options: dict[str, Any]) -> dict[str, Any] | None:
+    """The ANN parameters of a build (None: exact search only); one-line errors for bad ones."""
+    method = options.get("ann") or "none"
+    if method not in ANN_METHODS:
+        raise SnapshotError(f"unknown --ann {method!r} (known: {', '.join(ANN_METHODS)})")
+    given = {k for k in ANN_OPTIONS if options.get(k) is not None}
+    allowed = set(ANN_DEFAULTS.get(method, {}))
+    if given - allowed:
+        flags = ", ".join("--" + k.replace("_", "-") for k in sorted(given - allowed))
+        raise SnapshotError(f"{flags} {'does' if len(given - allowed) == 1 else 'do'} not apply to --ann {method}")
+    if method == "none":
+        return None
+    require_faiss()
+    params = {k: (options[k] if options.get(k) is not None else v) for k, v in ANN_DEFAULTS[method].items()}
+    for k, v in params.items():
+        if v is not None and (not isinstance(v, int) or v < 1):
+            raise SnapshotError(f"--{k.replace('_', '-')} must be a positive integer, not {v!r}")
+    if method == "hnsw" and not 2 <= params["hnsw_m"] <= 512:
+        raise SnapshotError("--hnsw-m must be 2..512")
+    return {"method": method, **params}
+
+
+def embed_unit(texts: list[str], opts: dict[str, Any]) -> tuple[np.ndarray, int]:
+    """Worker: a unit's embeddings (one ``encode`` call, so the encoder's length-sorted batches
+    depend on the unit only) and how many of its passages the encoder cut."""
+    model = load_encoder(opts["model"])
+    if not texts:
+        return np.empty((0, _dimension(model)), dtype=np.float32), 0
+    return encode(model, texts, opts["batch_size"]), count_truncated(model, texts)
+
+
+def _dense_worker_init(name: str) -> None:
+    """One torch thread per worker process: the processes are the parallelism, and one thread
+    everywhere (including --workers 1) keeps every float the same whatever the worker count."""
+    import torch
+
+    torch.set_num_threads(1)
+    load_encoder(name)
+
+
+class DenseBuild:
+    start_method = "spawn"  # torch's thread pools do not survive fork
+    verb = "splitting and embedding"
+    work_timing = "embed_s"
+
+    def __init__(self, options: dict[str, Any], snapshot=None):
+        self.name = options.get("model") or DEFAULT_ENCODER
+        batch_size = int(options.get("batch_size") or 64)
+        self.ann = resolve_ann(options)
+        started = time.perf_counter()
+        load_encoder(self.name)  # fail before splitting pages when the model is missing
+        self.info = model_info(self.name)
+        self.model_load_s = time.perf_counter() - started
+        if self.ann and self.ann["method"] == "ivfpq" and self.info["dim"] % self.ann["pq_m"]:
+            raise SnapshotError(f"--pq-m {self.ann['pq_m']} must divide the embedding dimension {self.info['dim']}")
+        if self.ann and self.ann.get("ivf_lists") and snapshot is not None and self.ann["ivf_lists"] > len(snapshot):
+            # checked before embedding (the slow part): k-means needs more passages than lists
+            raise SnapshotError(f"--ivf-lists {self.ann['ivf_lists']} exceeds the snapshot's {len(snapshot)} pages")
+        self.worker_options = {"model": self.name, "batch_size": batch_size}
+        self.worker_init = partial(_dense_worker_init, self.name)
+        self.truncated = 0
+        self._out = None
+        import torch
+
+        self._torch_threads = torch.get_num_threads()
+
+    def open(self, tmp: Path) -> None:
+        self._out = NpyAppender(tmp / "embeddings.npy", np.float32, (self.info["dim"],))
+
+    def add(self, payload) -> None:
+        emb, truncated = payload
+        self._out.append(emb)
+        self.truncated += truncated
+
+    def close(self) -> None:
+        import torch
+
+        torch.set_num_threads(self._torch_threads)  # --workers 1 ran in this process with one thread
+        if self._out is not None:
+            self._out.discard()
+
+    def finish(self, tmp: Path, progress: TextIO | None) -> dict[str, Any]:
+        self._out.close()
+        info = dict(self.info)
+        model = load_encoder(self.name)
+        info.update(
+            {
+                "device": str(model.device),
+                "batch_size": self.worker_options["batch_size"],
+                "passages_truncated": self.truncated,
+            }
+        )
+        timings: dict[str, Any] = {"model_load_s": round(self.model_load_s, 3)}
+        if self.ann:
+            started = time.perf_counter()
+            info["ann"] = build_ann(tmp, self.ann, progress)
+            info["search"] = f"approximate: faiss {self.ann['method']} (scores recomputed exactly)"
+            timings["ann_s"] = round(time.perf_counter() - started, 3)
+        return {"meta": {"dense": info}, "timings": timings}
+
+
+def build_ann(tmp: Path, params: dict[str, Any], progress: TextIO | None) -> dict[str, Any]:
+    """The faiss index over ``embeddings.npy``, added block by block from the memory map; returns
+    its identity (every parameter that changes results), recorded in ``meta.json``."""
+    faiss = require_faiss()
+    emb = np.load(tmp / "embeddings.npy", mmap_mode="r")
+    n, dim = emb.shape
+    params = dict(params)
+    if params["method"] == "hnsw":
+        index = faiss.IndexHNSWFlat(dim, params["hnsw_m"], faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = params["ef_construction"]
+        factory = f"HNSW{params['hnsw_m']},Flat"
+    else:
+        nlist = params["ivf_lists"] or max(1, int(4 * np.sqrt(n)))
+        if nlist > n:
+            raise SnapshotError(f"--ivf-lists {nlist} exceeds the {n} passages to cluster")
+        if n < 256:  # each PQ sub-quantizer is a 256-entry codebook trained by k-means
+            raise SnapshotError(f"--ann ivfpq needs at least 256 passages to train its codebooks, not {n}; use hnsw")
+        params["ivf_lists"] = nlist
+        quantizer = faiss.IndexFlatIP(dim)
+        index = faiss.IndexIVFPQ(quantizer, dim, nlist, params["pq_m"], 8, faiss.METRIC_INNER_PRODUCT)
+        # training sample: evenly spaced passages (deterministic), at most 256 per list
+        sample = np.asarray(emb[np.linspace(0, n - 1, min(n, 256 * nlist)).astype(np.int64)], dtype=np.float32)
+        index.train(sample)
+        factory = f"IVF{nlist},PQ{params['pq_m']}x8"
+    for i in range(0, n, ADD_BLOCK):
+        index.add(np.ascontiguousarray(emb[i : i + ADD_BLOCK], dtype=np.float32))
+        live_progress(progress, f"ANN ({factory}): {min(i + ADD_BLOCK, n):,}/{n:,} passages")
     live_progress(progress, None)
-    out.flush()
-    del out
-    embedded = time.perf_counter()
-    info.update({"device": str(model.device), "batch_size": batch_size, "passages_truncated": truncated})
-    return {
-        "meta": {"dense": info},
-        "timings": {"model_load_s": round(loaded - started, 3), "embed_s": round(embedded - loaded, 3)},
-    }
+    del emb
+    faiss.write_index(index, str(tmp / ANN_FILE))
+    import faiss as _f
+
+    return {**params, "factory": factory, "metric": "inner product", "faiss": _f.__version__}
 
 
 class DenseRetriever(Retriever):
     kind = "dense"
 
-    def __init__(self, directory: Path, meta: dict[str, Any], snapshot):
+    def __init__(self, directory: Path, meta: dict[str, Any], snapshot, exact: bool = False):
         super().__init__(directory, meta, snapshot)
         built = meta["dense"]
         now = weights_sha256(model_dir(built["model"]))
@@ -179,6 +312,18 @@ class DenseRetriever(Retriever):
             )
         self.model = load_encoder(built["model"])
         self.embeddings = np.load(directory / "embeddings.npy", mmap_mode="r")
+        self.ann = None if exact else built.get("ann")
+        self.index = None
+        if self.ann:
+            faiss = require_faiss()
+            path = directory / ANN_FILE
+            if not path.is_file():
+                raise SnapshotError(f"{directory}: {ANN_FILE} is missing; rebuild the index")
+            self.index = faiss.read_index(str(path))
+            if self.ann["method"] == "hnsw":
+                self.index.hnsw.efSearch = max(int(self.ann["ef_search"]), 1)
+            else:
+                self.index.nprobe = int(self.ann["nprobe"])
 
     def encode_queries(self, queries: list[str]) -> np.ndarray:
         return encode(self.model, queries, QUERY_BATCH)
@@ -187,8 +332,26 @@ class DenseRetriever(Retriever):
         out: list[list[Hit]] = []
         for i in range(0, len(queries), QUERY_BATCH):
             q = self.encode_queries(queries[i : i + QUERY_BATCH])
+            if self.index is not None:
+                out.extend(self._search_ann(q, k))
+                continue
             scores = np.asarray(self.embeddings) @ q.T  # exact: every passage, one product per batch
             for j in range(q.shape[0]):
                 idx, best = top_k(scores[:, j], k)
                 out.append([self.passages.hit(x, s) for x, s in zip(idx, best)])
+        return out
+
+    def _search_ann(self, q: np.ndarray, k: int) -> list[list[Hit]]:
+        k = min(k, len(self))
+        if self.ann["method"] == "hnsw":
+            self.index.hnsw.efSearch = max(int(self.ann["ef_search"]), k)  # HNSW returns at most efSearch
+        _, found = self.index.search(np.ascontiguousarray(q, dtype=np.float32), k)
+        out = []
+        for j in range(q.shape[0]):
+            ids = np.sort(found[j][found[j] >= 0])  # sorted: sequential reads of the memory map
+            # scores recomputed from the stored embeddings (PQ's are approximations), so they are
+            # exact search's cosines (up to float rounding); ties in passage order as ``top_k``
+            scores = np.asarray(self.embeddings[ids]) @ q[j]
+            order = np.lexsort((ids, -scores.astype(np.float64)))
+            out.append([self.passages.hit(ids[x], scores[x]) for x in order])
         return out

@@ -168,11 +168,17 @@ def iter_passages(snapshot, kind: str, batch: int = 256) -> Iterator[tuple[np.nd
 
 
 def _batch(pages, kind: str) -> tuple[np.ndarray, list[str]]:
+    return split_pages([(p.pageid, p.title, p.text) for p in pages], kind)
+
+
+def split_pages(pages: list[tuple[int, str, str]], kind: str) -> tuple[np.ndarray, list[str]]:
+    """(passage records, indexed texts) of ``(pageid, title, text)`` pages: a pure function of
+    its pages, so a build may split them in any process."""
     rows, texts = [], []
-    for page, spans in zip(pages, spans_many([p.text for p in pages], kind)):
+    for (pageid, title, text), spans in zip(pages, spans_many([p[2] for p in pages], kind)):
         for ordinal, (start, end) in enumerate(spans):
-            rows.append((page.pageid, start, end, ordinal))
-            texts.append(f"{page.title}\n{page.text[start:end]}")
+            rows.append((pageid, start, end, ordinal))
+            texts.append(f"{title}\n{text[start:end]}")
     return np.array(rows, dtype=PASSAGE_DTYPE), texts
 
 

@@ -21,8 +21,9 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -30,6 +31,7 @@ import numpy as np
 
 from wiki_snapshot._version import HARNESS_VERSION
 from wiki_snapshot.errors import SnapshotError
+from wiki_snapshot.parallel import NpyAppender, batched, default_workers, ordered_map
 from wiki_snapshot.passages import PASSAGE_DTYPE, iter_passages, parse_kind, passage_id, splitter_info
 
 INDEX_FORMAT = "harness-passage-index"
@@ -178,7 +180,8 @@ def check_fresh(meta: dict[str, Any], snapshot, directory: Path, retriever: str,
         )
 
 
-def open_retriever(snapshot, retriever: str, passages: str) -> Retriever:
+def open_retriever(snapshot, retriever: str, passages: str, exact: bool = False) -> Retriever:
+    """``exact``: a dense index built with ``--ann`` is searched exactly (to measure the ANN's recall)."""
     directory, meta = read_meta(snapshot.path, retriever, passages)
     check_fresh(meta, snapshot, directory, retriever, passages)
     if retriever == "bm25":
@@ -187,12 +190,13 @@ def open_retriever(snapshot, retriever: str, passages: str) -> Retriever:
         return BM25Retriever(directory, meta, snapshot)
     from wiki_snapshot.index_dense import DenseRetriever
 
-    return DenseRetriever(directory, meta, snapshot)
+    return DenseRetriever(directory, meta, snapshot, exact=exact)
 
 
 # building -------------------------------------------------------------------------------------
 def collect_passages(snapshot, passages: str, progress: TextIO | None = None) -> tuple[np.ndarray, list[str], float]:
-    """Every passage of the snapshot (records, indexed texts) and the seconds it took."""
+    """Every passage of the snapshot (records, indexed texts) and the seconds it took, in memory:
+    for tests and benchmarks on small snapshots (``build_index`` streams instead)."""
     if parse_kind(passages)[0] == "words":
         from wiki_snapshot.passages import sentencizer
 
@@ -208,38 +212,86 @@ def collect_passages(snapshot, passages: str, progress: TextIO | None = None) ->
     return table, texts, time.perf_counter() - started
 
 
+UNIT_PAGES = 64  # pages per work unit: fixed, so the units (and dense encoder batches) never depend on --workers
+
+
+def index_unit(retriever: str, passages: str, opts: dict[str, Any], pages: list[tuple[int, str, str]]):
+    """One work unit, in a worker process: split pages into passages, then tokenize (bm25) or
+    embed (dense) them. Returns (records, the retriever's payload, split seconds, work seconds)."""
+    from wiki_snapshot.passages import split_pages
+
+    started = time.perf_counter()
+    records, texts = split_pages(pages, passages)
+    split = time.perf_counter()
+    if retriever == "bm25":
+        from wiki_snapshot.index_bm25 import tokenize_unit as work
+    else:
+        from wiki_snapshot.index_dense import embed_unit as work
+    payload = work(texts, opts)
+    return records, payload, split - started, time.perf_counter() - split
+
+
+def _page_units(snapshot) -> Iterator[list[tuple[int, str, str]]]:
+    return batched(((p.pageid, p.title, p.text) for p in snapshot.pages()), UNIT_PAGES)
+
+
 def build_index(
     snapshot_path: str | os.PathLike,
     retriever: str,
     passages: str = "words100",
     options: dict[str, Any] | None = None,
     progress: TextIO | None = None,
+    workers: int | None = None,
 ) -> dict[str, Any]:
-    """Build (or rebuild) one index beside the snapshot; returns its metadata."""
+    """Build (or rebuild) one index beside the snapshot; returns its metadata.
+
+    Pages are read in pageid order and cut into fixed units of ``UNIT_PAGES`` pages; ``workers``
+    processes (default: every core) split, tokenize or embed them, and the results are consumed in
+    unit order and streamed to disk, so the index is the same for any number of workers."""
     from wiki_snapshot.store import Snapshot
 
     final = index_dir(snapshot_path, retriever, passages)
     options = dict(options or {})
+    workers = int(workers) if workers else default_workers()
+    if workers < 1:
+        raise SnapshotError("--workers must be at least 1")
     with Snapshot.open(snapshot_path) as snapshot:
         if retriever == "bm25":
-            from wiki_snapshot.index_bm25 import build_bm25 as fill
+            from wiki_snapshot.index_bm25 import BM25Build as Build
         else:
-            from wiki_snapshot.index_dense import build_dense as fill
-            from wiki_snapshot.index_dense import load_encoder
-
-            load_encoder(options.get("model"))  # fail before splitting pages when the model is missing
+            from wiki_snapshot.index_dense import DenseBuild as Build
+        build = Build(options, snapshot)  # validates options and loads the model before any page is split
         if parse_kind(passages)[0] == "words":
             from wiki_snapshot.passages import sentencizer
 
-            sentencizer()  # loading spaCy is not indexing time
+            sentencizer()  # loading spaCy is not indexing time (and forked workers inherit it)
         started = time.perf_counter()
 
         def write(tmp: Path) -> dict[str, Any]:
-            table, texts, split_s = collect_passages(snapshot, passages, progress)
-            if len(table) == 0:
-                raise SnapshotError(f"{snapshot_path}: no text to index (no page has any {passages} passage)")
-            np.save(tmp / PASSAGES_FILE, table)
-            built = fill(tmp, texts, options, progress)
+            table = NpyAppender(tmp / PASSAGES_FILE, PASSAGE_DTYPE)
+            pageids = 0
+            split_s = work_s = 0.0
+            try:
+                build.open(tmp)
+                unit = partial(index_unit, retriever, passages, build.worker_options)
+                results = ordered_map(
+                    unit, _page_units(snapshot), workers, start_method=build.start_method, init=build.worker_init
+                )
+                for records, payload, s_split, s_work in results:
+                    table.append(records)
+                    build.add(payload)
+                    pageids += len(np.unique(records["pageid"]))
+                    split_s, work_s = split_s + s_split, work_s + s_work
+                    rate = table.rows / (time.perf_counter() - started)
+                    live_progress(progress, f"{build.verb}: {table.rows:,} passages ({rate:,.0f}/s)")
+                live_progress(progress, None)
+                table.close()
+                if table.rows == 0:
+                    raise SnapshotError(f"{snapshot_path}: no text to index (no page has any {passages} passage)")
+                built = build.finish(tmp, progress)
+            finally:
+                table.discard()
+                build.close()
             seconds = time.perf_counter() - started
             meta = {
                 "format": INDEX_FORMAT,
@@ -251,13 +303,20 @@ def build_index(
                     "content_sha256": snapshot.metadata.get("content_sha256"),
                     "pages": len(snapshot),
                 },
-                "n_passages": len(table),
-                "n_pages_with_passages": len(np.unique(table["pageid"])),
+                "n_passages": table.rows,
+                "n_pages_with_passages": pageids,  # units hold whole pages, so no page is counted twice
                 "passage_text": "title + newline + passage text",
                 "splitter": splitter_info(passages),
                 **built["meta"],
-                "timings": {"split_s": round(split_s, 3), **built["timings"], "total_s": round(seconds, 3)},
-                "passages_per_s": round(len(table) / seconds, 1) if seconds else None,
+                # split_s and the workers' own step are CPU seconds summed over workers; total_s is wall time
+                "timings": {
+                    "split_s": round(split_s, 3),
+                    f"{build.work_timing}": round(work_s, 3),
+                    **built["timings"],
+                    "total_s": round(seconds, 3),
+                },
+                "workers": workers,
+                "passages_per_s": round(table.rows / seconds, 1) if seconds else None,
                 "harness_version": HARNESS_VERSION,
                 "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             }

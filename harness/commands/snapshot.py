@@ -62,7 +62,7 @@ def add_parser(sub) -> None:
     b.add_argument(
         "--workers",
         type=number(int, 1, 1024),
-        help="dump: processes converting wikitext (default: CPU count, at most 8)",
+        help="dump, zim: processes converting wikitext/HTML to text (default: every core); the snapshot is the same",
     )
     b.add_argument("--namespaces", help="dump: comma-separated namespace numbers to keep (default 0)")
     b.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -116,7 +116,7 @@ def _build(args: argparse.Namespace) -> int:
         kind = detect_kind(args.source)
     allowed = {
         "dump": {"workers", "namespaces"},
-        "zim": set(),
+        "zim": {"workers"},
         "fanoutqa-cache": {"dataset", "titles"},
         "records": set(),
         "api": {"dataset", "api_url", "rate_limit", "cache_dir", "max_attempts", "limit"},

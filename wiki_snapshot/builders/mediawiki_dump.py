@@ -11,25 +11,25 @@ the dump has several), and their wikitext turned into plain text with ``mwparser
   as FanOutQA's chunker does, splits paragraphs); list items as ``* item`` lines;
 - tables as one line per row, cells joined by `` | ``.
 
-Conversion runs in ``workers`` processes (default: the CPU count, at most 8) with a bounded
-number of batches in flight, so memory stays flat whatever the dump's size.
+Conversion runs in ``workers`` processes (default: every core) with a bounded number of batches
+in flight, so memory stays flat whatever the dump's size; pages come back in dump order, so the
+snapshot is the same for any number of workers.
 """
 
 from __future__ import annotations
 
 import bz2
 import calendar
-import collections
 import gzip
 import html as htmllib
 import io
-import os
 import re
 import xml.etree.ElementTree as ET
 from typing import Any, Iterator
 
 from wiki_snapshot.builders import BUILDERS, Builder, Redirect, require_file
 from wiki_snapshot.errors import SnapshotError
+from wiki_snapshot.parallel import batched, default_workers, ordered_map
 from wiki_snapshot.store import Page
 
 # ---------------------------------------------------------------------------------------------
@@ -292,16 +292,6 @@ def wikitext_to_text(wikitext: str) -> str:
     return _tidy(_render(mwparserfromhell.parse(_PRESTRIP.sub("", wikitext or ""))))
 
 
-def _worker_init() -> None:
-    """Workers leave signals to the parent: Ctrl-C is handled there (which then terminates the
-    pool), and SIGTERM must kill a worker outright (a handler inherited through fork, such as the
-    CLI's SIGTERM -> KeyboardInterrupt, would make Pool.terminate hang)."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def _convert_batch(batch: list[tuple]) -> list[tuple]:
     """Worker: (kind, pageid, revid, title, timestamp, payload) -> text for pages."""
     out = []
@@ -372,7 +362,7 @@ class MediaWikiDumpBuilder(Builder):
             except ValueError:
                 raise SnapshotError(f"--namespaces must be comma-separated integers, got {namespaces!r}") from None
         self.namespaces = sorted(set(namespaces or [0]))
-        self.workers = int(workers) if workers else min(os.cpu_count() or 1, 8)
+        self.workers = int(workers) if workers else default_workers()
         super().__init__(str(path), namespaces=self.namespaces, **options)
         self.path = path
         self._counter: _CountingReader | None = None
@@ -504,31 +494,8 @@ class MediaWikiDumpBuilder(Builder):
             ) from None
 
     def _converted(self) -> Iterator[tuple]:
-        batches = _batched(self._raw_pages(), 32)
-        if self.workers <= 1:
-            for batch in batches:
-                yield from _convert_batch(batch)
-            return
-        import multiprocessing
-
-        ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
-        pool = ctx.Pool(self.workers, initializer=_worker_init)
-        finished = False
-        try:
-            pending: collections.deque = collections.deque()
-            for batch in batches:
-                pending.append(pool.apply_async(_convert_batch, (batch,)))
-                while len(pending) > 3 * self.workers:  # back-pressure: bounded memory
-                    yield from pending.popleft().get()
-            while pending:
-                yield from pending.popleft().get()
-            finished = True
-        finally:
-            if finished:
-                pool.close()
-            else:
-                pool.terminate()
-            pool.join()
+        for converted in ordered_map(_convert_batch, batched(self._raw_pages(), 32), self.workers):
+            yield from converted
 
     def items(self) -> Iterator[Page | Redirect]:
         for kind, pageid, revid, title, ts, payload, failed in self._converted():
@@ -539,14 +506,3 @@ class MediaWikiDumpBuilder(Builder):
                 self.stats["articles"] += 1
                 self.stats["conversion_fallbacks"] += int(failed)
                 yield Page(pageid=pageid, revid=revid, title=title, text=payload, timestamp=ts)
-
-
-def _batched(it, n: int) -> Iterator[list]:
-    batch = []
-    for x in it:
-        batch.append(x)
-        if len(batch) >= n:
-            yield batch
-            batch = []
-    if batch:
-        yield batch

@@ -13,6 +13,7 @@ from typing import Any, Iterator
 
 from wiki_snapshot.builders import BUILDERS, Builder, Redirect, html_to_markdown, require_file
 from wiki_snapshot.errors import SnapshotError
+from wiki_snapshot.parallel import batched, default_workers, ordered_map
 from wiki_snapshot.store import Page, stable_pageid
 
 _META_KEYS = ("Title", "Name", "Description", "Language", "Date", "Creator", "Publisher", "Source", "Flavour")
@@ -31,8 +32,9 @@ class ZimBuilder(Builder):
     name = "zim"
     description = "ZIM archive"
 
-    def __init__(self, source: str | None, **options: Any):
+    def __init__(self, source: str | None, *, workers: int | None = None, **options: Any):
         path = require_file(source, "a ZIM archive")
+        self.workers = int(workers) if workers else default_workers()  # speed only: not recorded
         super().__init__(str(path), **options)
         Archive = _import_libzim()
         try:
@@ -71,8 +73,8 @@ class ZimBuilder(Builder):
         n = self.archive.entry_count or 1
         return int(total * self._done / n)
 
-    def items(self) -> Iterator[Page | Redirect]:
-        date = self.zim_metadata.get("Date")
+    def _raw(self) -> Iterator[tuple[str, str, str]]:
+        """("redirect", title, target) or ("page", title, html), in archive order."""
         archive = self.archive
         for i in range(archive.entry_count):
             self._done = i + 1
@@ -89,14 +91,25 @@ class ZimBuilder(Builder):
                     self.stats["dangling_redirects"] += 1
                     continue
                 self.stats["redirects"] += 1
-                yield Redirect(title, target.title or target.path)
+                yield ("redirect", title, target.title or target.path)
                 continue
             item = entry.get_item()
             if not item.mimetype.startswith("text/html"):
                 self.stats["skipped_non_html"] += 1
                 continue
-            html = bytes(item.content).decode("utf-8", "replace")
             self.stats["html_pages"] += 1
-            yield Page(
-                pageid=stable_pageid(title), revid=None, title=title, text=html_to_markdown(html), timestamp=date
-            )
+            yield ("page", title, bytes(item.content).decode("utf-8", "replace"))
+
+    def items(self) -> Iterator[Page | Redirect]:
+        date = self.zim_metadata.get("Date")
+        # HTML -> markdown (most of the time) in worker processes, results in archive order
+        for converted in ordered_map(_convert_batch, batched(self._raw(), 32), self.workers):
+            for kind, title, payload in converted:
+                if kind == "redirect":
+                    yield Redirect(title, payload)
+                else:
+                    yield Page(pageid=stable_pageid(title), revid=None, title=title, text=payload, timestamp=date)
+
+
+def _convert_batch(batch: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    return [(k, t, html_to_markdown(p) if k == "page" else p) for k, t, p in batch]
