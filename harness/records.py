@@ -8,6 +8,7 @@ import re
 import math
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -138,21 +139,35 @@ def read_json(path: str | Path, option: str = "", error: type[HarnessError] = Ha
 
 
 class JsonlAppender:
-    """Appends records as single ``write`` calls followed by flush + fsync."""
+    """Appends records as single ``write`` calls, each flushed to the OS at once (a killed process
+    loses nothing written). ``fsync`` (surviving a power loss) is grouped: at most every
+    ``sync_every`` seconds and at close, instead of one per record (1,240 fsyncs cost seconds)."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, sync_every: float = 0.5):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         repair_jsonl_tail(self.path)
         self._file = open(self.path, "a", encoding="utf-8")
+        self.sync_every = sync_every
+        self._synced = time.monotonic()
+        self._unsynced = False
 
     def append(self, record: dict[str, Any]) -> None:
         self._file.write(redact_known(to_json(record)) + "\n")
         self._file.flush()
-        os.fsync(self._file.fileno())
+        self._unsynced = True
+        if time.monotonic() - self._synced >= self.sync_every:
+            self.sync()
+
+    def sync(self) -> None:
+        if self._unsynced and not self._file.closed:
+            os.fsync(self._file.fileno())
+            self._unsynced = False
+        self._synced = time.monotonic()
 
     def close(self) -> None:
         if not self._file.closed:
+            self.sync()
             self._file.close()
 
 
