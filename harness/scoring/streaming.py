@@ -89,25 +89,34 @@ class StreamingScorer:
                 )
             except Exception as exc:  # never lose a finished sample over its score: the end scores it
                 log.warning(
-                    "streaming scoring failed (%s: %s); those samples are scored at the end", type(exc).__name__, exc
+                    "streaming scoring stopped (%s: %s); the remaining samples are scored at the end",
+                    type(exc).__name__,
+                    " ".join(str(exc).split())[:200],
                 )
+                self._stop()  # a broken worker (a script without `if __name__ == "__main__"`) stays broken
                 result = {}
             for sample, _, future in batch:
                 values = result.get(sample.id)
-                if values:
-                    for name, value in values.items():
-                        self.info.setdefault(name, value["info"])
+                for name, value in (values or {}).items():
+                    self.info.setdefault(name, value["info"])
                 if not future.done():
                     future.set_result({name: value["raw"] for name, value in values.items()} if values else None)
+        self._release_queue()  # stopped with samples waiting: they are scored at the end
 
-    def close(self) -> None:
+    def _release_queue(self) -> None:
         for _, _, future in self._queue:
             if not future.done():
                 future.set_result(None)
         self._queue = []
+
+    def _stop(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+
+    def close(self) -> None:
+        self._release_queue()
+        self._stop()
 
 
 def precomputed_from(records: list[dict[str, Any]], names: list[str], options: ScoringOptions, info: dict[str, Any]):
