@@ -92,3 +92,31 @@ def test_resumed_and_rescored_runs_mix_stored_and_new_values(tmp_path, hostile):
 def test_auto_streams_only_large_runs(tmp_path, hostile):
     run(tmp_path, "small", dataset="qampari:sample", stream_scoring="auto")
     assert not any("scores" in r for r in records(tmp_path / "small"))  # 13 samples: scored at the end
+
+
+def test_a_broken_worker_stops_streaming_without_losing_samples(caplog):
+    """The worker dies (killed, or a script without a main guard): each waiting sample gets None
+    (scored at the end instead), one warning is logged, and later samples are not sent to it."""
+    import asyncio
+    import os
+    import signal
+
+    from harness.datasets import load_dataset
+    from harness.scoring.metrics import ScoringOptions
+    from harness.scoring.streaming import StreamingScorer
+
+    samples = load_dataset("qampari:sample").samples[:3]
+
+    async def go():
+        scorer = StreamingScorer(["set-f1"], ScoringOptions())
+        first = await scorer.score(samples[0], "x")  # the worker is up and scoring
+        for pid in list(scorer._pool._processes):
+            os.kill(pid, signal.SIGKILL)
+        after = await asyncio.gather(scorer.score(samples[1], "y"), scorer.score(samples[2], "z"))
+        later = await scorer.score(samples[0], "again")
+        scorer.close()
+        return first, after, later, scorer.active
+
+    first, after, later, active = asyncio.run(go())
+    assert set(first) == {"set-f1"} and after == [None, None] and later is None and not active
+    assert sum("streaming scoring stopped" in r.message for r in caplog.records) == 1
