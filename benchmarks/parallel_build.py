@@ -2,8 +2,8 @@
 
     python benchmarks/parallel_build.py [--workers 1,2] [--dense-pages 300] [--repeat 2]
 
-Inputs: the real MediaWiki dump excerpt (``../shared/data/wiki/enwiki-sample-pages-articles.xml.bz2``,
-or the identical copy in tests/fixtures) and the HotpotQA dev paragraphs (tests/fixtures). For each
+Inputs: the real MediaWiki dump excerpt (tests/fixtures/enwiki-sample-pages-articles.xml.bz2, origin in
+tests/fixtures) and the HotpotQA dev paragraphs (tests/fixtures). For each
 worker count: the dump -> snapshot build (wikitext conversion in workers), the BM25 ``words100`` index of
 that snapshot (splitting + tokenizing in workers), and the dense index of the first ``--dense-pages``
 HotpotQA paragraphs (splitting + embedding in workers; CPU embedding is slow, hence a subset). Every
@@ -29,7 +29,6 @@ from wiki_snapshot import build_snapshot  # noqa: E402
 from wiki_snapshot.parallel import default_workers  # noqa: E402
 from wiki_snapshot.retrieval import build_index, index_dir  # noqa: E402
 
-SHARED = ROOT.parent / "shared" / "data" / "wiki"
 FIXTURES = ROOT / "tests" / "fixtures"
 DUMP_NAME = "enwiki-sample-pages-articles.xml.bz2"
 HOTPOT = FIXTURES / "hotpot_dev_distractor_first100.json"
@@ -59,7 +58,7 @@ def main() -> int:
     ap.add_argument("--no-dense", action="store_true")
     args = ap.parse_args()
     counts = [int(x) for x in args.workers.split(",")]
-    dump = SHARED / DUMP_NAME if (SHARED / DUMP_NAME).is_file() else FIXTURES / DUMP_NAME
+    dump = FIXTURES / DUMP_NAME
     print(f"# {default_workers()} cores; dump: {dump}", flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

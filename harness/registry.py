@@ -196,7 +196,8 @@ def load_reference(ref: str, kind: str) -> tuple[Any, str, dict[str, Any]]:
     if m:
         path = Path(m["module"]).expanduser()
         if not path.is_file():
-            raise HarnessError(f"{kind} {ref}: {path} not found")
+            what = "is a folder, not a Python file" if path.is_dir() else "not found"
+            raise HarnessError(f"{kind} {ref}: {path} {what}")
         data = path.read_bytes()
         sha256 = hashlib.sha256(data).hexdigest()
         key = str(path.resolve())

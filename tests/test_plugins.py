@@ -100,6 +100,8 @@ BROKEN = "import not_a_module_anywhere\n"
     "source, args, expected",
     [
         (STRATEGY, ["--agent", "missing.py:Shout"], "agent missing.py:Shout: missing.py not found"),
+        (STRATEGY, ["--agent", "cache:Shout"], "unknown agent 'cache:Shout'"),  # not a reference: no dot
+        (STRATEGY, ["--agent", "folder.py:Shout"], "folder.py is a folder, not a Python file"),
         (STRATEGY, ["--agent", "shout.py:Whisper"], "shout.py defines no 'Whisper'"),
         (NOT_AGENT, ["--agent", "shout.py:Shout"], "not a strategy (a subclass of harness.strategy.Agent)"),
         (NO_SETTINGS, ["--agent", "shout.py:Shout"], "settings must name at least one of"),
@@ -119,6 +121,7 @@ BROKEN = "import not_a_module_anywhere\n"
 )  # fmt: skip
 def test_bad_plugins_and_knobs_are_one_line_before_any_model_call(plugin_dir, capsys, source, args, expected):
     (plugin_dir / "shout.py").write_text(source, encoding="utf-8")
+    (plugin_dir / "folder.py").mkdir(exist_ok=True)
     code, err = cli(capsys, *BASE, *args, "--out", "bad")
     assert code == 2, err
     assert err.count("\n") == 1 and err.startswith("error: ") and expected in err

@@ -93,7 +93,8 @@ def resolve_metrics(names: list[str]) -> dict[str, Entry[MetricFn]]:
 
 
 def get_metric(name: str) -> MetricFn:
-    return resolve_metrics([name])[METRICS.resolve(name).name].obj
+    (entry,) = resolve_metrics([name]).values()
+    return entry.obj
 
 
 def _aggregate_fanoutqa(rows: list[dict[str, Any]], n: int) -> dict[str, Any]:
