@@ -197,10 +197,16 @@ def test_429s_cut_the_requests_in_flight_then_they_climb_back(tmp_path):
     assert max(server.in_flight_seen[4:8]) <= 2
     (invocation,) = json.loads((tmp_path / "run" / "results.json").read_text())["invocations"]
     concurrency = invocation["concurrency"]
-    assert concurrency["reductions"] == 1 and concurrency["min_in_flight"] == 2
     assert concurrency["throttled_requests"] == 4
-    assert concurrency["final_in_flight"] == 4 and concurrency["increases"] == 2  # back up: 2 -> 3 -> 4
-    assert [(c["from"], c["to"]) for c in concurrency["changes"]] == [(4, 2), (2, 3), (3, 4)]
+    # Cut to 2 by the first wave. On a slow machine the 4th request may be sent after that cut and
+    # meet the 4th 429 as a new wave (a second cut, 2 -> 1): legitimate, so both are accepted.
+    changes = [(c["from"], c["to"]) for c in concurrency["changes"]]
+    cuts = changes[: concurrency["reductions"]]
+    assert cuts in ([(4, 2)], [(4, 2), (2, 1)]) and concurrency["min_in_flight"] == cuts[-1][1]
+    # then back up one at a time to --max-connections
+    climb = changes[len(cuts) :]
+    assert climb == [(n, n + 1) for n in range(cuts[-1][1], 4)] and concurrency["final_in_flight"] == 4
+    assert concurrency["increases"] == len(climb)
 
 
 def test_no_429_no_change(tmp_path):
