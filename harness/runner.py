@@ -30,6 +30,7 @@ from harness.errors import (
     TransientModelError,
 )
 from harness.models import create_backend
+from harness.models.base import WAIT_CLOCK, WaitClock
 from harness.models.concurrency import AdaptiveLimit
 from harness.records import (
     JsonlAppender,
@@ -75,6 +76,31 @@ def git_commit() -> str | None:
         ["git", "status", "--porcelain"], cwd=Path(harness.__file__).parent, capture_output=True, text=True
     )
     return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+async def _within_own_time(coro, timeout: float, clock: WaitClock):
+    """``coro``'s result, or TimeoutError once it has run ``timeout`` seconds of its own: time its
+    requests spent queued for a turn (counted on ``clock``) extends the deadline."""
+    token = WAIT_CLOCK.set(clock)
+    try:
+        task = asyncio.ensure_future(coro)  # copies the context: the sample's requests see ``clock``
+    finally:
+        WAIT_CLOCK.reset(token)
+    started = time.monotonic()
+    try:
+        while True:
+            left = timeout - (time.monotonic() - started - clock.waited_s())
+            if left <= 0:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                raise asyncio.TimeoutError
+            done, _ = await asyncio.wait({task}, timeout=left)
+            if done:
+                return task.result()
+    except asyncio.CancelledError:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise
 
 
 def select_samples(dataset: Dataset, config: RunConfig) -> list[Sample]:
@@ -194,6 +220,21 @@ class Run:
         )
         return {"requests_at_a_time": slots}
 
+    def _samples_at_a_time(self) -> int:
+        return 1 if self.backend.one_request_at_a_time else self.config.max_connections
+
+    def _one_at_a_time_note(self) -> dict[str, Any]:
+        """An in-process model: samples one after another, said once when --max-connections asked for more."""
+        if not self.backend.one_request_at_a_time:
+            return {}
+        if self.config.max_connections > 1:
+            print(
+                f"{self.config.model} runs in this process, one request at a time: samples run one after another "
+                f"(--max-connections {self.config.max_connections} does not apply)",
+                file=sys.stderr,
+            )
+        return {"samples_at_a_time": 1}
+
     def _open_snapshot(self):
         if not self.config.snapshot:
             if self.agent.needs_snapshot:
@@ -267,7 +308,7 @@ class Run:
                 model_info = self.backend.describe()
                 if self.backend.plugin.get("source") not in (None, "builtin"):
                     model_info = {**model_info, "plugin": self.backend.plugin}
-                model_info = {**model_info, **self._server_slots_note()}
+                model_info = {**model_info, **self._server_slots_note(), **self._one_at_a_time_note()}
                 self.agent.prepare(self.backend, self.snapshot)
             self._claim_run_dir()
             print(
@@ -303,7 +344,7 @@ class Run:
         cache = None if not self.config.cache else ResponseCache(self.config.cache_path)
         samples_out = JsonlAppender(self.run_dir / SAMPLES_FILE)
         failures_out = JsonlAppender(self.run_dir / FAILURES_FILE)
-        semaphore = asyncio.Semaphore(self.config.max_connections)
+        semaphore = asyncio.Semaphore(self._samples_at_a_time())
         # requests in flight: --max-connections, fewer while the provider answers 429
         limiter = AdaptiveLimit(self.config.max_connections)
         self.backend.limiter = limiter
@@ -367,8 +408,9 @@ class Run:
         error_type = error = None
         missing_titles = None
         result = None
+        clock = WaitClock()
         try:
-            result = await asyncio.wait_for(self.agent.solve(sample, ctx), self.config.sample_timeout)
+            result = await _within_own_time(self.agent.solve(sample, ctx), self.config.sample_timeout, clock)
         except asyncio.TimeoutError:
             error_type, error = "timeout", f"no answer within {self.config.sample_timeout:g} s"
         except ContextOverflowError as exc:
@@ -395,6 +437,8 @@ class Run:
             "started_at": started_at,
             "finished_at": now_iso(),
             "latency_s": round(time.monotonic() - started, 3),
+            # of which queued for a turn (a request slot, the in-process model): not on the sample's clock
+            "waited_s": round(clock.waited_s(), 3),
             "model_calls": ctx.model_calls,
             "cache_hits": ctx.cache_hits,
             "usage": ctx.usage.model_dump(),

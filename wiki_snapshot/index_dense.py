@@ -142,10 +142,13 @@ def count_truncated(model, texts: list[str]) -> int:
 
 ANN_METHODS = ("none", "hnsw", "ivfpq")
 # faiss parameters: HNSW as in faiss's benchmarks for ~100M vectors (M 32, efConstruction 200);
-# IVF-PQ with 48 sub-quantizers of 8 dimensions (48 bytes a passage) and 8-bit codes
+# IVF-PQ with 48 sub-quantizers of 8 dimensions (48 bytes a passage) and 8-bit codes; PQ's scores
+# are approximate, so it fetches ``refine`` x K candidates and the exact rescoring keeps the best K
+# (faiss's IndexRefine idea, over the memory-mapped embeddings). An index built before ``refine``
+# existed has none in its meta.json and keeps its old behaviour (1).
 ANN_DEFAULTS = {
     "hnsw": {"hnsw_m": 32, "ef_construction": 200, "ef_search": 128},
-    "ivfpq": {"ivf_lists": None, "pq_m": 48, "nprobe": 16},  # ivf_lists None: 4 * sqrt(passages)
+    "ivfpq": {"ivf_lists": None, "pq_m": 48, "nprobe": 16, "refine": 4},  # ivf_lists None: 4 * sqrt(passages)
 }
 ANN_OPTIONS = {name for d in ANN_DEFAULTS.values() for name in d}
 FAISS_INSTALL = "pip install faiss-cpu==1.15.1"
@@ -345,13 +348,14 @@ class DenseRetriever(Retriever):
         k = min(k, len(self))
         if self.ann["method"] == "hnsw":
             self.index.hnsw.efSearch = max(int(self.ann["ef_search"]), k)  # HNSW returns at most efSearch
-        _, found = self.index.search(np.ascontiguousarray(q, dtype=np.float32), k)
+        fetch = k if self.ann["method"] == "hnsw" else min(len(self), k * int(self.ann.get("refine", 1)))
+        _, found = self.index.search(np.ascontiguousarray(q, dtype=np.float32), fetch)
         out = []
         for j in range(q.shape[0]):
             ids = np.sort(found[j][found[j] >= 0])  # sorted: sequential reads of the memory map
             # scores recomputed from the stored embeddings (PQ's are approximations), so they are
             # exact search's cosines (up to float rounding); ties in passage order as ``top_k``
             scores = np.asarray(self.embeddings[ids]) @ q[j]
-            order = np.lexsort((ids, -scores.astype(np.float64)))
+            order = np.lexsort((ids, -scores.astype(np.float64)))[:k]
             out.append([self.passages.hit(ids[x], scores[x]) for x in order])
         return out

@@ -53,6 +53,9 @@ def add_parser(sub) -> None:
     g.add_argument("--ivf-lists", type=number(int, 1, 10_000_000), help="ivfpq: clusters (default 4 * sqrt(passages))")
     g.add_argument("--pq-m", type=number(int, 1, 4096), help="ivfpq: sub-quantizers, must divide 384 (default 48)")
     g.add_argument("--nprobe", type=number(int, 1, 10_000_000), help="ivfpq: clusters searched (default 16)")
+    g.add_argument(
+        "--refine", type=number(int, 1, 1000), help="ivfpq: candidates fetched per result, rescored exactly (default 4)"
+    )
     b.add_argument(
         "--workers",
         type=number(int, 1, 1024),
@@ -83,7 +86,7 @@ def _build(args: argparse.Namespace) -> int:
 
     parse_kind(args.passages)
     bm25_opts = ("method", "k1", "b", "delta", "stemmer", "stopwords")
-    dense_opts = ("model", "batch_size", "ann", "hnsw_m", "ef_construction", "ef_search", "ivf_lists", "pq_m", "nprobe")
+    dense_opts = ("model", "batch_size", "ann", "hnsw_m", "ef_construction", "ef_search", "ivf_lists", "pq_m", "nprobe", "refine")
     wrong = [n for n in (dense_opts if args.kind == "bm25" else bm25_opts) if getattr(args, n) is not None]
     if wrong:
         flags = ", ".join(

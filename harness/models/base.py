@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
+from typing import Any, AsyncIterator, ClassVar
 
 from urllib.parse import urlsplit
 
@@ -23,6 +25,54 @@ from harness.registry import Registry
 
 # Upper bounds catch typos (an extra zero) and values no server accepts, before anything runs.
 WEEK_S = 7 * 24 * 3600.0
+
+
+class WaitClock:
+    """Seconds a sample spent with a request queued for a turn (a request slot, the in-process
+    model) and none running: the runner's per-sample timeout does not count them."""
+
+    def __init__(self, clock=time.monotonic) -> None:
+        self._clock = clock
+        self._done_s = 0.0
+        self._queued = 0
+        self._since = 0.0
+
+    def waited_s(self) -> float:
+        return self._done_s + (self._clock() - self._since if self._queued else 0.0)
+
+    def queue(self) -> None:
+        if not self._queued:
+            self._since = self._clock()
+        self._queued += 1
+
+    def unqueue(self) -> None:
+        self._queued -= 1
+        if not self._queued:
+            self._done_s += self._clock() - self._since
+
+
+# Set by the runner around one sample; the tasks a sample starts inherit it.
+WAIT_CLOCK: ContextVar[WaitClock | None] = ContextVar("harness_wait_clock", default=None)
+
+
+@asynccontextmanager
+async def waiting_for_turn(acquire) -> AsyncIterator[Any]:
+    """``async with acquire``, the time until it is entered counted on the sample's wait clock."""
+    clock = WAIT_CLOCK.get()
+    if clock is None:
+        async with acquire as held:
+            yield held
+        return
+    clock.queue()
+    queued = True
+    try:
+        async with acquire as held:
+            clock.unqueue()
+            queued = False
+            yield held
+    finally:
+        if queued:
+            clock.unqueue()
 
 
 class GenerationParams(BaseModel):
@@ -131,6 +181,9 @@ class ModelBackend(ABC):
     supports_auto_tool_choice: ClassVar[bool] = True
     # whether ``--base-url URL1,URL2`` (several servers, balanced) means something to this backend
     supports_server_list: ClassVar[bool] = False
+    # one model in this process, one request at a time: the runner runs samples one after another
+    # (interleaving them only queues requests and loses the model's prompt-prefix reuse)
+    one_request_at_a_time: ClassVar[bool] = False
 
     def __init__(self, model: str, options: BackendOptions):
         self.model = model
@@ -182,7 +235,7 @@ class ModelBackend(ABC):
             if limiter is None:
                 return await self._generate(messages, params, tools, tool_choice)
             # the slot is held for the request only: a Retry-After wait happens outside it
-            async with limiter.slot() as slot:
+            async with waiting_for_turn(limiter.slot()) as slot:
                 try:
                     response = await self._generate(messages, params, tools, tool_choice)
                 except TransientModelError as exc:

@@ -19,6 +19,7 @@ from harness.models.base import (
     Usage,
     chat_request_kwargs,
     register_backend,
+    waiting_for_turn,
 )
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -92,6 +93,7 @@ def resolve_gguf(model: str) -> Path:
 @register_backend("local")
 class LocalLlamaBackend(ModelBackend):
     supports_auto_tool_choice = False
+    one_request_at_a_time = True
 
     def __init__(self, model, options):
         super().__init__(model, options)
@@ -166,7 +168,7 @@ class LocalLlamaBackend(ModelBackend):
         if self._turn is None:
             self._turn = asyncio.Lock()
         try:
-            async with self._turn:
+            async with waiting_for_turn(self._turn):
                 out = await asyncio.to_thread(self._call, kwargs, cancelled)
         except asyncio.CancelledError:
             cancelled.set()  # the thread finishes its current token and returns
