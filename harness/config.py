@@ -96,6 +96,10 @@ class RunConfig(BaseModel):
             data.pop(key, None)
         for key in BACKEND_NOT_HASHED:
             data["backend"].pop(key, None)
+        urls = data["backend"].get("base_url")
+        if isinstance(urls, str) and "," in urls:
+            # several servers are replicas balanced per request: their order does not change the run
+            data["backend"]["base_url"] = ",".join(sorted(u.strip() for u in urls.split(",")))
         if extra:
             data.update(extra)
         return data

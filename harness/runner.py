@@ -441,6 +441,7 @@ class Run:
             "waited_s": round(clock.waited_s(), 3),
             "model_calls": ctx.model_calls,
             "cache_hits": ctx.cache_hits,
+            **({"servers": ctx.servers} if ctx.servers else {}),
             "usage": ctx.usage.model_dump(),
             # list price of the sample's tokens, and money actually spent (requests sent); None: unpriced
             "cost_usd": self.pricing.usage_cost(ctx.usage),

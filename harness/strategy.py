@@ -96,6 +96,7 @@ class AgentContext:
         self.usage = Usage()
         self.sent_usage = Usage()  # tokens of the requests actually sent: what is billed
         self.finish_reasons: list[str | None] = []
+        self.servers: dict[str, int] = {}  # requests sent to each of several servers
 
     async def generate(
         self,
@@ -123,6 +124,8 @@ class AgentContext:
                 self.budget.settle(hold, response.usage if response is not None else None)
         self.sent_usage.prompt_tokens += response.usage.prompt_tokens
         self.sent_usage.completion_tokens += response.usage.completion_tokens
+        if response.server is not None:
+            self.servers[response.server] = self.servers.get(response.server, 0) + 1
         if key is not None:
             self.cache.put(key, response)
         self._tally(response)

@@ -154,6 +154,8 @@ def test_a_failing_server_is_taken_out_and_every_sample_finishes_once(tmp_path, 
     assert servers[good.url]["requests"] == len(good.served) == 4 and servers[good.url]["failures"] == 0
     # the request that failed on the bad server went to the good one within the same attempt
     assert all(s["model_calls"] == 1 for s in samples)
+    # each sample says which server answered it
+    assert all(s["servers"] == {good.url: 1} for s in samples)
 
 
 def test_requests_go_to_the_least_busy_server(tmp_path):
@@ -164,6 +166,17 @@ def test_requests_go_to_the_least_busy_server(tmp_path):
     assert max(a.in_flight_seen + b.in_flight_seen) == 1
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert [s["requests"] for s in results["model"]["servers"]] == [2, 2]
+    per_sample = [s["servers"] for s in lines(tmp_path / "run" / "samples.jsonl")]
+    assert sorted(per_sample, key=str) == sorted([{a.url: 1}] * 2 + [{b.url: 1}] * 2, key=str)
+
+
+def test_the_server_list_order_is_not_the_run():
+    def key(urls: str) -> str:
+        return build_config({"model": "openai/x", "base_url": urls}).config_hash()
+
+    a, b = "http://127.0.0.1:1/v1", "http://127.0.0.1:2/v1"
+    assert key(f"{a},{b}") == key(f"{b},{a}")
+    assert key(f"{a},{b}") != key(a)  # another set of servers is another run
 
 
 def test_a_server_that_recovers_is_checked_and_taken_back(tmp_path):

@@ -159,6 +159,7 @@ class ModelResponse(BaseModel):
     latency_s: float = 0.0
     attempts: int = 1
     cached: bool = False
+    server: str | None = None  # which of several servers (--base-url URL1,URL2) answered, credentials stripped
 
     def as_message(self) -> dict[str, Any]:
         """The assistant message to append to a transcript (content "" not None with tool calls:

@@ -361,6 +361,7 @@ class OpenAICompatibleBackend(ModelBackend):
                     continue
                 raise
             self.pool.release(endpoint)
+            response.server = endpoint.shown
             return response
 
     async def _request(self, base_url: str | None, kwargs: dict[str, Any]) -> ModelResponse:
