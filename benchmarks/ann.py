@@ -44,7 +44,9 @@ VARIANTS = [
     {"ann": "hnsw", "ef_search": 32},
     {"ann": "hnsw"},  # defaults: M 32, efConstruction 200, efSearch 128
     {"ann": "ivfpq", "nprobe": 4},
-    {"ann": "ivfpq"},  # defaults: 4 sqrt(n) lists, 48 sub-quantizers, nprobe 16
+    {"ann": "ivfpq", "refine": 1},  # PQ's own top K only (before over-fetching)
+    {"ann": "ivfpq"},  # defaults: 4 sqrt(n) lists, 48 sub-quantizers, nprobe 16, refine 4
+    {"ann": "ivfpq", "refine": 16},
     {"ann": "ivfpq", "nprobe": 64},
 ]
 

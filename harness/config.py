@@ -35,6 +35,10 @@ NOT_HASHED = frozenset(
         "judge",
         "bleurt_checkpoint",
         "stream_scoring",
+        # epochs repeat the same questions in the same run directory (like --limit, more resumes it);
+        # the reducer only changes how their scores combine
+        "epochs",
+        "epoch_reducer",
         "max_cost",  # like --limit: raising the budget resumes the same run
         "price_table",
         # the strategy enters the key through its identity (resolved name, plugin, knobs by value)
@@ -76,6 +80,12 @@ class RunConfig(BaseModel):
         "auto",
         description="score samples in a worker process as they finish (auto: from 64 samples to do; "
         "below that the end-of-run batch is cheaper than starting the worker)",
+    )
+    epochs: int = Field(
+        1, ge=1, le=1000, description="times each question is run (each epoch's seed is --seed + epoch - 1)"
+    )
+    epoch_reducer: Literal["mean", "max", "mode"] = Field(
+        "mean", description="how a question's epochs combine into its score: mean, max (pass@N-like), mode"
     )
     # cost (never changes generation) -------------------------------------------------------------
     max_cost: float | None = Field(

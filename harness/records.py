@@ -230,3 +230,15 @@ def iter_jsonl(path: str | Path, *, strict: bool = True) -> Iterator[tuple[int, 
                     raise HarnessError(f"{path}:{lineno}: expected a JSON object")
                 continue
             yield lineno, record
+
+
+def work_key(sample_id: str, epoch: int = 1) -> str:
+    """A sample's key in a run: its id for epoch 1 (a run without --epochs is keyed as it always
+    was), ``ID@E`` for epoch E."""
+    return sample_id if epoch == 1 else f"{sample_id}@{epoch}"
+
+
+def record_epoch(record: dict[str, Any]) -> int:
+    """The epoch of a sample record (1 when it has none: runs without --epochs)."""
+    epoch = record.get("epoch", 1)
+    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 1 else 1

@@ -33,6 +33,8 @@ from harness.models import create_backend
 from harness.models.base import WAIT_CLOCK, WaitClock
 from harness.models.concurrency import AdaptiveLimit
 from harness.records import (
+    record_epoch,
+    work_key,
     JsonlAppender,
     iter_jsonl,
     read_json,
@@ -129,6 +131,7 @@ def check_sample_ids(dataset: Dataset, data_path: str | None) -> None:
 
 
 def load_finished(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """Finished sample records keyed by ``work_key`` (the first record of each wins)."""
     path = run_dir / SAMPLES_FILE
     if not path.exists():
         return {}
@@ -136,7 +139,7 @@ def load_finished(run_dir: Path) -> dict[str, dict[str, Any]]:
     finished: dict[str, dict[str, Any]] = {}
     for _, record in iter_jsonl(path, strict=False):
         if record.get("status") == "ok" and isinstance(record.get("id"), str):
-            finished.setdefault(record["id"], record)
+            finished.setdefault(work_key(record["id"], record_epoch(record)), record)
     return finished
 
 
@@ -169,6 +172,12 @@ class Run:
                 self.hash_extra[f"{kind}_plugin"] = identity
         if self.snapshot is not None:
             self.hash_extra["snapshot_content_hash"] = snapshot_hash(self.snapshot)
+        if config.epochs > 1 and config.generation.temperature == 0:
+            print(
+                f"--epochs {config.epochs} at temperature 0: greedy decoding repeats its answers unless the "
+                "backend follows the seed (each epoch's is --seed + epoch - 1); set --temperature above 0",
+                file=sys.stderr,
+            )
         self.config_hash = config.config_hash(self.hash_extra)
         self.run_id = self.config_hash[:12]
         if config.out:
@@ -283,20 +292,21 @@ class Run:
     async def _execute_locked(self) -> dict[str, Any]:
         previous = self._check_run_dir()
         finished = load_finished(self.run_dir)
-        todo = [s for s in self.samples if s.id not in finished]
+        # epoch-major: an interrupted run has whole epochs done first
+        todo = [(s, e) for e in self._epochs() for s in self.samples if work_key(s.id, e) not in finished]
         if self.config.max_cost is not None:  # the budget covers every invocation of the run
             self.budget = Budget(self.config.max_cost, self.pricing, spent_in_records(self._attempt_records()))
         invocations = list((previous or {}).get("invocations", []))
         self.invocation = {
             "number": len(invocations) + 1,
             "started_at": now_iso(),
-            "already_finished": len(self.samples) - len(todo),
+            "already_finished": len(self.samples) * self.config.epochs - len(todo),
             "attempted": 0,
             "finished": 0,
             "failed": 0,
             "model_calls": 0,
             "cache_hits": 0,
-            "attempted_ids": [s.id for s in todo],
+            "attempted_ids": [work_key(s.id, e) for s, e in todo],
         }
         status = "complete"
         model_info = (previous or {}).get("model")
@@ -354,11 +364,11 @@ class Run:
 
             self.scorer = StreamingScorer(self.metric_names, self.scoring_options)
 
-        async def one(sample: Sample) -> None:
+        async def one(sample: Sample, epoch: int) -> None:
             async with semaphore:
                 if self.budget is not None and self.budget.exhausted:
                     return  # over budget: not started, left pending for a rerun with a higher --max-cost
-                record = await self._solve_one(sample, cache)
+                record = await self._solve_one(sample, cache, epoch)
             if record["status"] == "ok" and self.scorer is not None and self.scorer.active:
                 # scored in the worker, outside the semaphore: the next request is already on its way
                 scores = await self.scorer.score(sample, record["answer"])
@@ -367,16 +377,16 @@ class Run:
                     record["scored_with"] = self.scorer.fingerprint
             if record["status"] == "ok":
                 samples_out.append(record)
-                finished[sample.id] = record
+                finished[work_key(sample.id, epoch)] = record
                 progress.advance(ok=True)
             else:
                 failures_out.append(record)
-                failures[sample.id] = record
+                failures[work_key(sample.id, epoch)] = record
                 progress.advance(ok=False)
 
         try:
             with progress:
-                tasks = [asyncio.create_task(one(s)) for s in todo]
+                tasks = [asyncio.create_task(one(s, e)) for s, e in todo]
                 try:
                     await asyncio.gather(*tasks)
                 except BaseException:
@@ -400,8 +410,18 @@ class Run:
         mode = self.config.stream_scoring
         return mode == "on" or (mode == "auto" and n_todo >= self.STREAM_FROM)
 
-    async def _solve_one(self, sample: Sample, cache: ResponseCache | None) -> dict[str, Any]:
-        ctx = AgentContext(self.backend, self.config.generation, cache, self.budget)
+    def _epochs(self) -> range:
+        return range(1, self.config.epochs + 1)
+
+    def _epoch_params(self, epoch: int):
+        """Epoch E samples with seed --seed + E - 1 (epoch 1 is the run without --epochs)."""
+        params = self.config.generation
+        if epoch == 1 or params.seed is None:
+            return params
+        return params.model_copy(update={"seed": (params.seed + epoch - 1) % 2**32})
+
+    async def _solve_one(self, sample: Sample, cache: ResponseCache | None, epoch: int = 1) -> dict[str, Any]:
+        ctx = AgentContext(self.backend, self._epoch_params(epoch), cache, self.budget)
         started = time.monotonic()
         started_at = now_iso()
         self.invocation["attempted"] += 1
@@ -433,6 +453,7 @@ class Run:
             self.invocation["cache_hits"] += ctx.cache_hits
         common = {
             "id": sample.id,
+            **({"epoch": epoch} if self.config.epochs > 1 or epoch > 1 else {}),
             "invocation": self.invocation["number"],
             "started_at": started_at,
             "finished_at": now_iso(),
@@ -480,17 +501,33 @@ class Run:
     # results ---------------------------------------------------------------------
     def _results(self, finished, failures, status, model_info, invocations, previous) -> dict[str, Any]:
         selected = self.samples
-        done = [finished[s.id] for s in selected if s.id in finished]
-        failed_now = [s.id for s in selected if s.id in failures and s.id not in finished]
+        keys = [work_key(s.id, e) for e in self._epochs() for s in selected]
+        done = [finished[k] for k in keys if k in finished]
+        failed_now = [k for k in keys if k in failures and k not in finished]
         scores = None
         scoring_note = None
         if self.dataset.info.has_answers:  # the same path as `harness score RUN_DIR` (score_run)
             from harness.scoring.streaming import precomputed_from
 
             info = self.scorer.info if self.scorer is not None else {}
-            precomputed = precomputed_from(done, self.metric_names, self.scoring_options, info)
+            if self.config.epochs == 1:
+                precomputed = precomputed_from(done, self.metric_names, self.scoring_options, info)
+            else:  # each epoch's streamed values apart
+                precomputed = {
+                    e: precomputed_from(
+                        [r for r in done if record_epoch(r) == e], self.metric_names, self.scoring_options, info
+                    )
+                    for e in self._epochs()
+                }
             scores = score_records(
-                self.dataset, selected, done, self.config.metrics, self.scoring_options, precomputed=precomputed
+                self.dataset,
+                selected,
+                done,
+                self.config.metrics,
+                self.scoring_options,
+                precomputed=precomputed,
+                epochs=self.config.epochs,
+                reducer=self.config.epoch_reducer,
             )
         else:
             scoring_note = f"{self.dataset.info.spec()} has no reference answers; export the generations to score them"
@@ -523,10 +560,12 @@ class Run:
             "started_at": (previous or {}).get("started_at") or invocations[0]["started_at"],
             "ended_at": now_iso(),
             "counts": {
-                "selected": len(selected),
+                # with --epochs, samples are question x epoch
+                "selected": len(keys),
+                **({"questions": len(selected), "epochs": self.config.epochs} if self.config.epochs > 1 else {}),
                 "finished": len(done),
                 "failed": len(failed_now),
-                "pending": len(selected) - len(done) - len(failed_now),
+                "pending": len(keys) - len(done) - len(failed_now),
                 "truncated_output": sum(1 for r in done if r.get("truncated_output")),
             },
             "tokens": {

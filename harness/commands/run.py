@@ -113,6 +113,17 @@ def add_run_options(p) -> None:
     )
     g = p.add_argument_group("runner")
     g.add_argument("--max-connections", type=int, help="samples in flight at once (default 4)")
+    g.add_argument(
+        "--epochs",
+        type=int,
+        help="run each question N times (epoch E uses seed --seed + E - 1; use --temperature > 0); "
+        "more epochs later resume the same run (default 1)",
+    )
+    g.add_argument(
+        "--epoch-reducer",
+        choices=["mean", "max", "mode"],
+        help="a question's score over its epochs: mean (default), max (pass@N-like), mode",
+    )
     g.add_argument("--request-timeout", type=float, help="seconds per model request (default 600)")
     g.add_argument("--sample-timeout", type=float, help="seconds per sample (default 600, the paper's)")
     g.add_argument("--max-attempts", type=int, help="tries per request on 429/5xx/timeouts (default 6)")

@@ -12,6 +12,7 @@ from typing import Any
 
 from harness.datasets import Dataset, Sample, load_dataset
 from harness.errors import DatasetError, HarnessError
+from harness.records import record_epoch, work_key
 from harness.scoring.metrics import ScoringOptions, score_answers
 from harness.scoring.results import RESULTS_FORMAT
 
@@ -23,13 +24,36 @@ def score_records(
     metrics: list[str] | None = None,
     options: ScoringOptions | None = None,
     only_answered: bool = False,
-    precomputed: dict[str, dict[str, Any]] | None = None,
+    precomputed: dict[Any, dict[str, Any]] | None = None,
+    epochs: int = 1,
+    reducer: str = "mean",
 ) -> dict[str, Any]:
     """Scores of finished sample records ({"id", "answer", ...}) on the selected questions. A
     sample that finished without an answer (context full, rounds exhausted) counts as unanswered,
-    i.e. 0, exactly like a question missing from an official submission."""
-    answers = [{"id": r["id"], "answer": r["answer"]} for r in records if r.get("answer") is not None]
-    return score_answers(dataset, questions, answers, metrics, only_answered, options, precomputed)
+    i.e. 0, exactly like a question missing from an official submission.
+
+    Records of several epochs (``--epochs``; a record's ``epoch``, 1 when absent): each epoch is
+    scored alone, then reduced per question (``harness.scoring.epochs``); ``precomputed`` is then
+    {epoch: the streamed values of that epoch}."""
+    by_epoch: dict[int, list[dict[str, Any]]] = {}
+    for r in records:
+        by_epoch.setdefault(record_epoch(r), []).append(r)
+    n = max([epochs, *by_epoch])
+
+    def answers_of(epoch: int) -> list[dict[str, Any]]:
+        return [{"id": r["id"], "answer": r["answer"]} for r in by_epoch.get(epoch, []) if r.get("answer") is not None]
+
+    if n == 1:
+        return score_answers(dataset, questions, answers_of(1), metrics, only_answered, options, precomputed)
+    from harness.scoring.epochs import reduce_epoch_scores
+    from harness.scoring.metrics import resolve_metrics
+
+    fns = {name: entry.obj for name, entry in resolve_metrics(list(metrics or dataset.metrics)).items()}
+    per_epoch = [
+        score_answers(dataset, questions, answers_of(e), metrics, only_answered, options, (precomputed or {}).get(e))
+        for e in range(1, n + 1)
+    ]
+    return reduce_epoch_scores(per_epoch, reducer, questions, fns)
 
 
 def read_run_files(run_dir: str | Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -120,7 +144,8 @@ def score_run(
         raise HarnessError(f"{run_dir}: sample id(s) not in {dataset.info.spec()}: {', '.join(unknown[:5])}")
     finished = load_finished(run_dir)
     questions = [by_id[i] for i in ids]
-    records = [finished[i] for i in ids if i in finished]
+    epochs = max([int(config.get("epochs") or 1), *(record_epoch(r) for r in finished.values())])
+    records = [finished[work_key(i, e)] for e in range(1, epochs + 1) for i in ids if work_key(i, e) in finished]
     return score_records(
         dataset,
         questions,
@@ -128,6 +153,8 @@ def score_run(
         metrics or config.get("metrics"),
         options or recorded_options(config),
         only_answered,
+        epochs=epochs,
+        reducer=config.get("epoch_reducer") or "mean",
     )
 
 
