@@ -294,7 +294,11 @@ def set_f1(
     for q in pool:
         gold = gold_items(q.answer)
         preds = predictions_from(
-            by_id.get(q.id), gold, clean_items=clean_items, alias_fallback=alias_fallback, pairs=isinstance(q.answer, dict)
+            by_id.get(q.id),
+            gold,
+            clean_items=clean_items,
+            alias_fallback=alias_fallback,
+            pairs=isinstance(q.answer, dict),
         )
         raw[q.id] = score_list(preds, gold, alias_fallback=alias_fallback)
     agg = aggregate_set_f1(list(raw.values()), len(pool))
