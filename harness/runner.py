@@ -546,9 +546,13 @@ def _retrieval_summary(done: list[dict[str, Any]]) -> dict[str, Any] | None:
         if (r.get("extra") or {}).get("evidence_recall", {}).get("recall") is not None
     ]
     packed = [r["extra"]["evidence"] for r in done if (r.get("extra") or {}).get("evidence")]
-    if not recalls and not packed:
+    looped = [r["extra"] for r in done if "malformed_tool_calls" in (r.get("extra") or {})]
+    if not recalls and not packed and not looped:
         return None
     out: dict[str, Any] = {}
+    if looped:  # open-book loops: tool calls that could not be read, and those written as text
+        out["malformed_tool_calls"] = sum(e["malformed_tool_calls"] for e in looped)
+        out["text_tool_calls"] = sum(e.get("text_tool_calls", 0) for e in looped)
     if recalls:
         searches = [len(r["extra"].get("searches", [])) for r in done if "searches" in (r.get("extra") or {})]
         out["evidence_recall_mean"] = sum(recalls) / len(recalls)
