@@ -27,6 +27,7 @@ from harness.errors import (
     ContextOverflowError,
     MissingEvidenceError,
     ModelError,
+    SampleFailure,
     TransientModelError,
 )
 from harness.models import create_backend
@@ -181,6 +182,7 @@ class Run:
                 f"--setting {self.config.setting} (agent {self.agent.name}) packs pages into the context, but the "
                 f"context size of {self.config.model} is unknown: pass --context-size N"
             )
+        self.agent.check_backend(self.backend)  # e.g. a context the evidence reserve fills
 
     def _server_slots_note(self) -> dict[str, Any]:
         """A server that runs fewer requests at once than --max-connections: said once, and recorded."""
@@ -380,6 +382,8 @@ class Run:
             error_type, error = "model_unavailable", f"gave up after retries: {exc}"
         except BudgetExhausted as exc:
             error_type, error = "budget_exhausted", str(exc)
+        except SampleFailure as exc:  # a strategy's own verdict (no_evidence_packed): recorded, not answered
+            error_type, error = exc.error_type, str(exc)
         except ModelError:
             raise  # a broken backend (bad key, server gone) fails every sample: stop the run
         except Exception as exc:  # a bug or malformed response must not sink the whole run
