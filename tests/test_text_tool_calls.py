@@ -132,8 +132,8 @@ def _check_qwen_run(out):
     """Qwen2.5-Coder-0.5B writes its calls as JSON text: they were searched, none is the answer."""
     sample = json.loads((out / "samples.jsonl").read_text())
     extra = sample["extra"]
+    assert sample["answer"] is None or read_text_tool_calls(sample["answer"]) is None, sample["answer"]
     assert extra["text_tool_calls"] >= 1, extra
-    assert sample["answer"] is None or read_text_tool_calls(sample["answer"]) is None
     assert len(extra["searches"]) >= 1
     assert json.loads((out / "results.json").read_text())["retrieval"]["text_tool_calls"] == extra["text_tool_calls"]
 
