@@ -48,6 +48,8 @@ class SearchSession:
         self.repeat_question = repeat_question
         self.searches: list[dict[str, Any]] = []
         self.malformed_calls = 0
+        self.text_calls = 0  # tool calls the model wrote as text (read and run as calls)
+        self.text_call_replies: list[str] = []  # those replies as written
 
     def search(self, query: str) -> str:
         result = self.tool(query, self.question)
@@ -87,6 +89,8 @@ class SearchSession:
         return {
             "searches": self.searches,
             "malformed_tool_calls": self.malformed_calls,
+            "text_tool_calls": self.text_calls,
+            "text_tool_call_replies": self.text_call_replies,
             "evidence_recall": evidence_recall(snapshot, needed_titles, returned),
         }
 

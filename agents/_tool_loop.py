@@ -4,7 +4,14 @@ sample records the same outcome fields (outcome, rounds, dropped results, search
 
 A protocol subclass supplies the hooks: ``read_reply`` (which part of a reply is kept and which
 searches it asks for; none means the reply is the answer), ``send_results`` (how results go back),
-and, for native tool calling, ``request_tools`` / ``tool_choice`` and ``loop_extra`` fields.
+``adopt_text_calls`` / ``text_call_correction`` (tool calls written as text), and, for native tool
+calling, ``request_tools`` / ``tool_choice`` and ``loop_extra`` fields.
+
+A reply that asks for no search but holds a tool call written as text (``agents._text_calls``:
+bare JSON, a ```json fence, ``<tool_call>`` tags) is never the answer: readable calls are run as the
+calls they are (counted in ``text_tool_calls``, the replies kept in ``text_tool_call_replies``);
+call-shaped text that cannot be read is counted in ``malformed_tool_calls`` and the model is asked
+again (a round, like any other).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from typing import Any, ClassVar
 
 from agents._knobs import SearchKnobs
 from agents._search import ContextGuard, SearchSession, build_search_tool, clean
+from agents._text_calls import read_text_tool_calls
 from harness.errors import ContextOverflowError
 from harness.models.base import ModelResponse
 from harness.strategy import Agent, AgentContext, SampleResult
@@ -55,6 +63,18 @@ class ToolLoop(Agent):
         that carry the results back to the model."""
         raise NotImplementedError
 
+    def adopt_text_calls(
+        self, response: ModelResponse, calls: list[tuple[str, str]], session: SearchSession
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """(the assistant message kept, the result messages) for the (name, arguments) calls the
+        model wrote as text; each goes through ``session.call`` (a wrong name or arguments: an
+        error the model can read, counted as malformed)."""
+        raise NotImplementedError
+
+    def text_call_correction(self) -> str:
+        """The user turn sent after a reply that looks like a tool call but cannot be read."""
+        raise NotImplementedError
+
     def loop_extra(self) -> dict[str, Any]:
         """Protocol facts recorded per sample, after ``rounds``."""
         return {}
@@ -76,11 +96,26 @@ class ToolLoop(Agent):
                 outcome = "context_full"
                 break
             kept, calls = self.read_reply(response)
-            messages.append(kept)
-            if not calls:
+            if calls:
+                messages.append(kept)
+                messages.extend(self.send_results(calls, session))
+                continue
+            written = read_text_tool_calls(response.content)
+            if written is None:
+                messages.append(kept)
                 answer, outcome = self.final_answer(response.content or ""), "answered"
                 break
-            messages.extend(self.send_results(calls, session))
+            # a tool call written as text: never the answer
+            session.text_calls += len(written.calls)
+            session.malformed_calls += written.unreadable
+            session.text_call_replies.append(response.content or "")
+            if written.calls:
+                kept, results = self.adopt_text_calls(response, written.calls, session)
+                messages.append(kept)
+                messages.extend(results)
+            else:
+                messages.append(kept)
+                messages.append({"role": "user", "content": self.text_call_correction()})
         extra = {
             "outcome": outcome,
             "rounds": rounds,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from agents._knobs import RankingKnobs, ReserveKnobs
-from harness.errors import MissingEvidenceError
+from harness.errors import ConfigError, MissingEvidenceError, NoEvidencePackedError
 from harness.strategy import Agent, AgentContext, SampleResult, budget_tokens
 
 
@@ -66,6 +66,25 @@ def ranked_chunks(knobs: RankingKnobs, docs: list[tuple[str, str]], question: st
     )
 
 
+def check_budget(context_size: int | None, reserve: int) -> None:
+    """Before the run: a context the reserve fills leaves no room for a single document."""
+    if budget_tokens(context_size, reserve) <= 0:
+        raise ConfigError(
+            f"the context size ({context_size} tokens) leaves no room for evidence after the "
+            f"{reserve} tokens kept for the answer: pass a larger --context-size, or --agent-arg evidence_reserve=N"
+        )
+
+
+def no_evidence_message(record: dict[str, Any], context_size: int | None, reserve: int) -> str:
+    """Why a sample had not one document packed (``record``: the strategy's evidence record)."""
+    if not record["chunks_total"]:
+        return "no evidence to pack: no document was found for the question"
+    return (
+        f"not one of {record['chunks_total']} documents fits the prompt budget of {record['budget_tokens']} tokens "
+        f"(context {context_size} - reserve {reserve}): pass a larger --context-size"
+    )
+
+
 class EvidenceProvided(Agent):
     settings = ("evidence-provided",)
     default_template = "evidence_provided"
@@ -78,6 +97,9 @@ class EvidenceProvided(Agent):
 
     def describe(self):
         return {**super().describe(), "ranking": "BM25+ by the question"}
+
+    def check_backend(self, model) -> None:
+        check_budget(model.context_size(), self.knobs.evidence_reserve)
 
     def budget(self) -> int:
         return budget_tokens(self.model.context_size(), self.knobs.evidence_reserve)
@@ -113,6 +135,10 @@ class EvidenceProvided(Agent):
 
     async def solve(self, sample, ctx: AgentContext) -> SampleResult:
         prompt, record = self.build_prompt(sample)
+        if record["chunks_packed"] == 0:  # the model would answer blind: a failure, never an answer
+            raise NoEvidencePackedError(
+                no_evidence_message(record, self.model.context_size(), self.knobs.evidence_reserve)
+            )
         messages = [{"role": "user", "content": prompt}]
         response = await ctx.generate(messages)
         messages.append(response.as_message())

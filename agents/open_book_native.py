@@ -9,7 +9,10 @@ used is recorded in the sample.
 
 from __future__ import annotations
 
+import uuid
+
 from agents._tool_loop import ToolLoop
+from harness.models.base import ToolCall
 
 
 class OpenBookNative(ToolLoop):
@@ -37,6 +40,18 @@ class OpenBookNative(ToolLoop):
             {"role": "tool", "tool_call_id": call.id, "content": session.call(call.name, call.arguments)}
             for call in calls
         ]
+
+    def adopt_text_calls(self, response, calls, session):
+        # kept as the native calls they stand for, so the conversation stays well formed
+        native = [ToolCall(id=f"call_text_{uuid.uuid4().hex[:12]}", name=n, arguments=a) for n, a in calls]
+        kept = response.model_copy(update={"content": "", "tool_calls": native}).as_message()
+        return kept, self.send_results(native, session)
+
+    def text_call_correction(self):
+        return (
+            "Error: your reply looks like a call of the search tool written as text, and it could not be "
+            'read. Call the search tool with JSON arguments like {"query": "Page title"}, or give your final answer.'
+        )
 
     def loop_extra(self):
         return {"tool_choice_policy": "first-forced" if self.force_first else "auto"}

@@ -32,3 +32,14 @@ class OpenBookText(ToolLoop):
 
     def send_results(self, queries, session):
         return [{"role": "user", "content": session.search(q)} for q in queries]
+
+    def adopt_text_calls(self, response, calls, session):
+        # a JSON tool call instead of <search>: run it, results as the protocol's user turns
+        kept = {"role": "assistant", "content": response.content or ""}
+        return kept, [{"role": "user", "content": session.call(name, args)} for name, args in calls]
+
+    def text_call_correction(self):
+        return (
+            "Your reply looks like a tool call, and it could not be read. To search, reply with "
+            "<search>Page title</search>; otherwise give your final answer."
+        )

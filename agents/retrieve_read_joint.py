@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from agents._knobs import ReserveKnobs, RetrievalKnobs, passage_knob, retrieval_k_knob
 from agents._retrieve import RetrievalAgent
-from agents.evidence_provided import pack
+from agents.evidence_provided import check_budget, no_evidence_message, pack
+from harness.errors import NoEvidencePackedError
 from harness.strategy import budget_tokens
 from harness.strategy import AgentContext, SampleResult
 
@@ -28,6 +29,9 @@ class RetrieveReadJoint(RetrievalAgent):
 
     def describe(self):
         return {**super().describe(), "reader": "joint (one prompt)"}
+
+    def check_backend(self, model) -> None:
+        check_budget(model.context_size(), self.knobs.evidence_reserve)
 
     async def solve(self, sample, ctx: AgentContext) -> SampleResult:
         query, question, rewrite, transcript = await self.question_for(sample, ctx)
@@ -48,6 +52,10 @@ class RetrieveReadJoint(RetrievalAgent):
             "packed_passages": [h.passage_id for h in hits[:packed]],
             "packed_titles": sorted({h.title for h in hits[:packed]}),
         }
+        if packed == 0:  # the reader would answer blind: a failure, never an answer
+            raise NoEvidencePackedError(
+                no_evidence_message(evidence, self.model.context_size(), self.knobs.evidence_reserve)
+            )
         messages = [{"role": "user", "content": prompt}]
         response = await ctx.generate(messages)
         extra = {**self.retrieval_extra(sample, query, hits, rewrite), "evidence": evidence}

@@ -43,5 +43,20 @@ class MissingEvidenceError(HarnessError):
         self.titles = titles
 
 
+class SampleFailure(HarnessError):
+    """A strategy's verdict that one sample cannot be answered as configured: recorded as a failure
+    of type ``error_type`` (never as an answer), the run goes on. Subclasses set ``error_type`` and
+    ``retryable`` (False: rerunning the same command fails the same way)."""
+
+    error_type = "sample_failure"
+    retryable = False
+
+
+class NoEvidencePackedError(SampleFailure):
+    """Evidence-provided packed not one evidence chunk into the prompt: the model would answer blind."""
+
+    error_type = "no_evidence_packed"
+
+
 # What the CLI reports as bad input (one line, exit 2): the harness's errors and its snapshot library's.
 USER_ERRORS = (HarnessError, SnapshotError)

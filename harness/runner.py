@@ -27,6 +27,7 @@ from harness.errors import (
     ContextOverflowError,
     MissingEvidenceError,
     ModelError,
+    SampleFailure,
     TransientModelError,
 )
 from harness.models import create_backend
@@ -216,6 +217,7 @@ class Run:
                 f"--setting {self.config.setting} (agent {self.agent.name}) packs pages into the context, but the "
                 f"context size of {self.config.model} is unknown: pass --context-size N"
             )
+        self.agent.check_backend(self.backend)  # e.g. a context the evidence reserve fills
 
     def _server_slots_note(self) -> dict[str, Any]:
         """A server that runs fewer requests at once than --max-connections: said once, and recorded."""
@@ -442,6 +444,8 @@ class Run:
             error_type, error = "model_unavailable", f"gave up after retries: {exc}"
         except BudgetExhausted as exc:
             error_type, error = "budget_exhausted", str(exc)
+        except SampleFailure as exc:  # a strategy's own verdict (no_evidence_packed): recorded, not answered
+            error_type, error = exc.error_type, str(exc)
         except ModelError:
             raise  # a broken backend (bad key, server gone) fails every sample: stop the run
         except Exception as exc:  # a bug or malformed response must not sink the whole run
@@ -630,9 +634,13 @@ def _retrieval_summary(done: list[dict[str, Any]]) -> dict[str, Any] | None:
         if (r.get("extra") or {}).get("evidence_recall", {}).get("recall") is not None
     ]
     packed = [r["extra"]["evidence"] for r in done if (r.get("extra") or {}).get("evidence")]
-    if not recalls and not packed:
+    looped = [r["extra"] for r in done if "malformed_tool_calls" in (r.get("extra") or {})]
+    if not recalls and not packed and not looped:
         return None
     out: dict[str, Any] = {}
+    if looped:  # open-book loops: tool calls that could not be read, and those written as text
+        out["malformed_tool_calls"] = sum(e["malformed_tool_calls"] for e in looped)
+        out["text_tool_calls"] = sum(e.get("text_tool_calls", 0) for e in looped)
     if recalls:
         searches = [len(r["extra"].get("searches", [])) for r in done if "searches" in (r.get("extra") or {})]
         out["evidence_recall_mean"] = sum(recalls) / len(recalls)

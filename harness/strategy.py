@@ -165,6 +165,10 @@ class Agent(ABC):
         self.model = model
         self.snapshot = snapshot
 
+    def check_backend(self, model: ModelBackend) -> None:
+        """Called before the run with the started backend (its context size known): raise
+        ConfigError for a configuration this strategy cannot run (nothing sent yet)."""
+
     def prompt(self, question: str, **fields: Any) -> str:
         return self.template.format(question=question, current_date=self.config.current_date, **fields)
 

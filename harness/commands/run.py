@@ -215,9 +215,28 @@ def print_summary(results: dict[str, Any], file=None) -> None:
             file=sys.stderr,
         )
     elif c["failed"]:
-        first = next(iter(results.get("failures", {}).values()), {})
-        print(
-            f"{c['failed']} sample(s) failed (e.g. {first.get('type')}: {first.get('error')}); "
-            "see failures.jsonl; rerun the same command to retry them",
-            file=sys.stderr,
-        )
+        print(failure_line(c["failed"], list(results.get("failures", {}).values())), file=sys.stderr)
+
+
+# failures a rerun of the same command cannot fix, and what can
+NOT_RETRYABLE = {
+    "missing_evidence": "evidence pages missing from the snapshot: rebuild it with those pages",
+    "no_evidence_packed": "no evidence fits the prompt: pass a larger --context-size",
+}
+
+
+def failure_line(n_failed: int, failures: list[dict[str, Any]]) -> str:
+    """One line on the failed samples: an example, and whether rerunning the same command can help
+    (a timeout or an unavailable server may pass next time; a page missing from the snapshot cannot)."""
+    first = failures[0] if failures else {}
+    line = f"{n_failed} sample(s) failed (e.g. {first.get('type')}: {first.get('error')}); see failures.jsonl"
+    stuck: dict[str, int] = {}
+    for f in failures:
+        if f.get("type") in NOT_RETRYABLE:
+            stuck[f["type"]] = stuck.get(f["type"], 0) + 1
+    retryable = n_failed - sum(stuck.values())
+    if retryable > 0:
+        line += f"; rerun the same command to retry {'them' if not stuck else f'the other {retryable}'}"
+    for kind, count in stuck.items():
+        line += f"; {count} {kind} (a rerun cannot fix: {NOT_RETRYABLE[kind]})"
+    return line

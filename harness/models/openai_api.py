@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.errors import ModelError
 from harness.models.base import GenerationParams, register_backend
-from harness.models.openai_compat import OpenAICompatibleBackend, check_reachable
+from harness.models.openai_compat import OpenAICompatibleBackend, check_reachable, discover_context_size
 from harness.models.tokenizers import encoding_for_model, offline_encoding_name
 
 API_KEY_ENV = "OPENAI_API_KEY"
@@ -65,6 +65,9 @@ class OpenAIBackend(OpenAICompatibleBackend):
         self.base_url = options.base_url or os.environ.get("OPENAI_BASE_URL") or None
         if len(options.base_urls) > 1:
             self.use_servers(options.base_urls)
+        # what a compatible server reports (llama.cpp /props, vLLM max_model_len), read by start()
+        self._server_context: int | None = None
+        self._server_context_source: str | None = None
 
     def api_key(self) -> str:
         key = os.environ.get(API_KEY_ENV)
@@ -83,6 +86,18 @@ class OpenAIBackend(OpenAICompatibleBackend):
                 await check_reachable(endpoint.url)
         else:
             await check_reachable(self.base_url or DEFAULT_BASE_URL)
+        if self.base_url or self.pool is not None:
+            await self._read_server_context()
+
+    async def _read_server_context(self) -> None:
+        """A compatible server's own context window (the smallest of a list of servers), unless
+        --context-size says it: a packing strategy never runs on a size it guessed."""
+        if self.options.context_size:
+            return
+        urls = [e.url for e in self.pool.endpoints] if self.pool is not None else [self.base_url]
+        found = [await discover_context_size(url, self.model, self.api_key()) for url in urls]
+        if all(size for size, _ in found):  # one server silent: unknown (a guess could overflow it)
+            self._server_context, self._server_context_source = min(found)
 
     def request_kwargs(self, messages, params: GenerationParams, tools, tool_choice) -> dict[str, Any]:
         kwargs = super().request_kwargs(messages, params, tools, tool_choice)
@@ -93,7 +108,14 @@ class OpenAIBackend(OpenAICompatibleBackend):
         return kwargs
 
     def context_size(self) -> int | None:
-        return self.options.context_size or known_context_size(self.model)
+        return self.options.context_size or self._server_context or known_context_size(self.model)
+
+    def context_size_source(self) -> str | None:
+        if self.options.context_size:
+            return "--context-size"
+        if self._server_context:
+            return self._server_context_source
+        return "known size of the OpenAI model" if known_context_size(self.model) else None
 
     def count_tokens(self, text: str) -> int:
         return len(encoding_for_model(self.model).encode_ordinary(text))
@@ -103,6 +125,7 @@ class OpenAIBackend(OpenAICompatibleBackend):
 
     def describe(self) -> dict[str, Any]:
         info = super().describe()
+        info["context_size_source"] = self.context_size_source()
         if is_reasoning_model(self.model):
             info["note"] = "reasoning model: max_completion_tokens sent, temperature/top_p not sent"
         return info

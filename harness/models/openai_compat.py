@@ -184,6 +184,76 @@ async def check_reachable(url: str, timeout: float = 10.0) -> None:
         ) from None
 
 
+def _positive_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        return None
+    return n if n > 0 else None
+
+
+def context_from_listing(listing: Any, model: str | None) -> tuple[int | None, str | None]:
+    """(context size, where it was read) from a ``GET /v1/models`` answer: vLLM's ``max_model_len``,
+    or the ``meta`` llama.cpp's server adds (``n_ctx`` where a server reports it, else ``n_ctx_train``,
+    the trained length: an upper bound, used only when nothing better is known). The entry is the one
+    whose ``id`` (or vLLM's ``root``) is ``model``, or the only one listed."""
+    entries = [m for m in (listing.get("data") or []) if isinstance(m, dict)] if isinstance(listing, dict) else []
+    entry = next((m for m in entries if model is not None and model in (m.get("id"), m.get("root"))), None)
+    if entry is None and len(entries) == 1:
+        entry = entries[0]
+    if entry is None:
+        return None, None
+    size = _positive_int(entry.get("max_model_len"))
+    if size:
+        return size, "server /v1/models max_model_len"
+    meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+    for key in ("n_ctx", "n_ctx_train"):
+        size = _positive_int(meta.get(key))
+        if size:
+            return size, f"server /v1/models meta.{key}"
+    return None, None
+
+
+def context_from_props(props: Any) -> int | None:
+    """llama.cpp's ``GET /props``: ``default_generation_settings.n_ctx`` (the context of one slot,
+    what one request may use), or a top-level ``n_ctx``."""
+    if not isinstance(props, dict):
+        return None
+    settings = props.get("default_generation_settings")
+    if isinstance(settings, dict) and _positive_int(settings.get("n_ctx")):
+        return _positive_int(settings.get("n_ctx"))
+    return _positive_int(props.get("n_ctx"))
+
+
+async def discover_context_size(
+    url: str, model: str | None, api_key: str | None = None, timeout: float = 10.0
+) -> tuple[int | None, str | None]:
+    """The context window an OpenAI-compatible server reports for ``model``, and where it said so:
+    llama.cpp's ``/props`` (the window a request really gets) first, then ``/v1/models`` (vLLM's
+    ``max_model_len``, llama.cpp's ``meta``). (None, None) where the server reports nothing
+    (llama-cpp-python's server, OpenAI's API) or cannot be read: the caller then needs --context-size."""
+    import httpx
+
+    from harness.models.launcher import server_root
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    async def get_json(client: Any, target: str) -> Any:
+        try:
+            resp = await client.get(target)
+            return resp.json() if resp.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    async with httpx.AsyncClient(timeout=timeout, headers=headers, trust_env=False) as client:
+        size = context_from_props(await get_json(client, server_root(url) + "/props"))
+        if size:
+            return size, "server /props default_generation_settings.n_ctx"
+        return context_from_listing(await get_json(client, url.rstrip("/") + "/models"), model)
+
+
 # --------------------------------------------------------------------------- messages
 def clean_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Copies fit for any OpenAI-compatible server: ``content: ""`` (not null) on assistant
@@ -397,6 +467,9 @@ __all__ = [
     "ContextOverflowError",
     "OpenAICompatibleBackend",
     "clean_messages",
+    "context_from_listing",
+    "context_from_props",
+    "discover_context_size",
     "error_message",
     "is_context_overflow",
     "map_api_error",

@@ -36,6 +36,13 @@ on commas and " and " -- except where the unsplit piece already matches a gold a
 and Prejudice" or "Washington, D.C." survive). ALCE-style citation marks ("[1]") and a trailing
 full stop are dropped. An answer given as a JSON list is not split: it is scored as the official
 code scores a raw list (see above).
+
+FanOutQA (``--metrics set-f1`` on ``fanoutqa``): its answers are dicts, lists, strings, numbers and
+booleans, without aliases. ``gold_items`` flattens them as FanOutQA's own accuracy reads them: a
+dict's keys and its values are the items, numbers their text, booleans "yes"/"no"; items equal once
+normalized count once, empty ones not at all. Against a dict answer, a generation's lines are also
+split into key and value at ": " / " - " where the pieces are gold items ("Avatar: The Way of Water
+- 460" at " - "). Gold answers printed by FanOutQA's ``str_answer`` score F1 = 1 on every dev question.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ _PUNCT = set(string.punctuation)
 _ARTICLES = regex.compile(r"\b(a|an|the)\b")
 _BULLET = re.compile(r"^\s*(?:[-*•]\s+|\(?\d+[.)]\s+|\(?[a-zA-Z][.)]\s+(?=\S))")
 _CITATION = re.compile(r"\s*\[\d+(?:\s*,\s*\d+)*\]")
+_PAIR = re.compile(r":\s+|\s+[-\u2013\u2014]\s+")
 
 
 def normalize_answer(s: str) -> str:
@@ -63,10 +71,11 @@ def normalize_answer(s: str) -> str:
     return " ".join(s.split())
 
 
-def _clean(item: str) -> str:
+def _clean(item: str, known: set[str] | frozenset[str] = frozenset()) -> str:
     item = _CITATION.sub("", item).strip()
     prev = None
-    while prev != item:  # "1. - foo"
+    # "1. - foo"; a gold alias is left whole ("J. J. Abrams" is not a lettered list item)
+    while prev != item and normalize_answer(item) not in known:
         prev = item
         item = _BULLET.sub("", item).strip()
     item = item.strip().strip("*").strip()
@@ -75,34 +84,120 @@ def _clean(item: str) -> str:
     return item
 
 
-def split_items(text: str, known: set[str] | None = None) -> list[str]:
+def split_items(text: str, known: set[str] | None = None, pairs: bool = False) -> list[str]:
     """Split a free-form generation into answer strings (see the module docstring).
 
-    ``known``: normalized gold aliases; a piece that already equals one is not split further."""
+    ``known``: normalized gold aliases; a piece that already equals one is not split further.
+    ``pairs`` (the gold answer is a mapping, as FanOutQA's): a line is first split into key and
+    value at ": " or " - " (also en/em dash), the layout FanOutQA's own answers are printed in."""
     known = known or set()
 
     def whole(piece: str) -> bool:
         return normalize_answer(piece) in known
 
     items: list[str] = []
-    for line in re.split(r"[#\n;]", text):
-        line = _clean(line)
-        if not line:
+    for line in re.split(r"[#\n]", text):
+        pieces = _split_pair(line.strip(), known) if pairs else [line]
+        for piece in pieces:
+            units = [piece] if whole(_clean(piece, known)) else piece.split(";")
+            for unit in units:
+                unit = _clean(unit, known)
+                if not unit:
+                    continue
+                if whole(unit):
+                    items.append(unit)
+                    continue
+                parts = unit.split(",")
+                if pairs:  # "k1: v1, k2: v2" on one line
+                    parts = [p for part in parts for p in _split_pair(part.strip(), known)]
+                for part in parts:
+                    part = _clean(part, known)
+                    if not part:
+                        continue
+                    if whole(part):
+                        items.append(part)
+                        continue
+                    for sub in re.split(r"(?:^|\s+)and\s+", part):
+                        sub = _clean(sub, known)
+                        if sub:
+                            items.append(sub)
+    return items
+
+
+def _split_pair(line: str, known: set[str]) -> list[str]:
+    """A "key: value" line as [key, value], split where the most of it is gold items: both sides,
+    else the longer side that is one ("Avatar: The Way of Water - 460" splits at " - "); a line
+    that is one gold item stays whole; with no gold item in sight, split at every separator."""
+
+    def whole(piece: str) -> bool:
+        return normalize_answer(_clean(piece, known)) in known
+
+    if not line or whole(line):
+        return [line]
+    best, best_rank = None, (0, 0)
+    for match in _PAIR.finditer(line):
+        key, value = line[: match.start()], line[match.end() :]
+        hits = [side for side in (key, value) if whole(side)]
+        rank = (len(hits), max((len(side) for side in hits), default=0))
+        if rank > best_rank:
+            best, best_rank = [key, value], rank
+    return best if best is not None else _PAIR.split(line)
+
+
+def _is_entry(item: Any) -> bool:
+    """A QAMPARI-format answer: ``{"answer_text", "aliases"}``."""
+    return isinstance(item, dict) and "answer_text" in item
+
+
+def _item_text(value: Any) -> str:
+    # FanOutQA's own metric reads booleans as yes/no (fanoutqa_metrics.str_answer)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return value if isinstance(value, str) else str(value)
+
+
+def gold_items(answer: Any) -> list[Any]:
+    """The gold answer of a question as a list of items for set-F1.
+
+    A list of QAMPARI entries (QAMPARI) is used as given (the official path), a list of strings
+    (QUEST) too, exact repeats once. Any other answer (FanOutQA's) is flattened: a dict gives its keys and its values as items (as
+    FanOutQA's accuracy reads a dict), a list its items, nested values theirs; numbers become their
+    text, booleans "yes"/"no"; empty items are dropped, and items equal once normalized are counted
+    once (a set of predictions can credit "Left" only once, however many keys share that value).
+    FanOutQA has no aliases: each item matches by its own text."""
+    if answer is None:
+        return []
+    if isinstance(answer, list) and all(_is_entry(a) for a in answer):
+        return answer
+    if isinstance(answer, list) and all(isinstance(a, str) for a in answer):
+        return list(dict.fromkeys(answer))  # an exact repeat could never be credited twice
+    flat: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict) and not _is_entry(value):
+            for key in value:
+                walk(key)
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item)
+        elif _is_entry(value):
+            flat.append(value)
+        elif value is not None:
+            flat.append(_item_text(value))
+
+    walk(answer)
+    items: list[Any] = []
+    seen: set[str] = set()
+    for item in flat:
+        if _is_entry(item):
+            items.append(item)
             continue
-        if whole(line):
-            items.append(line)
-            continue
-        for part in line.split(","):
-            part = _clean(part)
-            if not part:
-                continue
-            if whole(part):
-                items.append(part)
-                continue
-            for sub in re.split(r"(?:^|\s+)and\s+", part):
-                sub = _clean(sub)
-                if sub:
-                    items.append(sub)
+        key = normalize_answer(item)
+        if key and key not in seen:
+            seen.add(key)
+            items.append(item)
     return items
 
 
@@ -155,17 +250,23 @@ def score_list(
 
 
 def predictions_from(
-    answer: Any, answer_list: list[dict[str, Any]], clean_items: bool = False, alias_fallback: bool = False
+    answer: Any,
+    answer_list: list[dict[str, Any]],
+    clean_items: bool = False,
+    alias_fallback: bool = False,
+    pairs: bool = False,
 ) -> list[str]:
     """The predictions of one answer: a list as given (``clean_items``: stripped, empties dropped),
     a string split by ``split_items``. Non-string list items are stringified (upstream would fail)."""
     if answer is None:
         return []
+    if isinstance(answer, dict):  # a mapping answer (FanOutQA's shape): its keys and values
+        answer = [_item_text(a) for a in [*answer.keys(), *answer.values()]]
     if isinstance(answer, list):
         items = [a if isinstance(a, str) else str(a) for a in answer]
         return [a.strip() for a in items if a.strip()] if clean_items else items
     known = {normalize_answer(a) for ans in answer_list for a in answer_aliases(ans, alias_fallback)[1]}
-    return split_items(str(answer), known)
+    return split_items(str(answer), known, pairs=pairs)
 
 
 def aggregate_set_f1(rows: list[dict[str, Any]], n: int) -> dict[str, float]:
@@ -191,8 +292,14 @@ def set_f1(
     pool = [q for q in questions if q.id in by_id] if only_answered else questions
     raw: dict[str, dict[str, Any]] = {}
     for q in pool:
-        gold = list(q.answer or [])
-        preds = predictions_from(by_id.get(q.id), gold, clean_items=clean_items, alias_fallback=alias_fallback)
+        gold = gold_items(q.answer)
+        preds = predictions_from(
+            by_id.get(q.id),
+            gold,
+            clean_items=clean_items,
+            alias_fallback=alias_fallback,
+            pairs=isinstance(q.answer, dict),
+        )
         raw[q.id] = score_list(preds, gold, alias_fallback=alias_fallback)
     agg = aggregate_set_f1(list(raw.values()), len(pool))
     info = {
@@ -203,5 +310,8 @@ def set_f1(
         "alias_fallback": alias_fallback,
         "empty_predictions": "score 0, counted (the official code divides by zero)",
         "splitting": "string answers: # newline ; bullets numbering , ' and ' (harness extension; gold-alias pieces kept whole)",
+        "gold_items": "QAMPARI entries as given; other answers (FanOutQA) flattened: dict keys and values, list items, "
+        "numbers as text, booleans yes/no, each distinct normalized item once; dict answers: 'key: value' / "
+        "'key - value' lines split into key and value",
     }
     return {"aggregate": agg, "raw": raw, "info": info}

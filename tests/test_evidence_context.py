@@ -1,0 +1,212 @@
+"""Evidence is never silently dropped (issue 14): an OpenAI-compatible server's context is asked of
+the server (llama.cpp's /props and /v1/models meta, vLLM's max_model_len); where nothing reports it
+the run is refused before any request; a sample with no evidence packed is a failure
+(``no_evidence_packed``), never an answer; failures a rerun cannot fix do not say "rerun to retry".
+Real models: SmolLM2 in process and behind llama.cpp's server (llama-cpp-python) through the
+OpenAI backend."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from conftest import run_harness
+from fault_server import FaultServer, run_args
+
+from harness.cli import main
+from harness.models import BackendOptions, create_backend
+
+
+def test_context_read_from_what_servers_report():
+    from harness.models.openai_compat import context_from_listing, context_from_props
+
+    vllm = {"data": [{"id": "Qwen/Qwen2.5-7B", "root": "Qwen/Qwen2.5-7B", "max_model_len": 32768}]}
+    assert context_from_listing(vllm, "Qwen/Qwen2.5-7B") == (32768, "server /v1/models max_model_len")
+    llama = {"data": [{"id": "model.gguf", "meta": {"n_vocab": 49152, "n_ctx_train": 8192}}]}
+    assert context_from_listing(llama, "anything") == (8192, "server /v1/models meta.n_ctx_train")
+    # llama-cpp-python's server: nothing; several models, none of them this one: nothing
+    assert context_from_listing({"data": [{"id": "/m.gguf", "object": "model", "owned_by": "me"}]}, "x") == (None, None)
+    two = {"data": [{"id": "a", "max_model_len": 1}, {"id": "b", "max_model_len": 2}]}
+    assert context_from_listing(two, "c") == (None, None) and context_from_listing(two, "b")[0] == 2
+    assert context_from_props({"default_generation_settings": {"n_ctx": 4096}, "total_slots": 1}) == 4096
+    assert context_from_props({"detail": "Not Found"}) is None and context_from_props(None) is None
+
+
+class LlamaCppShapes:
+    """llama.cpp's server as far as the context goes: /props and /v1/models with meta."""
+
+    def __init__(self, n_ctx: int | None, n_ctx_train: int = 8192):
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                if self.path == "/props" and n_ctx:
+                    body = {"default_generation_settings": {"n_ctx": n_ctx}, "total_slots": 1}
+                elif self.path == "/v1/models":
+                    body = {"object": "list", "data": [{"id": "m.gguf", "meta": {"n_ctx_train": n_ctx_train}}]}
+                else:
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=outer.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _started(model, **options):
+    backend = create_backend(model, BackendOptions(**options))
+    asyncio.run(backend.start())
+    return backend
+
+
+def test_openai_backend_asks_the_server_for_its_context():
+    with LlamaCppShapes(n_ctx=2048) as props, LlamaCppShapes(n_ctx=None, n_ctx_train=8192) as meta:
+        backend = _started("openai/m", base_url=props.url)
+        assert backend.context_size() == 2048  # the slot's window, not the trained 8192
+        assert backend.describe()["context_size_source"] == "server /props default_generation_settings.n_ctx"
+        assert _started("openai/m", base_url=meta.url).context_size() == 8192
+        assert _started("openai/m", base_url=props.url, context_size=1000).context_size() == 1000  # the flag wins
+        assert _started("openai/m", base_url=f"{props.url},{meta.url}").context_size() == 2048  # the smallest
+    with FaultServer(context_size=3000) as vllm, FaultServer(context_size=None) as silent:
+        assert _started("openai/fault-model", base_url=vllm.url).context_size() == 3000
+        assert _started("openai/fault-model", base_url=silent.url).context_size() is None
+        # one server of the list silent: unknown, not a guess that could overflow it
+        assert _started("openai/fault-model", base_url=f"{vllm.url},{silent.url}").context_size() is None
+        # a known OpenAI name still falls back to OpenAI's table behind a silent server
+        assert _started("openai/gpt-4o", base_url=silent.url).context_size() == 128_000
+
+
+def test_evidence_provided_packs_to_the_servers_context(tmp_path, capsys, hotpot_snapshot):
+    out = tmp_path / "run"
+    with FaultServer(context_size=2048) as server:
+        code = main(run_args(server.url, out, "--setting", "evidence-provided", "--snapshot", str(hotpot_snapshot)))
+    assert code == 0, capsys.readouterr().err
+    evidence = json.loads((out / "samples.jsonl").read_text())["extra"]["evidence"]
+    assert evidence["budget_tokens"] == 2048 - 520 and evidence["chunks_packed"] > 0
+    model = json.loads((out / "results.json").read_text())["model"]
+    assert model["context_size"] == 2048 and model["context_size_source"] == "server /v1/models max_model_len"
+
+
+# ------------------------------------------------------------------ real models
+def smollm2_server(log_dir):
+    """A bare llama_cpp.server (llama-cpp-python) on the packaged SmolLM2: it reports no context size."""
+    from harness.models.launcher import ServerLauncher
+    from harness.models.local import packaged_model_path
+
+    path = str(packaged_model_path("smollm2"))
+    return ServerLauncher(
+        lambda port: [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            path,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            "2048",
+            "--n_threads",
+            "1",
+        ],  # fmt: skip
+        name="smollm2",
+        log_dir=log_dir,
+        startup_timeout=120,
+        unset_env=("HOST", "PORT", "CONFIG_FILE", "API_KEY", "MODEL"),
+    )
+
+
+# a budget of 100 tokens: the prompt fits, not one of the sample's documents (the shortest: ~160)
+ROOM_FOR_NO_DOCUMENT = ("--context-size", "768", "--agent-arg", "evidence_reserve=668")
+
+
+def _ep(snapshot, out, *extra):
+    return run_harness("run", "--setting", "evidence-provided", "--dataset", "hotpotqa:dev", "--snapshot",
+                       str(snapshot), "--limit", "1", "--max-tokens", "8", "--no-cache", "--out", str(out), *extra)  # fmt: skip
+
+
+def _assert_no_evidence_failure(proc, out):
+    assert proc.returncode == 1, proc.stderr  # the sample failed; the run itself is fine
+    assert not (out / "samples.jsonl").exists() or not (out / "samples.jsonl").read_text().strip()
+    failure = json.loads((out / "failures.jsonl").read_text())
+    assert failure["error_type"] == "no_evidence_packed" and failure["model_calls"] == 0
+    assert "fits the prompt budget of 100 tokens" in failure["error"]
+    results = json.loads((out / "results.json").read_text())
+    assert results["counts"]["finished"] == 0 and results["failures"][failure["id"]]["type"] == "no_evidence_packed"
+    assert "rerun the same command" not in proc.stderr and "a rerun cannot fix" in proc.stderr
+
+
+def test_llamacpp_server_through_openai_backend(hotpot_snapshot, tmp_path):
+    with smollm2_server(tmp_path / "logs") as server:
+        asyncio.run(server.start())
+        model = ["--model", "openai/smollm2", "--base-url", server.base_url]
+        # the server reports no context: refused before any request, nothing written
+        for setting in ("evidence-provided", "open-book"):
+            out = tmp_path / f"refused-{setting}"
+            proc = run_harness("run", "--setting", setting, "--dataset", "hotpotqa:dev", "--snapshot",
+                               str(hotpot_snapshot), "--limit", "1", "--out", str(out), "--no-cache", *model)  # fmt: skip
+            assert proc.returncode == 2 and "pass --context-size N" in proc.stderr, proc.stderr
+            assert "internal error" not in proc.stderr and not out.exists()
+        # a context the reserve fills: refused before the run
+        out = tmp_path / "no-room"
+        proc = _ep(hotpot_snapshot, out, *model, "--context-size", "500")
+        assert proc.returncode == 2 and "leaves no room for evidence" in proc.stderr, proc.stderr
+        assert not out.exists()
+        # room for the prompt but not one document: the sample fails, it is not answered blind
+        out = tmp_path / "none-packed"
+        _assert_no_evidence_failure(_ep(hotpot_snapshot, out, *model, *ROOM_FOR_NO_DOCUMENT), out)
+
+
+def test_local_model_no_evidence_packed(hotpot_snapshot, tmp_path):
+    out = tmp_path / "local"
+    proc = _ep(hotpot_snapshot, out, "--model", "local/smollm2", *ROOM_FOR_NO_DOCUMENT, "--n-threads", "1")
+    _assert_no_evidence_failure(proc, out)
+
+
+def test_missing_evidence_does_not_say_rerun(hotpot_snapshot, tmp_path):
+    out = tmp_path / "missing"
+    proc = run_harness("run", "--setting", "evidence-provided", "--dataset", "fanoutqa:dev", "--snapshot",
+                       str(hotpot_snapshot), "--limit", "2", "--model", "scripted/answer=x", "--out", str(out))  # fmt: skip
+    assert proc.returncode == 1
+    assert "missing_evidence" in proc.stderr and "rerun the same command" not in proc.stderr
+    assert "2 missing_evidence (a rerun cannot fix: evidence pages missing from the snapshot" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "types, retry, stuck",
+    [
+        (["timeout", "model_unavailable"], "rerun the same command to retry them", None),
+        (["missing_evidence"], None, "1 missing_evidence (a rerun cannot fix"),
+        (["timeout", "no_evidence_packed", "missing_evidence"], "retry the other 1", "1 no_evidence_packed"),
+    ],
+)
+def test_failure_line_says_what_a_rerun_can_fix(types, retry, stuck):
+    from harness.commands.run import failure_line
+
+    line = failure_line(len(types), [{"type": t, "error": "e"} for t in types])
+    assert line.startswith(f"{len(types)} sample(s) failed (e.g. {types[0]}: e); see failures.jsonl")
+    assert (retry is None and "rerun the same" not in line) or (retry is not None and retry in line)
+    assert stuck is None or stuck in line
