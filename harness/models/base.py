@@ -8,6 +8,7 @@ with another wire format converts at its edge.
 
 from __future__ import annotations
 
+import os
 import time
 from abc import ABC, abstractmethod
 from contextlib import asynccontextmanager
@@ -25,6 +26,14 @@ from harness.registry import Registry
 
 # Upper bounds catch typos (an extra zero) and values no server accepts, before anything runs.
 WEEK_S = 7 * 24 * 3600.0
+
+
+def available_cores() -> int:
+    """Cores this process may run on (its CPU affinity), not every core of the machine."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 class WaitClock:

@@ -26,7 +26,7 @@ from typing import Any, BinaryIO
 import httpx
 
 from harness.errors import ModelError
-from harness.models.base import register_backend
+from harness.models.base import available_cores, register_backend
 from harness.models.launcher import ServerLauncher
 from harness.models.openai_compat import OpenAICompatibleBackend
 
@@ -34,12 +34,6 @@ FALLBACK_N_CTX = 4096
 SERVER_SLOTS = 1  # llama_cpp.server serializes requests (one global lock, no n_parallel option)
 
 
-def available_cores() -> int:
-    """Cores this process may run on (its CPU affinity), not every core of the machine."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 # --------------------------------------------------------------------------- GGUF header
 _GGUF_SCALARS = {

