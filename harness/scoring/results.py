@@ -23,7 +23,8 @@ from typing import Any
 from harness.errors import HarnessError
 
 RESULTS_FORMAT = 2
-SECTIONS = ("results_format", "raw", "breakdown", "meta")  # the keys of a scores dict that are not metrics
+# the keys of a scores dict that are not metrics (uncertainty: error bars, harness.scoring.uncertainty)
+SECTIONS = ("results_format", "raw", "breakdown", "uncertainty", "meta")
 # What each metric wrote into a format-1 scores dict: (aggregate keys, per-question keys). Format 1
 # is frozen, so this table is history, not something new metrics need to join.
 FORMAT1_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
