@@ -34,6 +34,7 @@ def power_analysis(
     from harness.scoring.uncertainty import compute_uncertainty, uncertainty_of
 
     run = load_run(run_path)
+    other = load_run(paired_with) if paired_with else None
     scores = run["scores"]
     table = uncertainty_of(scores)
     if not table:  # a results file from before the error bars: computed now, not written
@@ -42,15 +43,17 @@ def power_analysis(
 
         clusters = ((scores.get("meta") or {}).get("clustering") or {}).get("clusters")
         table = compute_uncertainty({m: _metric_fn(m) for m in metric_aggregates(scores)}, scores, clusters)
-    available = [k for k, v in table.items() if v.get("stderr") is not None]
-    key = resolve_metric(metric, available)
+    key = resolve_metric(metric, list(table))
     entry = table[key]
+    if entry.get("stderr") is None:
+        raise HarnessError(
+            f"--metric {key}: the run has no standard error for it (n={entry.get('n')}; {entry.get('method')})"
+        )
     out: dict[str, Any] = {
         "run": run["path"], "metric": key, "delta": delta, "alpha": alpha, "power": power,
         "pilot": {"n": entry["n"], "value": entry["value"], "stderr": entry["stderr"], "method": entry["method"]},
     }
-    if paired_with:
-        other = load_run(paired_with)
+    if other is not None:
         result = compare_runs([run, other], metrics=[key])
         if key not in result["metrics"]:
             raise HarnessError(f"--metric {key}: not comparable between the two runs")

@@ -111,10 +111,11 @@ def bootstrap(
     for j in range(draws.shape[1]):
         col = draws[:, j]
         col = col[np.isfinite(col)]
+        spread = n >= 2 and len(col) > 1  # one question: no spread to estimate
         entry: dict[str, Any] = {
             "value": float(value[j]),
-            "stderr": float(col.std(ddof=1)) if len(col) > 1 else None,
-            "ci95": percentile_interval(col) if len(col) else None,
+            "stderr": float(col.std(ddof=1)) if spread else None,
+            "ci95": percentile_interval(col) if spread else None,
             "method": "bootstrap-percentile" + ("-clustered" if clusters is not None else ""),
             "n": n,
             "resamples": resamples,
