@@ -53,7 +53,8 @@ def dataset_of(run: dict[str, Any]) -> tuple[str | None, str | None]:
 def label(run: dict[str, Any]) -> str:
     r = run["results"]
     config = r.get("config") or {}
-    parts = [config.get("model"), r.get("setting"), (r.get("agent") or {}).get("name")]
+    agent = (r.get("agent") or {}).get("name")
+    parts = [config.get("model"), r.get("setting"), agent if agent != r.get("setting") else None]
     ctx = (r.get("model") or {}).get("context_size")
     text = " ".join(str(p) for p in parts if p)
     return f"{text} ctx={ctx}" if ctx else text or run["path"]
