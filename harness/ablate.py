@@ -3,7 +3,8 @@
 One ordinary run per context size (``DIR/ctx-<size>/``: resumable, and the response cache makes a
 repeat free), then the answerability ceiling (``harness ceiling``) at the same sizes, then
 ``DIR/ablation.json``, ``DIR/ablation.md`` (the table) and ``DIR/ablation.png`` (each metric against
-the context size, the ceiling as dashed lines). The ceiling is evidence-provided's packing; for an
+the context size, the ceiling as dashed lines, each metric's 95% interval as a band; the table says whether each
+step's change is significant, by a paired test on the questions both sizes scored). The ceiling is evidence-provided's packing; for an
 open-book sweep it is drawn too, as the best a perfect reader of the gold evidence could do.
 """
 
@@ -53,13 +54,19 @@ def max_supported_context(model: str) -> int | None:
 
 def _row(size: int, run_dir: Path, results: dict[str, Any], ceiling_row: dict[str, Any] | None) -> dict[str, Any]:
     cost = results.get("cost") or {}
+    metrics = metric_values(results.get("scores"))
+    errors = (results.get("scores") or {}).get("uncertainty") or {}
     return {
         "context_size": size,
         "run_dir": str(run_dir),
         "run_id": results.get("run_id"),
         "status": results.get("status"),
         "counts": results.get("counts"),
-        "metrics": metric_values(results.get("scores")),
+        "metrics": metrics,
+        "uncertainty": {
+            m: {k: errors[m].get(k) for k in ("stderr", "ci95", "method")} for m in metrics if m in errors
+        },
+        "step": None,  # the change from the previous size, filled by add_steps
         "tokens": results.get("tokens"),
         "cost_usd": cost.get("total_usd"),
         "outcomes": results.get("outcomes"),
@@ -68,9 +75,46 @@ def _row(size: int, run_dir: Path, results: dict[str, Any], ceiling_row: dict[st
     }
 
 
+def add_steps(rows: list[dict[str, Any]], results: list[dict[str, Any]]) -> None:
+    """Each row's ``step``: per headline metric, the paired difference from the previous size on the
+    questions both runs scored, its interval, p-value and whether it is significant (harness.compare)."""
+    from harness.compare import compare_runs
+    from harness.errors import HarnessError
+    from harness.scoring.results import upgrade
+
+    runs = [{"path": r["run_dir"], "results": res, "scores": upgrade(res.get("scores"))} for r, res in zip(rows, results)]
+    for i in range(1, len(rows)):
+        if not (runs[i - 1]["scores"] or {}).get("raw") or not (runs[i]["scores"] or {}).get("raw"):
+            continue
+        try:
+            result = compare_runs([runs[i - 1], runs[i]])
+        except HarnessError as exc:
+            rows[i]["step"] = {"error": str(exc)}
+            continue
+        rows[i]["step"] = {
+            m: {k: e["diffs"][0][k] for k in ("diff", "ci95", "p", "test", "significant")}
+            for m, e in result["metrics"].items()
+            if is_headline(m)
+        }
+        rows[i]["step_n_shared"] = result["n_shared"]
+
+
+def _step_text(step: dict[str, Any] | None) -> str:
+    if not step:
+        return "—"
+    if "error" in step:
+        return step["error"]
+    parts = [
+        f"{m.split('.', 1)[-1]} {s['diff']:+.4f} p={s['p']:.3g}{' *' if s['significant'] else ''}"
+        for m, s in step.items()
+    ]
+    return "; ".join(parts) or "—"
+
+
 def format_table(ablation: dict[str, Any]) -> str:
     metrics = [m for m in ablation["metrics"] if is_headline(m)]
     head = ["context size", *metrics, "ceiling loose", "ceiling strict", "finished", "failed", "tokens", "cost USD"]
+    head.append("change from the previous size (* significant at 0.05)")
     lines = [
         (
             f"Context-length ablation: {ablation['model']}, {ablation['setting']}, {ablation['dataset']} "
@@ -86,10 +130,15 @@ def format_table(ablation: dict[str, Any]) -> str:
 
     for r in ablation["rows"]:
         ceiling = r["ceiling"] or {}
-        cells = [str(r["context_size"]), *[num(r["metrics"].get(m)) for m in metrics]]
+        errors = r.get("uncertainty") or {}
+        cells = [str(r["context_size"])]
+        for m in metrics:
+            se = (errors.get(m) or {}).get("stderr")
+            cells.append(num(r["metrics"].get(m)) + ("" if se is None else f" ± {se:.4f}"))
         cells += [num(ceiling.get("loose")), num(ceiling.get("strict"))]
         cells += [str(r["counts"]["finished"]), str(r["counts"]["failed"]), str((r["tokens"] or {}).get("total"))]
         cells.append(num(r["cost_usd"], 6))
+        cells.append(_step_text(r.get("step")).replace("|", "\\|"))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -114,7 +163,10 @@ def plot(ablation: dict[str, Any], path: Path) -> list[str]:
             # only shares: metrics on another scale (x100 EM, BLEU) would flatten the rest
             if not is_headline(metric) or any(v is None or not 0 <= v <= 1 for v in values):
                 continue
-            ax.plot(sizes, values, marker="o", label=metric)
+            line = ax.plot(sizes, values, marker="o", label=metric)[0]
+            bands = [((r.get("uncertainty") or {}).get(metric) or {}).get("ci95") for r in rows]
+            if all(bands):  # the 95% interval as a band in the line's colour
+                ax.fill_between(sizes, [b[0] for b in bands], [b[1] for b in bands], color=line.get_color(), alpha=0.15)
             plotted.append(metric)
         for key, style, color in (("loose", "--", "black"), ("strict", ":", "dimgray")):
             values = [(r["ceiling"] or {}).get(key) for r in rows]
@@ -167,6 +219,7 @@ async def run_ablation(flat: dict[str, Any], sizes: list[int], out: Path) -> dic
         ceiling = await compute_ceiling(ceiling_config(base, flat), sizes)
     by_size = {r["context_size"]: r for r in (ceiling or {}).get("rows", [])}
     rows = [_row(size, out / f"ctx-{size}", results[size], by_size.get(size)) for size in sizes]
+    add_steps(rows, [results[size] for size in sizes])
     metrics: list[str] = []
     for r in rows:
         metrics += [m for m in r["metrics"] if m not in metrics]

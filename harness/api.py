@@ -72,6 +72,7 @@ def score(
     metrics: str | list[str] | None = None,
     judge: str | None = None,
     bleurt_checkpoint: str | None = None,
+    cluster_by: str | None = None,
     only_answered: bool = False,
     save: bool = True,
 ) -> dict[str, Any]:
@@ -83,7 +84,11 @@ def score(
 
     if isinstance(metrics, str):
         metrics = [m for m in metrics.split(",") if m]
-    given = {k: v for k, v in {"judge": judge, "bleurt_checkpoint": bleurt_checkpoint}.items() if v is not None}
+    given = {
+        k: v
+        for k, v in {"judge": judge, "bleurt_checkpoint": bleurt_checkpoint, "cluster_by": cluster_by}.items()
+        if v is not None
+    }
     if run_dir:
         if generations is not None or dataset:
             raise HarnessError("a run is re-scored on its own dataset: give RUN_DIR, or --dataset and --generations")

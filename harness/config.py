@@ -39,6 +39,7 @@ NOT_HASHED = frozenset(
         # the reducer only changes how their scores combine
         "epochs",
         "epoch_reducer",
+        "cluster_by",  # error bars only: scoring, never generation
         "max_cost",  # like --limit: raising the budget resumes the same run
         "price_table",
         # the strategy enters the key through its identity (resolved name, plugin, knobs by value)
@@ -76,6 +77,10 @@ class RunConfig(BaseModel):
     metrics: list[str] | None = Field(None, description="metric names; default: the dataset's")
     judge: str | None = Field(None, description="LLM judge model (none unless asked: it costs money)")
     bleurt_checkpoint: str | None = Field(None, description="BLEURT checkpoint directory")
+    cluster_by: str | None = Field(
+        None, description="sample field whose questions share a cluster in the error bars (e.g. category); "
+        "default: the dataset's (TopiOCQA: Conversation_no), 'none' for independent questions"
+    )
     stream_scoring: Literal["auto", "on", "off"] = Field(
         "auto",
         description="score samples in a worker process as they finish (auto: from 64 samples to do; "
@@ -117,7 +122,9 @@ class RunConfig(BaseModel):
     def scoring_options(self):
         from harness.scoring.metrics import ScoringOptions
 
-        return ScoringOptions(judge=self.judge, bleurt_checkpoint=self.bleurt_checkpoint, cache_path=self.cache_path)
+        return ScoringOptions(
+            judge=self.judge, bleurt_checkpoint=self.bleurt_checkpoint, cache_path=self.cache_path, cluster_by=self.cluster_by
+        )
 
     def config_hash(self, extra: dict[str, Any] | None = None) -> str:
         """``extra`` adds resolved facts (dataset version and sha256, prompt sha256)."""

@@ -74,6 +74,7 @@ def load_row(run_dir: Path) -> dict[str, Any]:
         scores = results.get("scores")
         cost = results.get("cost") or {}
         metrics = metric_values(scores)  # METRIC.NAME, in either results format
+        errors = (scores or {}).get("uncertainty") or {}  # none in results from before the error bars
         return {
             "model": config["model"],
             "dataset": dataset["name"],
@@ -89,6 +90,10 @@ def load_row(run_dir: Path) -> dict[str, Any]:
             "n_finished": counts["finished"],
             "n_failed": counts["failed"],
             "metrics": metrics,
+            # next to each value: its standard error and 95% interval (None: no interval, e.g. a count)
+            "stderr": {m: (errors.get(m) or {}).get("stderr") for m in metrics if m in errors},
+            "ci95": {m: (errors.get(m) or {}).get("ci95") for m in metrics if m in errors},
+            "uncertainty_method": {m: errors[m].get("method") for m in metrics if m in errors},
             "tokens": results.get("tokens"),
             "cost_usd": cost.get("total_usd"),
             "cost_per_sample_usd": cost.get("per_sample_usd"),
@@ -160,6 +165,13 @@ def _cell(value: Any, digits: int = 4) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
+def _with_error(value: Any, stderr: Any) -> Any:
+    """``0.4100 ± 0.0300`` (the value alone without a standard error)."""
+    if value is None or stderr is None:
+        return value
+    return f"{_cell(value)} ± {_cell(stderr)}"
+
+
 def format_markdown(board: dict[str, Any]) -> str:
     metrics = [m for m in board["metrics"] if is_headline(m)]
     head = ["model", "dataset", "setting", "agent", "knobs", "n", "status", *metrics]
@@ -175,7 +187,7 @@ def format_markdown(board: dict[str, Any]) -> str:
             knobs,
             r["n_scored"] if r["n_scored"] is not None else r["n_finished"],
             r["status"],
-            *[r["metrics"].get(m) for m in metrics],
+            *[_with_error(r["metrics"].get(m), (r.get("stderr") or {}).get(m)) for m in metrics],
             (r["tokens"] or {}).get("total"),
             _cell(r["cost_usd"], 6) if r["cost_usd"] is not None else "—",
             _cell(r["cost_per_sample_usd"], 6) if r["cost_per_sample_usd"] is not None else "—",

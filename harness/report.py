@@ -225,7 +225,24 @@ def _scores_section(results: dict[str, Any]) -> str:
     values = metric_values(results.get("scores"))
     if not values:
         return '<section id="scores"><h2>Scores</h2><p class="muted">No scores (see scoring above).</p></section>'
-    return f'<section id="scores"><h2>Scores</h2>{_kv_table(list(values.items()))}</section>'
+    errors = (results.get("scores") or {}).get("uncertainty") or {}
+    if not errors:  # a results file from before the error bars: as it was (harness score RUN adds them)
+        return f'<section id="scores"><h2>Scores</h2>{_kv_table(list(values.items()))}</section>'
+    head = "<tr><th>metric</th><th>value</th><th>± stderr</th><th>95% interval</th><th>method</th></tr>"
+    body = []
+    for name, value in values.items():
+        e = errors.get(name) or {}
+        ci = e.get("ci95")
+        method = e.get("method") or ""
+        if e.get("n_clusters"):
+            method += f" ({e['n_clusters']} clusters)"
+        cells = [_fmt(value), "" if e.get("stderr") is None else _fmt(e["stderr"])]
+        cells.append(f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "")
+        cells.append(method)
+        body.append(f"<tr><th>{_e(name)}</th>" + "".join(f'<td class="num">{_e(c)}</td>' for c in cells) + "</tr>")
+    clustering = ((results.get("scores") or {}).get("meta") or {}).get("clustering") or {}
+    note = f'<p class="muted">errors clustered by {_e(clustering["by"])}</p>' if clustering.get("by") else ""
+    return f'<section id="scores"><h2>Scores</h2><table class="kv scores">{head}{"".join(body)}</table>{note}</section>'
 
 
 def _question_table(rows: list[dict[str, Any]], score_columns: list[str]) -> str:

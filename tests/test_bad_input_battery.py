@@ -61,6 +61,8 @@ def bases(world, out: Path) -> dict[str, list[str]]:
         "index info": ["index", "info"],
         "index search": ["index", "search", snap, "Physics"],
         "retrieval-eval": ["retrieval-eval", "--dataset", "hotpotqa:dev", "--snapshot", snap, "--limit", "1"],
+        "compare": ["compare", world["run_dir"], world["run_dir"]],
+        "power": ["power", world["run_dir"], "--metric", "em-f1.em", "--delta", "0.1"],
     }
 
 
@@ -251,6 +253,12 @@ PATH_CASES = [
     *[("retrieval-eval", "--data-path", k) for k in IN_FILE],
     *[("retrieval-eval", "--snapshot", k) for k in IN_FILE],
     *[("retrieval-eval", "--out", k) for k in OUT_FILE],
+    *[("compare", "RUN", k) for k in ("a-file", "missing", "dir", "empty", "wrong-format")],
+    *[("compare", "--out", k) for k in OUT_FILE],
+    *[("compare", "--plot", k) for k in OUT_FILE],
+    *[("power", "RUN", k) for k in ("a-file", "missing", "dir", "empty", "wrong-format")],
+    *[("power", "--paired-with", k) for k in ("a-file", "missing", "dir")],
+    *[("power", "--out", k) for k in OUT_FILE],
 ]
 # positionals: where the argument stands in the base command line
 POSITIONAL = {
@@ -263,6 +271,8 @@ POSITIONAL = {
     ("index build", "SNAPSHOT"): ("index build", 2),
     ("index info", "SNAPSHOT"): ("index info", 2),
     ("index search", "SNAPSHOT"): ("index search", 2),
+    ("compare", "RUN"): ("compare", 1),
+    ("power", "RUN"): ("power", 1),
 }
 
 
@@ -291,3 +301,34 @@ def test_export_file_name_cannot_leave_the_out_folder(world, tmp_path, capsys):
         code, err = invoke([*bases(world, tmp_path)["export"], "--file-name", name], capsys)
         assert_one_line_exit_2(code, err, "--file-name")
     assert not list(tmp_path.rglob("escaped*"))
+
+
+def test_compare_and_power_refuse_runs_they_cannot_compare(world, tmp_path, capsys):
+    """No shared question, an unknown metric, another dataset, one run only: one line, exit 2."""
+    import shutil
+
+    run = Path(world["run_dir"])
+    results = json.loads((run / "results.json").read_text())
+    other = tmp_path / "other-questions"
+    shutil.copytree(run, other)
+    changed = json.loads(json.dumps(results))
+    for row in changed["scores"]["raw"]:
+        row["question_id"] = "not-" + row["question_id"]
+    (other / "results.json").write_text(json.dumps(changed))
+    code, err = invoke(["compare", str(run), str(other)], capsys)
+    assert_one_line_exit_2(code, err, "share no scored question")
+    code, err = invoke(["compare", str(run), str(run), "--metric", "nope"], capsys)
+    assert_one_line_exit_2(code, err, "metric 'nope'")
+    code, err = invoke(["compare", str(run)], capsys)
+    assert_one_line_exit_2(code, err, "at least two runs")
+    elsewhere = tmp_path / "other-dataset"
+    shutil.copytree(run, elsewhere)
+    changed = json.loads(json.dumps(results))
+    changed["dataset"]["spec"] = "fanoutqa:dev@nov23"
+    (elsewhere / "results.json").write_text(json.dumps(changed))
+    code, err = invoke(["compare", str(run), str(elsewhere)], capsys)
+    assert_one_line_exit_2(code, err, "--allow-mismatch")
+    code, err = invoke(["power", str(run), "--metric", "nope", "--delta", "0.1"], capsys)
+    assert_one_line_exit_2(code, err, "--metric nope")
+    code, err = invoke(["power", str(run), "--metric", "em-f1.em", "--delta", "0.1"], capsys)
+    assert_one_line_exit_2(code, err, "no standard error")  # one question

@@ -99,8 +99,10 @@ def test_leaderboard_rows_json_and_markdown(root, tmp_path):
     for name, row in rows.items():
         cells = by_path[row["path"]]
         for metric, value in row["metrics"].items():
-            if is_headline(metric):
-                assert cells[head.index(metric)] == f"{value:.4f}"
+            if is_headline(metric):  # the value, then its standard error where it has one
+                stderr = row["stderr"].get(metric)
+                want = f"{value:.4f}" if stderr is None else f"{value:.4f} ± {stderr:.4f}"
+                assert cells[head.index(metric)] == want
     assert by_path[str(root / "a")][head.index("knobs")] == "max_tokens=16"
     assert by_path[str(root / "c")][head.index("cost USD")] == "—"
 

@@ -95,7 +95,7 @@ def test_each_metric_alone_has_its_values(quest_case):
     _, qs, _, _, alone = quest_case
     for name, scores in alone.items():
         assert scores["results_format"] == RESULTS_FORMAT
-        assert set(scores) == {"results_format", name, "raw", "breakdown", "meta"}
+        assert set(scores) == {"results_format", name, "raw", "breakdown", "uncertainty", "meta"}
         assert [r["question_id"] for r in scores["raw"]] == [q.id for q in qs]
         assert all(set(r) == {"question_id", name} for r in scores["raw"])
     # non-trivial numbers, so that the pair test below can tell values apart
@@ -114,7 +114,7 @@ def test_each_metric_alone_has_its_values(quest_case):
 def test_every_pair_of_metrics_keeps_its_own_values(quest_case, first, second):
     ds, qs, answers, options, alone = quest_case
     together = score_answers(ds, qs, answers, [first, second], options=options)
-    assert set(together) == {"results_format", first, second, "raw", "breakdown", "meta"}
+    assert set(together) == {"results_format", first, second, "raw", "breakdown", "uncertainty", "meta"}
     assert together["meta"]["metrics"] == [first, second]
     for name in (first, second):
         own = alone[name]

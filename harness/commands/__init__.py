@@ -38,4 +38,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "harness.commands.report",
         "write a static HTML page of a run (metadata, scores, sortable questions, transcripts)",
     ),
+    "compare": (
+        "harness.commands.compare",
+        "compare runs on their shared questions: paired differences, intervals, p-values (no model call)",
+    ),
+    "power": ("harness.commands.power", "questions needed to detect a difference, from a pilot run's spread"),
 }

@@ -164,6 +164,12 @@ def add_scoring_options(p, metrics=None, suppress: bool = True) -> None:
             help="score each sample in a worker process as it finishes (default auto: from 64 samples)",
         )
     g.add_argument(
+        "--cluster-by",
+        help="sample field whose questions are not independent, for the error bars (e.g. category for FanOutQA; "
+        "TopiOCQA clusters by Conversation_no unless 'none'); never changes a score",
+        **extra,
+    )
+    g.add_argument(
         "--bleurt-checkpoint",
         help="BLEURT checkpoint directory (without it BLEURT is reported unavailable, never 0)",
         **extra,
@@ -205,6 +211,9 @@ def print_summary(results: dict[str, Any], file=None) -> None:
     print(f"finished {c['finished']}/{c['selected']}, failed {c['failed']}", file=file)
     for line in summary_lines(results.get("scores")):
         print(f"  {line}", file=file)
+    clustering = ((results.get("scores") or {}).get("meta") or {}).get("clustering") or {}
+    if clustering.get("by"):
+        print(f"  (errors clustered by {clustering['by']}: {clustering['n_clusters']} clusters)", file=file)
     cost = results.get("cost") or {}
     if cost.get("spent_usd"):
         print(f"cost: ${cost['spent_usd']:.6f} spent (list price of the finished samples ${cost['model_usd']:.6f})")

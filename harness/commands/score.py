@@ -53,6 +53,7 @@ def command(args: argparse.Namespace) -> int:
         metrics=args.metrics,
         judge=args.judge,
         bleurt_checkpoint=args.bleurt_checkpoint,
+        cluster_by=args.cluster_by,
         only_answered=args.only_answered,
     )
     if args.out:

@@ -57,6 +57,9 @@ class Dataset:
     info: DatasetInfo
     samples: list[Sample]
     metrics: list[str]  # default metrics for this dataset
+    # Questions that are not independent (the turns of one conversation): the sample field
+    # (``Sample.groups`` or ``Sample.raw`` key) whose value is a question's cluster in the error bars.
+    cluster_by: str | None = None
 
     def by_id(self) -> dict[str, Sample]:
         return {s.id: s for s in self.samples}
@@ -72,6 +75,7 @@ class DatasetLoader:
     default_version: ClassVar[str]
     license: ClassVar[str]
     metrics: ClassVar[list[str]]
+    cluster_by: ClassVar[str | None] = None  # default clustering of the error bars (see Dataset)
 
     def load(self, split: str, version: str, data_path: str | None = None) -> Dataset:
         raise NotImplementedError
@@ -89,7 +93,7 @@ class DatasetLoader:
             license=self.license,
             has_answers=has_answers,
         )
-        return Dataset(info=info, samples=samples, metrics=list(self.metrics))
+        return Dataset(info=info, samples=samples, metrics=list(self.metrics), cluster_by=self.cluster_by)
 
 
 def shipped_file(*parts: str) -> Path:

@@ -44,6 +44,7 @@ class TopiOCQA(DatasetLoader):
     default_version = "719c4548"
     license = "CC BY-NC-SA 4.0"
     metrics = ["topiocqa"]
+    cluster_by = "Conversation_no"  # the turns of one conversation are not independent questions
 
     def load(self, split: str, version: str, data_path: str | None = None) -> Dataset:
         if data_path:

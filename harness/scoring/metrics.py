@@ -32,6 +32,9 @@ class ScoringOptions(BaseModel):
     # A server that ignores max_tokens can return megabytes; scoring that whole would take minutes and
     # gigabytes. Longer answers are scored on their first this-many characters and flagged.
     max_answer_chars: int = Field(100_000, ge=1_000, le=10_000_000, description="longest answer scored whole")
+    # Error bars only (never a value): the sample field whose questions form one cluster; None: the
+    # dataset's default (TopiOCQA: its conversations), "none": every question independent.
+    cluster_by: str | None = Field(None, description="sample field clustering the questions in the error bars")
 
 
 # fn(questions, answers, only_score_answered, options=ScoringOptions)
@@ -62,15 +65,22 @@ METRICS: Registry[MetricFn] = Registry(
 )
 
 
-def streamable(aggregate: Callable[[list[dict[str, Any]], int], dict[str, Any]] | None = None):
+def streamable(
+    aggregate: Callable[[list[dict[str, Any]], int], dict[str, Any]] | None = None,
+    per_question_leaves: dict[str, str] | None = None,
+):
     """Mark a metric whose value for a question depends on that question alone, so a run scores each
     sample as it finishes and the end of the run only aggregates. ``aggregate(rows, n)``: its official
     aggregate from the per-question rows in scoring order (without one, the mean of the rows); the
-    batch call must return that same aggregate, so both paths give identical numbers."""
+    batch call must return that same aggregate, so both paths give identical numbers. It is also
+    what the error bars of its non-mean numbers are bootstrapped through.
+    ``per_question_leaves``: {aggregate leaf: per-question leaf} where an aggregate number is the mean
+    of a differently named per-question value (``{"acc.loose": "acc"}``): its interval is analytic."""
 
     def mark(fn: MetricFn) -> MetricFn:
         fn.streamable = True
         fn.aggregate_rows = aggregate
+        fn.per_question_leaves = dict(per_question_leaves or {})
         return fn
 
     return mark
@@ -103,7 +113,7 @@ def _aggregate_fanoutqa(rows: list[dict[str, Any]], n: int) -> dict[str, Any]:
     return aggregate_fanoutqa(rows, n)
 
 
-@streamable(_aggregate_fanoutqa)
+@streamable(_aggregate_fanoutqa, per_question_leaves={"acc.loose": "acc"})
 @METRICS.register("fanoutqa-string")
 def fanoutqa_string(
     questions: list[Sample], answers: list[dict[str, Any]], only_answered: bool, options: ScoringOptions | None = None
@@ -214,6 +224,10 @@ def score_answers(
     breakdown = _breakdown(questions, rows, names)
     if breakdown:
         out["breakdown"] = breakdown
+    clustering, labels = _clustering(dataset, questions, order, options)
+    from harness.scoring.uncertainty import compute_uncertainty
+
+    out["uncertainty"] = compute_uncertainty(fns, {**out, "meta": {"n_questions": len(order)}}, labels)
     out["meta"] = {
         "metrics": names,
         "n_questions": len(order),
@@ -225,8 +239,26 @@ def score_answers(
         "metric_info": info,
         "aggregation": aggregation,
         "options": options.model_dump(),
+        "clustering": clustering,
     }
     return out
+
+
+def _clustering(dataset: Dataset, questions: list[Sample], order: list[str], options: ScoringOptions):
+    """(what meta records of the clustering, {question id: cluster} or None). ``cluster_by``: the
+    option, else the dataset's default; ``"none"`` turns a default off."""
+    from harness.scoring.uncertainty import cluster_labels
+
+    field = options.cluster_by or getattr(dataset, "cluster_by", None)
+    source = "option" if options.cluster_by else "dataset default"
+    if not field or field.lower() == "none":
+        return {"by": None}, None
+    known = any(field in (q.groups or {}) or field in (q.raw or {}) for q in questions)
+    if not known:
+        raise HarnessError(f"--cluster-by {field}: no question of {dataset.info.spec()} has that field")
+    labels = cluster_labels(questions, order, field)
+    clusters = dict(zip(order, labels))
+    return {"by": field, "source": source, "n_clusters": len(set(labels)), "clusters": clusters}, clusters
 
 
 def _complete(fn, stored, questions, answers, order, options) -> dict[str, Any]:

@@ -23,7 +23,9 @@ from typing import Any
 from harness.errors import HarnessError
 
 RESULTS_FORMAT = 2
-SECTIONS = ("results_format", "raw", "breakdown", "epochs", "meta")  # the keys of a scores dict that are not metrics
+# the keys of a scores dict that are not metrics (uncertainty: error bars, harness.scoring.uncertainty;
+# epochs: harness.scoring.epochs)
+SECTIONS = ("results_format", "raw", "breakdown", "uncertainty", "epochs", "meta")
 # What each metric wrote into a format-1 scores dict: (aggregate keys, per-question keys). Format 1
 # is frozen, so this table is history, not something new metrics need to join.
 FORMAT1_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -156,10 +158,23 @@ def _num(value: Any) -> str:
     return f"{value:.4f}"
 
 
+def interval_text(entry: dict[str, Any] | None) -> str:
+    """`` ± SE [LO, HI]`` of an uncertainty entry ('' without one)."""
+    if not entry or entry.get("stderr") is None:
+        return ""
+    text = f" ± {entry['stderr']:.4f}"
+    if entry.get("ci95"):
+        lo, hi = entry["ci95"]
+        text += f" [{lo:.4f}, {hi:.4f}]"
+    return text
+
+
 def summary_lines(scores: dict[str, Any] | None) -> list[str]:
-    """One line per metric with its aggregate numbers, for the console."""
+    """One line per metric with its aggregate numbers (each ``± stderr [95% interval]`` where the
+    scores carry their uncertainty), for the console."""
     scores = upgrade(scores) or {}
     info = (scores.get("meta") or {}).get("metric_info") or {}
+    errors = scores.get("uncertainty") or {}
     lines = []
     for name, agg in metric_aggregates(scores).items():
         if name == "fanoutqa-string" and "acc" in agg and "rouge" in agg:
@@ -167,9 +182,16 @@ def summary_lines(scores: dict[str, Any] | None) -> list[str]:
             text = f"acc loose {agg['acc']['loose']:.4f} strict {agg['acc']['strict']:.4f} | ROUGE-1/2/L F " + "/".join(
                 f"{x:.4f}" for x in f
             )
+            parts = [
+                (label, errors.get(f"{name}.{key}"))
+                for label, key in (("acc loose", "acc.loose"), ("strict", "acc.strict"), ("ROUGE-L F", "rouge.rougeL.fscore"))
+            ]
+            shown = " ".join(f"{label}{interval_text(e)}" for label, e in parts if interval_text(e))
+            if shown:
+                text += f" | 95% CI: {shown}"
         else:
             leaves = _leaves(agg)
-            text = " ".join(f"{k} {_num(v)}" for k, v in leaves.items()) or "no values"
+            text = " ".join(f"{k} {_num(v)}{interval_text(errors.get(f'{name}.{k}'))}" for k, v in leaves.items()) or "no values"
             reason = (info.get(name) or {}).get("reason")
             if leaves and all(v is None for v in leaves.values()) and reason:
                 text = f"unavailable ({reason})"

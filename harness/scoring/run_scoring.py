@@ -113,6 +113,7 @@ def recorded_options(config: dict[str, Any]) -> ScoringOptions:
         judge=config.get("judge"),
         bleurt_checkpoint=config.get("bleurt_checkpoint"),
         cache_path=config.get("cache_path"),
+        cluster_by=config.get("cluster_by"),
     )
 
 

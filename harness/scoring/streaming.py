@@ -33,7 +33,7 @@ def fingerprint(names: list[str], options: ScoringOptions) -> str:
     import harness
 
     canonical = json.dumps(
-        {"metrics": names, "options": options.model_dump(mode="json"), "harness": harness.__version__}, sort_keys=True
+        {"metrics": names, "options": options.model_dump(mode="json", exclude={"cluster_by"}), "harness": harness.__version__}, sort_keys=True
     )
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 

@@ -1,0 +1,280 @@
+"""Paired comparison of runs on the questions they share (``harness compare``, ``harness ablate``'s steps).
+
+Each later run is compared with the first (the baseline), metric leaf by metric leaf:
+
+* each run's value and 95% interval on the shared questions (as ``scores["uncertainty"]`` computes
+  them: analytic for means, bootstrap through the metric's aggregate otherwise);
+* the difference (run - baseline) with a paired bootstrap interval (the same resampled questions,
+  or conversations when clustered, for both runs);
+* a p-value: exact McNemar for 0/1 per-question values, else a paired sign-flip permutation test
+  (a mean) or a paired swap permutation of the metric's own aggregate (any other number);
+* the questions whose value changed most.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.errors import HarnessError
+from harness.scoring.results import metric_aggregates, upgrade
+from harness.scoring.uncertainty import _flat_leaves, collapse_repeats, leaf, plan_leaf
+
+ALPHA = 0.05
+TOP_CHANGED = 5
+
+
+def load_run(path: str | Path) -> dict[str, Any]:
+    """{"path", "results", "scores"} of a run directory (or its results.json); one-line errors."""
+    from harness.records import read_json
+
+    path = Path(path)
+    file = path / "results.json" if path.is_dir() else path
+    if not file.exists():
+        what = "no results.json in" if path.is_dir() else "no such run directory:"
+        raise HarnessError(f"{what} {path}")
+    results = read_json(file)
+    if not isinstance(results, dict):
+        raise HarnessError(f"{file}: not a harness results.json")
+    scores = upgrade(results.get("scores"))
+    if not scores or not scores.get("raw"):
+        raise HarnessError(f"{file}: no per-question scores (an unscored run: harness score {path} first)")
+    return {"path": str(path), "results": results, "scores": scores}
+
+
+def dataset_of(run: dict[str, Any]) -> tuple[str | None, str | None]:
+    dataset = run["results"].get("dataset") or {}
+    meta = run["scores"].get("meta") or {}
+    return dataset.get("spec") or meta.get("dataset"), dataset.get("sha256") or meta.get("dataset_sha256")
+
+
+def label(run: dict[str, Any]) -> str:
+    r = run["results"]
+    config = r.get("config") or {}
+    agent = (r.get("agent") or {}).get("name")
+    parts = [config.get("model"), r.get("setting"), agent if agent != r.get("setting") else None]
+    ctx = (r.get("model") or {}).get("context_size")
+    text = " ".join(str(p) for p in parts if p)
+    return f"{text} ctx={ctx}" if ctx else text or run["path"]
+
+
+def _metric_fn(name: str):
+    try:
+        from harness.scoring.metrics import get_metric
+
+        return get_metric(name)
+    except Exception:  # a plugin metric that no longer resolves: its means are still compared
+        return None
+
+
+def _clusters(run: dict[str, Any], ids: list[str]) -> tuple[list[Any] | None, str | None]:
+    clustering = (run["scores"].get("meta") or {}).get("clustering") or {}
+    labels = clustering.get("clusters")
+    if not clustering.get("by") or not labels:
+        return None, None
+    return [labels.get(q, f"question:{q}") for q in ids], clustering["by"]
+
+
+def compare_runs(runs: list[dict[str, Any]], allow_mismatch: bool = False, metrics: list[str] | None = None) -> dict[str, Any]:
+    """The comparison of ``runs`` (``load_run``'s) with the first; see the module docstring."""
+    from harness import stats
+
+    if len(runs) < 2:
+        raise HarnessError("compare needs at least two runs")
+    base_spec, base_sha = dataset_of(runs[0])
+    for run in runs[1:]:
+        spec, sha = dataset_of(run)
+        if (spec, sha) != (base_spec, base_sha) and not allow_mismatch:
+            why = f"{spec} vs {base_spec}" if spec != base_spec else f"{spec}: the dataset files differ (sha256)"
+            raise HarnessError(f"{run['path']} and {runs[0]['path']} score different datasets ({why}); "
+                               "--allow-mismatch compares them anyway")
+    rows = [{r["question_id"]: r for r in collapse_repeats(run["scores"]["raw"])} for run in runs]
+    shared = [q for q in rows[0] if all(q in other for other in rows[1:])]
+    if not shared:
+        raise HarnessError(f"{runs[0]['path']} and the other runs share no scored question")
+    aggs = [metric_aggregates(run["scores"]) for run in runs]
+    names = [m for m in aggs[0] if all(m in a for a in aggs[1:])]
+    if metrics:
+        known = {f"{m}.{'.'.join(p)}" for m in names for p in _flat_leaves(aggs[0][m])}
+        for wanted in metrics:
+            if wanted not in names and wanted not in known:
+                raise HarnessError(f"metric {wanted!r} is not scored in every run; shared: {', '.join(names) or 'none'}")
+    if not names:
+        raise HarnessError("the runs share no metric")
+    clusters, cluster_by = _clusters(runs[0], shared)
+    out: dict[str, Any] = {
+        "runs": [{"path": r["path"], "label": label(r), "dataset": dataset_of(r)[0]} for r in runs],
+        "baseline": runs[0]["path"],
+        "n_shared": len(shared),
+        "n_questions": [len(r) for r in rows],
+        "clustering": {"by": cluster_by, "n_clusters": len(set(clusters))} if clusters else {"by": None},
+        "alpha": ALPHA,
+        "metrics": {},
+    }
+    for name in names:
+        fn = _metric_fn(name)
+        per = [[rows[i][q].get(name) for q in shared] for i in range(len(runs))]
+        if any(v is None or not isinstance(v, dict) for col in per for v in col):
+            continue  # a metric with no per-question values for some shared question
+        leaves = _flat_leaves(aggs[0][name])
+        for path, value in leaves.items():
+            key = ".".join((name, *path))
+            if metrics and key not in metrics and name not in metrics:
+                continue
+            entry = _compare_leaf(stats, fn, path, value, per, shared, clusters, len(runs))
+            if entry is not None:
+                out["metrics"][key] = entry
+    if metrics and not out["metrics"]:
+        raise HarnessError(f"no comparable number among {', '.join(metrics)}")
+    return out
+
+
+def _compare_leaf(stats, fn, path, value, per, shared, clusters, k) -> dict[str, Any] | None:
+    declared = {tuple(a.split(".")): tuple(b.split(".")) for a, b in (getattr(fn, "per_question_leaves", None) or {}).items()}
+    # a run's own aggregate is over all its questions; on the shared ones each is recomputed
+    plan = plan_leaf(path, value, per[0], declared)
+    if plan is None and getattr(fn, "aggregate_rows", None) is None:
+        return None
+    if plan is not None and plan["kind"] != "mean":
+        return None
+    n = len(shared)
+    entry: dict[str, Any] = {"runs": [], "diffs": []}
+    if plan is not None:
+        cols = [[plan["scale"] * float(leaf(r, plan["source"])) for r in col] for col in per]
+        entry["kind"] = "mean"
+        for col in cols:
+            entry["runs"].append(_short(stats.mean_ci(col, clusters)))
+        binary = stats.is_binary(*[[leaf(r, plan["source"]) for r in col] for col in per])
+        for j in range(1, k):
+            d = stats.paired_bootstrap_diff(cols[0], cols[j], clusters)
+            diffs = [b - a for a, b in zip(cols[0], cols[j])]
+            if binary and clusters is None:  # 0/1 per question (before any x100 scale)
+                test = stats.mcnemar_exact(*[[float(leaf(r, plan["source"])) for r in per[i]] for i in (0, j)])
+            else:
+                test = stats.sign_flip_test(diffs, clusters)
+            order = sorted(range(n), key=lambda i: (-abs(diffs[i]), shared[i]))
+            changed = [
+                {"question_id": shared[i], "baseline": cols[0][i], "run": cols[j][i], "diff": diffs[i]}
+                for i in order[:TOP_CHANGED]
+                if diffs[i] != 0
+            ]
+            entry["diffs"].append(_diff_entry(d, test, changed))
+        return entry
+    aggregate_rows = fn.aggregate_rows
+
+    def agg(drawn: list[Any]) -> float:
+        return float(leaf(aggregate_rows(drawn, len(drawn)), path))
+
+    entry["kind"] = "aggregate"
+    counts = stats.draw_counts(n, clusters)  # the same resamples for every run: paired
+    idx = [np.repeat(np.arange(n), c) for c in counts]
+    values = [[agg([col[i] for i in ix]) for ix in idx] for col in per]
+
+    for col, draws in zip(per, values):
+        draws = np.asarray(draws)
+        entry["runs"].append({"value": agg(col), "stderr": float(draws.std(ddof=1)), "ci95": stats.percentile_interval(draws),
+                              "method": "bootstrap-percentile" + ("-clustered" if clusters else "")})
+    for j in range(1, k):
+        d = np.asarray(values[j]) - np.asarray(values[0])
+        boot = {"value": agg(per[j]) - agg(per[0]), "stderr": float(d.std(ddof=1)), "ci95": stats.percentile_interval(d),
+                "method": "paired bootstrap-percentile" + ("-clustered" if clusters else "")}
+        test = stats.swap_test(per[0], per[j], agg)
+        entry["diffs"].append(_diff_entry(boot, test, []))
+    return entry
+
+
+def _short(entry: dict[str, Any]) -> dict[str, Any]:
+    return {k: entry.get(k) for k in ("value", "stderr", "ci95", "method")}
+
+
+def _diff_entry(boot: dict[str, Any], test: dict[str, Any], changed: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "diff": boot["value"],
+        "stderr": boot["stderr"],
+        "ci95": boot["ci95"],
+        "interval": "paired bootstrap-percentile" + ("-clustered" if "clustered" in boot.get("method", "") else ""),
+        "p": test["p"],
+        "test": test["test"],
+        "significant": bool(test["p"] < ALPHA),
+        "test_detail": {k: v for k, v in test.items() if k not in ("p", "test")},
+        "most_changed": changed,
+    }
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _ci(ci: list[float] | None) -> str:
+    return "" if not ci else f"[{_fmt(ci[0])}, {_fmt(ci[1])}]"
+
+
+def format_comparison(result: dict[str, Any], headline_only: bool = True) -> str:
+    """The console report of ``compare_runs``."""
+    from harness.leaderboard import is_headline
+
+    lines = [f"{result['n_shared']} shared questions (of {', '.join(str(n) for n in result['n_questions'])})"
+             + (f"; clustered by {result['clustering']['by']} ({result['clustering']['n_clusters']} clusters)"
+                if result["clustering"].get("by") else "")]
+    names = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    for i, run in enumerate(result["runs"]):
+        lines.append(f"  {names[i]}: {run['path']}  ({run['label']})" + ("  [baseline]" if i == 0 else ""))
+    for key, entry in result["metrics"].items():
+        if headline_only and not is_headline(key):
+            continue
+        lines.append(key)
+        for i, r in enumerate(entry["runs"]):
+            se = f" ± {_fmt(r['stderr'])}" if r.get("stderr") is not None else ""
+            lines.append(f"  {names[i]}      {_fmt(r['value'])}{se} {_ci(r['ci95'])}")
+        for j, d in enumerate(entry["diffs"], 1):
+            mark = "significant" if d["significant"] else "not significant"
+            lines.append(
+                f"  {names[j]} - A  {d['diff']:+.4f} {_ci(d['ci95'])}  p = {d['p']:.4g} ({d['test']}; {mark} at {result['alpha']})"
+            )
+            if d["most_changed"]:
+                moved = ", ".join(f"{c['question_id']} {_fmt(c['baseline'], 2)}->{_fmt(c['run'], 2)}" for c in d["most_changed"])
+                lines.append(f"    changed most: {moved}")
+    return "\n".join(lines)
+
+
+def plot_comparison(result: dict[str, Any], path: Path) -> list[str]:
+    """Each headline difference (run - baseline) with its 95% interval, one row per metric."""
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from harness.leaderboard import is_headline
+    from harness.records import write_bytes_atomic
+
+    keys = [k for k in result["metrics"] if is_headline(k)]
+    k = len(result["runs"]) - 1
+    fig, ax = plt.subplots(figsize=(9.0, 1.2 + 0.45 * max(1, len(keys)) * max(1, k)), dpi=100)
+    try:
+        ys = []
+        for row, key in enumerate(keys):
+            for j, d in enumerate(result["metrics"][key]["diffs"]):
+                y = row * (k + 1) + j
+                lo, hi = d["ci95"] or (d["diff"], d["diff"])
+                ax.errorbar([d["diff"]], [y], xerr=[[d["diff"] - lo], [hi - d["diff"]]], fmt="o", capsize=3,
+                            color=f"C{j}", label=f"{'BCDEFGHIJ'[j]} - A" if row == 0 else None)
+                ys.append((y, key))
+        ax.axvline(0, color="black", linewidth=0.8)
+        ax.set_yticks([y for y, _ in ys], [key for _, key in ys], fontsize="small")
+        ax.invert_yaxis()
+        ax.set_xlabel("difference from the baseline (95% paired bootstrap interval)")
+        ax.set_title(f"{result['n_shared']} shared questions; baseline {result['runs'][0]['label']}", fontsize="small")
+        ax.grid(True, axis="x", alpha=0.3)
+        if k > 1:
+            ax.legend(fontsize="small")
+        fig.tight_layout()
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png")
+    finally:
+        plt.close(fig)
+    write_bytes_atomic(path, buffer.getvalue())
+    return keys

@@ -1,0 +1,195 @@
+"""The standard error and 95% interval of every headline number of a scores dict (``scores["uncertainty"]``).
+
+For each numeric leaf of a metric's aggregate (``"METRIC.LEAF"``):
+
+* the leaf is the mean of the same-named per-question value (or of the one the metric names in
+  ``per_question_leaves``, e.g. fanoutqa-string's ``acc.loose`` is the mean of ``acc``), possibly
+  times 100 (TopiOCQA's EM/F1): **analytic** (CLT) interval of that mean, cluster-robust when the
+  questions are clustered;
+* otherwise, when the metric has an aggregate of per-question rows (``aggregate_rows``: shares
+  above a threshold, ratios, micro F1): **percentile bootstrap** through that very function
+  (``stats.RESAMPLES`` resamples, fixed seed; clusters resampled whole when clustered);
+* counts (integers such as TopiOCQA's ``turns``) carry no interval, and a leaf neither rule covers
+  (a corpus-level number whose per-question parts are not stored) is recorded with ``method: none``.
+
+Several rows of one question (epochs) are averaged per question first (``collapse_repeats``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+SECTION = "uncertainty"
+
+
+def leaf(values: Any, path: tuple[str, ...] | list[str] | str) -> Any:
+    """The value at ``path`` (a tuple of keys: a key may hold a dot, as set-f1's ``f1_ge_0.5``)."""
+    for part in path.split(".") if isinstance(path, str) else path:
+        if not isinstance(values, dict) or part not in values:
+            return None
+        values = values[part]
+    return values
+
+
+def _flat_leaves(values: dict[str, Any], prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
+    """{key path: value}, ints kept apart from floats (a count has no interval), None kept (no value)."""
+    out: dict[tuple[str, ...], Any] = {}
+    for key, value in values.items():
+        path = (*prefix, key)
+        if isinstance(value, dict):
+            out.update(_flat_leaves(value, path))
+        elif value is None or isinstance(value, (bool, int, float)):
+            out[path] = value
+    return out
+
+
+def collapse_repeats(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per question id, in first-seen order: repeated rows (epochs) averaged leaf by leaf."""
+    ids = [r.get("question_id") for r in rows]
+    if len(set(ids)) == len(ids):
+        return rows
+    from harness.scoring.metrics import mean_values
+
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault(r.get("question_id"), []).append(r)
+    return [{"question_id": qid, **mean_values([{k: v for k, v in r.items() if k != "question_id"} for r in rs])}
+            for qid, rs in groups.items()]
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
+
+
+def plan_leaf(
+    path: tuple[str, ...], value: Any, per_rows: list[Any], declared: dict[tuple[str, ...], tuple[str, ...]]
+) -> dict[str, Any] | None:
+    """How this aggregate leaf's interval is computed: {"kind": "mean", "source", "scale"} when it
+    is a mean of a per-question value, {"kind": "count"} for an integer, else None (bootstrap)."""
+    if isinstance(value, bool) or value is None:
+        return {"kind": "none"}
+    if isinstance(value, int):
+        return {"kind": "count"}
+    source = declared.get(path, path)
+    column = [leaf(r, source) for r in per_rows]
+    if column and all(isinstance(v, (bool, int, float)) and not isinstance(v, str) for v in column):
+        mean = sum(float(v) for v in column) / len(column)
+        for scale in (1.0, 100.0):
+            if _close(float(value), scale * mean):
+                return {"kind": "mean", "source": source, "scale": scale}
+    return None
+
+
+def metric_uncertainty(
+    name: str,
+    fn: Callable | None,
+    aggregate: dict[str, Any],
+    rows: list[dict[str, Any]],
+    clusters: list[Any] | None,
+    n_scored: int | None = None,
+) -> dict[str, dict[str, Any]]:
+    """{"METRIC.LEAF": entry} for one metric. ``rows``: the metric's per-question values (one per
+    question, scoring order); ``clusters``: their cluster labels or None."""
+    from harness import stats
+
+    out: dict[str, dict[str, Any]] = {}
+    declared = {tuple(k.split(".")): tuple(v.split(".")) for k, v in (getattr(fn, "per_question_leaves", None) or {}).items()}
+    aggregate_rows = getattr(fn, "aggregate_rows", None)
+    to_bootstrap: list[tuple[str, ...]] = []
+    for path, value in _flat_leaves(aggregate).items():
+        key = ".".join((name, *path))
+        plan = plan_leaf(path, value, rows, declared)
+        if plan is None:
+            if aggregate_rows is not None and rows:
+                to_bootstrap.append(path)
+            else:
+                out[key] = {"value": value, "stderr": None, "ci95": None, "method": "none",
+                            "reason": "not a mean of per-question values, and the metric has no aggregate of them"}
+            continue
+        if plan["kind"] in ("count", "none"):
+            continue  # a count (or no value): no interval
+        column = [float(leaf(r, plan["source"])) for r in rows]
+        entry = stats.mean_ci(column, clusters, plan["scale"])
+        entry["value"] = value  # the metric's own number, bit for bit
+        entry["per_question"] = list(plan["source"])  # its key path in each raw row's metric values
+        if plan["scale"] != 1.0:
+            entry["scale"] = plan["scale"]
+        out[key] = entry
+    if to_bootstrap:
+        n = n_scored if n_scored else len(rows)
+
+        def agg(drawn: list[Any]) -> list[float]:
+            result = aggregate_rows(drawn, len(drawn) if n == len(rows) else len(drawn) * n / len(rows))
+            return [_num(leaf(result, p)) for p in to_bootstrap]
+
+        values = [_num(leaf(aggregate, p)) for p in to_bootstrap]
+        entries = stats.bootstrap(stats.rows_statistic(rows, agg), len(rows), clusters, value=values)
+        for path, entry in zip(to_bootstrap, entries):
+            entry["value"] = leaf(aggregate, path)
+            entry["aggregate"] = "the metric's own (aggregate_rows)"
+            out[".".join((name, *path))] = entry
+    return out
+
+
+def _num(value: Any) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def cluster_labels(questions: list[Any], ids: list[str], field: str | None) -> list[Any] | None:
+    """Each question's cluster: ``Sample.groups[field]`` (several values joined: the combination is
+    the cluster) or ``Sample.raw[field]``; None without a field. A question with neither is its own
+    cluster."""
+    if not field:
+        return None
+    by_id = {q.id: q for q in questions}
+    labels = []
+    for qid in ids:
+        q = by_id.get(qid)
+        groups = (getattr(q, "groups", None) or {}).get(field)
+        raw = (getattr(q, "raw", None) or {}).get(field) if q is not None else None
+        if groups:
+            labels.append("|".join(sorted(str(v) for v in groups)))
+        elif raw is not None and not isinstance(raw, (dict, list)):
+            labels.append(str(raw))
+        else:
+            labels.append(f"question:{qid}")
+    return labels
+
+
+def compute_uncertainty(
+    fns: dict[str, Callable | None],
+    scores: dict[str, Any],
+    clusters_by_id: dict[str, Any] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """The uncertainty section for a results-format-2 scores dict (its aggregates and ``raw``)."""
+    rows = collapse_repeats(list(scores.get("raw") or []))
+    n_scored = (scores.get("meta") or {}).get("n_questions")
+    out: dict[str, dict[str, Any]] = {}
+    for name, fn in fns.items():
+        agg = scores.get(name)
+        if not isinstance(agg, dict):
+            continue
+        have = [r for r in rows if isinstance(r.get(name), dict)]
+        per_rows = [r[name] for r in have]
+        clusters = [clusters_by_id.get(r["question_id"], r["question_id"]) for r in have] if clusters_by_id else None
+        n = n_scored if n_scored == len(rows) else len(per_rows)
+        out.update(metric_uncertainty(name, fn, agg, per_rows, clusters, n))
+    return _clean(out)
+
+
+def _clean(values: Any) -> Any:
+    """NaN/inf (a resample with no denominator) are not JSON: None."""
+    if isinstance(values, dict):
+        return {k: _clean(v) for k, v in values.items()}
+    if isinstance(values, list):
+        return [_clean(v) for v in values]
+    if isinstance(values, float) and not math.isfinite(values):
+        return None
+    return values
+
+
+def uncertainty_of(scores: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """The recorded uncertainty section, {} for older results files (shown as before)."""
+    return dict((scores or {}).get(SECTION) or {})
+

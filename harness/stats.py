@@ -1,0 +1,267 @@
+"""Uncertainty and comparison statistics, pure functions over per-question values (numpy only).
+
+No scipy: the normal quantiles come from ``statistics.NormalDist``, the binomial tail of McNemar's
+exact test from ``math.comb``.
+
+* ``mean_ci``: the analytic (CLT) standard error and 95% interval of a mean, i.i.d. or clustered
+  (cluster-robust: the sum of each cluster's residuals, G/(G-1) small-sample factor).
+* ``bootstrap``: percentile bootstrap of any statistic of per-question rows. The statistic gets a
+  (resamples x n) matrix of how often each question was drawn, so a mean or a ratio of sums is one
+  matrix product; a cluster bootstrap draws whole clusters (every question of a drawn cluster gets
+  its count). Fixed seed: the same rows give the same interval.
+* ``paired_bootstrap_diff``, ``sign_flip_test`` (exact up to ``EXACT_MAX`` non-zero differences,
+  else Monte Carlo with a fixed seed; every difference 0 gives p = 1), ``mcnemar_exact``.
+* ``required_n`` / ``detectable_delta``: the sample size a two-sided test needs, from a pilot's SD.
+
+Per-question values must be one number per question: several epochs (repeats) of one question
+are averaged first (``harness.scoring.uncertainty.collapse_repeats``), so the unit resampled and
+counted is always the question (or its cluster).
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+CONFIDENCE = 0.95
+RESAMPLES = 1000
+SEED = 20240613
+EXACT_MAX = 16  # sign-flip test enumerates all 2**k sign patterns up to this many non-zero differences
+PERMUTATIONS = 10_000
+
+
+def z_quantile(p: float) -> float:
+    return NormalDist().inv_cdf(p)
+
+
+Z95 = z_quantile(0.975)  # 1.959963984540054
+
+
+def _labels(clusters: Sequence[Any] | None, n: int) -> np.ndarray | None:
+    if clusters is None:
+        return None
+    if len(clusters) != n:
+        raise ValueError(f"{len(clusters)} cluster labels for {n} values")
+    _, inverse = np.unique(np.asarray([str(c) for c in clusters]), return_inverse=True)
+    return inverse.reshape(-1)
+
+
+def mean_ci(values: Sequence[float], clusters: Sequence[Any] | None = None, scale: float = 1.0) -> dict[str, Any]:
+    """{value, stderr, ci95, method, n[, n_clusters]} of the mean of ``values`` (times ``scale``).
+    stderr is None where it cannot be estimated (one value, one cluster)."""
+    x = np.asarray(values, dtype=float) * scale
+    n = len(x)
+    out: dict[str, Any] = {"value": float(x.mean()) if n else None, "stderr": None, "ci95": None, "method": "analytic", "n": n}
+    labels = _labels(clusters, n)
+    if labels is not None:
+        out["method"] = "analytic-clustered"
+        g = int(labels.max()) + 1 if n else 0
+        out["n_clusters"] = g
+        if g >= 2:
+            resid = np.bincount(labels, weights=x - x.mean(), minlength=g)
+            out["stderr"] = float(math.sqrt(g / (g - 1) * float((resid**2).sum())) / n)
+    elif n >= 2:
+        out["stderr"] = float(x.std(ddof=1) / math.sqrt(n))
+    if out["stderr"] is not None:
+        out["ci95"] = [out["value"] - Z95 * out["stderr"], out["value"] + Z95 * out["stderr"]]
+    return out
+
+
+def draw_counts(
+    n: int, clusters: Sequence[Any] | None = None, resamples: int = RESAMPLES, seed: int = SEED
+) -> np.ndarray:
+    """(resamples x n) counts: how often each question is in each bootstrap resample. Clustered:
+    clusters are drawn with replacement and each question counts as often as its cluster."""
+    rng = np.random.default_rng(seed)
+    labels = _labels(clusters, n)
+    units = n if labels is None else int(labels.max()) + 1
+    idx = rng.integers(0, units, size=(resamples, units))
+    offsets = (np.arange(resamples) * units)[:, None]
+    counts = np.bincount((idx + offsets).ravel(), minlength=resamples * units).reshape(resamples, units)
+    return counts if labels is None else counts[:, labels]
+
+
+def percentile_interval(samples: np.ndarray) -> list[float]:
+    lo, hi = np.percentile(samples, [100 * (1 - CONFIDENCE) / 2, 100 * (1 + CONFIDENCE) / 2])
+    return [float(lo), float(hi)]
+
+
+def bootstrap(
+    statistic: Callable[[np.ndarray], Any],
+    n: int,
+    clusters: Sequence[Any] | None = None,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+    value: Any = None,
+) -> list[dict[str, Any]]:
+    """Percentile bootstrap: ``statistic(counts)`` -> one number per resample, shape (resamples,), or
+    several, shape (resamples, k). Returns one {value, stderr, ci95, method, n, resamples, seed
+    [, n_clusters]} per statistic; ``value``: the statistic on the data (else the counts of all ones)."""
+    counts = draw_counts(n, clusters, resamples, seed)
+    draws = np.asarray(statistic(counts), dtype=float)
+    if draws.ndim == 1:
+        draws = draws[:, None]
+    if value is None:
+        value = np.asarray(statistic(np.ones((1, n), dtype=np.int64)), dtype=float).reshape(-1)
+    value = np.atleast_1d(np.asarray(value, dtype=float))
+    out = []
+    for j in range(draws.shape[1]):
+        col = draws[:, j]
+        col = col[np.isfinite(col)]
+        spread = n >= 2 and len(col) > 1  # one question: no spread to estimate
+        entry: dict[str, Any] = {
+            "value": float(value[j]),
+            "stderr": float(col.std(ddof=1)) if spread else None,
+            "ci95": percentile_interval(col) if spread else None,
+            "method": "bootstrap-percentile" + ("-clustered" if clusters is not None else ""),
+            "n": n,
+            "resamples": resamples,
+            "seed": seed,
+        }
+        if clusters is not None:
+            entry["n_clusters"] = int(_labels(clusters, n).max()) + 1 if n else 0
+        out.append(entry)
+    return out
+
+
+def weighted_mean(values: Sequence[float]) -> Callable[[np.ndarray], np.ndarray]:
+    """The mean as a bootstrap statistic (one matrix product for all resamples)."""
+    x = np.asarray(values, dtype=float)
+    return lambda counts: counts @ x / counts.sum(axis=1)
+
+
+def ratio_of_sums(num: Sequence[float], den: Sequence[float]) -> Callable[[np.ndarray], np.ndarray]:
+    """sum(num) / sum(den) as a bootstrap statistic (micro-averaged precision and the like)."""
+    a, b = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+
+    def stat(counts: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return (counts @ a) / (counts @ b)
+
+    return stat
+
+
+def rows_statistic(
+    rows: list[Any], aggregate: Callable[[list[Any]], Sequence[float]]
+) -> Callable[[np.ndarray], np.ndarray]:
+    """Any aggregate of per-question rows (``aggregate(rows) -> numbers``) as a bootstrap statistic:
+    each resample's rows are the drawn rows, in their order, each as often as it was drawn."""
+
+    def stat(counts: np.ndarray) -> np.ndarray:
+        out = []
+        for c in counts:
+            drawn = [rows[i] for i in np.repeat(np.arange(len(rows)), c)]
+            out.append(list(aggregate(drawn)))
+        return np.asarray(out, dtype=float)
+
+    return stat
+
+
+def paired_bootstrap_diff(
+    a: Sequence[float], b: Sequence[float], clusters: Sequence[Any] | None = None, **kw: Any
+) -> dict[str, Any]:
+    """mean(b) - mean(a) over paired questions, its bootstrap SE and percentile interval."""
+    d = np.asarray(b, dtype=float) - np.asarray(a, dtype=float)
+    return bootstrap(weighted_mean(d), len(d), clusters, **kw)[0]
+
+
+def sign_flip_test(
+    diffs: Sequence[float],
+    clusters: Sequence[Any] | None = None,
+    permutations: int = PERMUTATIONS,
+    seed: int = SEED,
+) -> dict[str, Any]:
+    """Two-sided paired permutation test of mean difference 0: each question's (each cluster's)
+    difference keeps or flips its sign. Exact when at most ``EXACT_MAX`` units differ, else Monte
+    Carlo, p = (1 + #{|T*| >= |T|}) / (1 + permutations). All differences 0: p = 1."""
+    d = np.asarray(diffs, dtype=float)
+    labels = _labels(clusters, len(d))
+    if labels is not None:
+        d = np.bincount(labels, weights=d)  # the unit that flips is the cluster: its summed difference
+    d = d[d != 0]
+    k = len(d)
+    if k == 0:
+        return {"p": 1.0, "test": "sign-flip permutation (exact)", "n_nonzero": 0}
+    observed = abs(d.sum())
+    tol = 1e-12 * max(1.0, float(np.abs(d).sum()))
+    if k <= EXACT_MAX:
+        signs = 1 - 2 * ((np.arange(2**k)[:, None] >> np.arange(k)) & 1)
+        totals = np.abs(signs @ d)
+        p = float(np.mean(totals >= observed - tol))
+        return {"p": p, "test": "sign-flip permutation (exact)", "n_nonzero": k}
+    rng = np.random.default_rng(seed)
+    signs = rng.choice(np.array([-1.0, 1.0]), size=(permutations, k))
+    hits = int(np.sum(np.abs(signs @ d) >= observed - tol))
+    return {
+        "p": (1 + hits) / (1 + permutations),
+        "test": "sign-flip permutation (Monte Carlo)",
+        "n_nonzero": k,
+        "permutations": permutations,
+        "seed": seed,
+    }
+
+
+def swap_test(
+    rows_a: list[Any],
+    rows_b: list[Any],
+    aggregate: Callable[[list[Any]], float],
+    permutations: int = 1000,
+    seed: int = SEED,
+) -> dict[str, Any]:
+    """Paired permutation test of an arbitrary aggregate: each question's two rows swap runs at
+    random; p = (1 + #{|D*| >= |D|}) / (1 + permutations). Identical rows give p = 1."""
+    observed = abs(aggregate(rows_b) - aggregate(rows_a))
+    differing = [i for i, (x, y) in enumerate(zip(rows_a, rows_b)) if x != y]
+    if not differing:
+        return {"p": 1.0, "test": "paired swap permutation", "permutations": 0}
+    rng = np.random.default_rng(seed)
+    tol = 1e-12 * max(1.0, observed)
+    hits = 0
+    for _ in range(permutations):
+        swap = rng.random(len(rows_a)) < 0.5
+        a = [y if s else x for x, y, s in zip(rows_a, rows_b, swap)]
+        b = [x if s else y for x, y, s in zip(rows_a, rows_b, swap)]
+        hits += abs(aggregate(b) - aggregate(a)) >= observed - tol
+    return {"p": (1 + hits) / (1 + permutations), "test": "paired swap permutation", "permutations": permutations, "seed": seed}
+
+
+def binom_cdf_half(k: int, n: int) -> float:
+    """P(X <= k) for X ~ Binomial(n, 1/2), exactly (integer arithmetic)."""
+    return sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+
+
+def mcnemar_exact(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
+    """Exact (binomial) McNemar test for paired 0/1 outcomes: b01 = questions right in b only,
+    b10 = right in a only; p = min(1, 2 P(X <= min(b01, b10))), X ~ Bin(b01 + b10, 1/2)."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    only_a = int(np.sum((x == 1) & (y == 0)))
+    only_b = int(np.sum((x == 0) & (y == 1)))
+    m = only_a + only_b
+    p = 1.0 if m == 0 else min(1.0, 2 * binom_cdf_half(min(only_a, only_b), m))
+    return {"p": p, "test": "McNemar exact", "only_a": only_a, "only_b": only_b}
+
+
+def is_binary(*columns: Sequence[float]) -> bool:
+    return all(np.isin(np.asarray(c, dtype=float), (0.0, 1.0)).all() for c in columns)
+
+
+def required_n(sd: float, delta: float, alpha: float = 0.05, power: float = 0.8, paired: bool = False) -> int:
+    """Questions (per run) a two-sided z-test needs to detect ``delta`` with this power.
+    Paired: ``sd`` is the SD of the per-question differences, n = (sd (z_a + z_b) / delta)^2.
+    Unpaired (two independent runs, equal SD): n = 2 (sd (z_a + z_b) / delta)^2."""
+    if delta <= 0:
+        raise ValueError("delta must be positive")
+    if not (0 < alpha < 1 and 0 < power < 1):
+        raise ValueError("alpha and power must be between 0 and 1")
+    z = z_quantile(1 - alpha / 2) + z_quantile(power)
+    n = (sd * z / delta) ** 2 * (1 if paired else 2)
+    return max(2, math.ceil(n - 1e-9))
+
+
+def detectable_delta(sd: float, n: int, alpha: float = 0.05, power: float = 0.8, paired: bool = False) -> float:
+    """The smallest difference ``n`` questions detect with this power (the inverse of required_n)."""
+    z = z_quantile(1 - alpha / 2) + z_quantile(power)
+    return sd * z * math.sqrt((1 if paired else 2) / n)

@@ -1,0 +1,172 @@
+"""harness.stats against hand-computed values and simulated coverage; the uncertainty section of scores."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from harness import stats
+from harness.datasets import load_dataset
+from harness.scoring.metrics import score_answers
+from harness.scoring.results import SECTIONS, metric_aggregates, summary_lines
+from harness.scoring.uncertainty import collapse_repeats
+
+
+# ---------------------------------------------------------------------------- known values
+def test_mean_ci_hand_computed():
+    # 3 of 5 right: mean 0.6, sample SD sqrt(0.3), SE sqrt(0.3 / 5) = sqrt(0.06)
+    e = stats.mean_ci([1, 0, 1, 1, 0])
+    assert e["value"] == pytest.approx(0.6)
+    assert e["stderr"] == pytest.approx(math.sqrt(0.06)) == pytest.approx(0.244949, abs=1e-6)
+    assert e["ci95"] == pytest.approx([0.6 - 1.959964 * 0.244949, 0.6 + 1.959964 * 0.244949], abs=1e-5)
+    assert e["method"] == "analytic" and e["n"] == 5
+    assert stats.Z95 == pytest.approx(1.959963984540054)
+    assert stats.mean_ci([0.5])["stderr"] is None  # one value: no spread to estimate
+
+
+def test_clustered_mean_ci_hand_computed():
+    # clusters {a: 1, 1}, {b: 0, 0}, {c: 1, 0}: mean 0.5, residual sums 1, -1, 0
+    # V = G/(G-1) * sum(e_g^2) / n^2 = 3/2 * 2 / 36 = 1/12
+    e = stats.mean_ci([1, 1, 0, 0, 1, 0], clusters=["a", "a", "b", "b", "c", "c"])
+    assert e["stderr"] == pytest.approx(math.sqrt(1 / 12))
+    assert e["method"] == "analytic-clustered" and e["n_clusters"] == 3
+    # singleton clusters: the i.i.d. error
+    x = [0.2, 0.9, 0.4, 0.4, 1.0]
+    assert stats.mean_ci(x, clusters=list("abcde"))["stderr"] == pytest.approx(stats.mean_ci(x)["stderr"])
+    # a x100 scale scales the error too
+    assert stats.mean_ci(x, scale=100)["stderr"] == pytest.approx(100 * stats.mean_ci(x)["stderr"])
+
+
+def test_mcnemar_exact_hand_computed():
+    # right only in a: 1, only in b: 5 -> p = 2 * P(X <= 1), X ~ Bin(6, 1/2) = 2 * 7/64
+    a = [1, 0, 0, 0, 0, 0, 1]
+    b = [0, 1, 1, 1, 1, 1, 1]
+    r = stats.mcnemar_exact(a, b)
+    assert (r["only_a"], r["only_b"]) == (1, 5)
+    assert r["p"] == pytest.approx(14 / 64)
+    assert stats.mcnemar_exact(a, a)["p"] == 1.0
+
+
+def test_sign_flip_exact_hand_computed():
+    # differences 1, 2, 3: |sum| = 6 reached by all-plus and all-minus of the 8 sign patterns
+    r = stats.sign_flip_test([1, 2, 3, 0, 0])
+    assert r["p"] == pytest.approx(2 / 8) and r["test"].endswith("(exact)") and r["n_nonzero"] == 3
+    assert stats.sign_flip_test([0, 0, 0])["p"] == 1.0  # identical runs
+    # Monte Carlo beyond EXACT_MAX, fixed seed: the same p twice; a real shift is detected
+    d = np.r_[np.full(30, 0.5), -np.full(5, 0.5)]
+    first, second = stats.sign_flip_test(d), stats.sign_flip_test(d)
+    assert first == second and first["p"] < 0.001 and "Monte Carlo" in first["test"]
+
+
+def test_required_n_textbook_values():
+    # SD 0.5 (a 50% accuracy), delta 0.05, alpha 0.05, power 0.8: 2 * (0.5 * 2.8016 / 0.05)^2 = 1569.8
+    assert stats.required_n(0.5, 0.05) == 1570
+    assert stats.required_n(0.5, 0.05, paired=True) == 785
+    n = stats.required_n(0.3, 0.03, alpha=0.01, power=0.9)
+    assert stats.detectable_delta(0.3, n, alpha=0.01, power=0.9) <= 0.03 < stats.detectable_delta(0.3, n - 1, 0.01, 0.9)
+
+
+def test_bootstrap_is_reproducible_and_matches_the_analytic_error():
+    rng = np.random.default_rng(1)
+    x = rng.random(400)
+    one = stats.bootstrap(stats.weighted_mean(x), len(x))[0]
+    assert one == stats.bootstrap(stats.weighted_mean(x), len(x))[0]  # fixed seed
+    assert one["resamples"] >= 1000 and one["value"] == pytest.approx(x.mean())
+    assert one["stderr"] == pytest.approx(stats.mean_ci(x)["stderr"], rel=0.1)
+    # clusters resampled whole: the counts of one cluster's questions move together
+    counts = stats.draw_counts(6, clusters=list("aabbcc"), resamples=50)
+    assert (counts[:, 0] == counts[:, 1]).all() and (counts.sum(axis=1) % 2 == 0).all()
+
+
+# ---------------------------------------------------------------------------- coverage by simulation
+def test_analytic_interval_covers_the_true_mean_95_percent():
+    rng = np.random.default_rng(7)
+    p, n, runs = 0.3, 200, 1000
+    covered = 0
+    for scores in rng.binomial(1, p, size=(runs, n)):
+        lo, hi = stats.mean_ci(scores)["ci95"]
+        covered += lo <= p <= hi
+    assert 0.93 <= covered / runs <= 0.97, covered
+
+
+def test_bootstrap_interval_of_a_ratio_covers_95_percent():
+    """A micro-averaged ratio sum(correct) / sum(predicted): the kind of aggregate that is not a mean."""
+    rng = np.random.default_rng(11)
+    n, runs = 200, 1000
+    true = 0.4 * 3.0 / 3.0  # E[correct] / E[predicted]: predicted ~ 1 + Poisson(2), correct ~ Bin(predicted, 0.4)
+    covered = 0
+    for seed in range(runs):
+        predicted = 1 + rng.poisson(2.0, n)
+        correct = rng.binomial(predicted, 0.4)
+        e = stats.bootstrap(stats.ratio_of_sums(correct, predicted), n, seed=seed)[0]
+        covered += e["ci95"][0] <= true <= e["ci95"][1]
+    assert e["resamples"] >= 1000
+    assert 0.93 <= covered / runs <= 0.97, covered
+
+
+# ---------------------------------------------------------------------------- in the scores
+@pytest.fixture(scope="module")
+def hotpot_scores():
+    ds = load_dataset("hotpotqa:dev")
+    qs = ds.samples[:40]
+    answers = [{"id": q.id, "answer": str(q.answer) if i % 3 else "wrong"} for i, q in enumerate(qs)]
+    return score_answers(ds, qs, answers, ["em-f1", "fanoutqa-string"])
+
+
+def test_every_headline_number_has_an_interval(hotpot_scores):
+    u = hotpot_scores["uncertainty"]
+    assert "uncertainty" in SECTIONS and "uncertainty" not in metric_aggregates(hotpot_scores)
+    em = u["em-f1.em"]
+    column = [r["em-f1"]["em"] for r in hotpot_scores["raw"]]
+    assert em["method"] == "analytic" and em["value"] == hotpot_scores["em-f1"]["em"]
+    assert em["stderr"] == pytest.approx(np.std(column, ddof=1) / math.sqrt(40))
+    assert u["fanoutqa-string.acc.loose"]["method"] == "analytic"  # the mean of per-question acc
+    strict = u["fanoutqa-string.acc.strict"]  # a share at a threshold: bootstrapped through the metric
+    assert strict["method"] == "bootstrap-percentile" and strict["resamples"] >= 1000 and "seed" in strict
+    assert strict["ci95"][0] <= strict["value"] <= strict["ci95"][1]
+    assert hotpot_scores["meta"]["clustering"] == {"by": None}
+    line = [x for x in summary_lines(hotpot_scores) if x.startswith("em-f1")][0]
+    assert f"em {em['value']:.4f} ± {em['stderr']:.4f} [{em['ci95'][0]:.4f}, {em['ci95'][1]:.4f}]" in line
+
+
+def test_thresholds_with_a_dot_in_their_name_are_bootstrapped():
+    ds = load_dataset("qampari:sample")
+    qs = ds.samples[:10]
+    answers = [{"id": q.id, "answer": "\n".join(a["answer_text"] for a in q.answer[: 1 + i % 3])} for i, q in enumerate(qs)]
+    s = score_answers(ds, qs, answers, ["set-f1"])
+    e = s["uncertainty"]["set-f1.f1_ge_0.5"]
+    assert e["value"] == s["set-f1"]["f1_ge_0.5"] and e["method"] == "bootstrap-percentile"
+    assert s["uncertainty"]["set-f1.f1"]["method"] == "analytic"
+
+
+def test_topiocqa_clusters_by_conversation_and_cluster_by_option():
+    from harness.errors import HarnessError
+    from harness.scoring.metrics import ScoringOptions
+
+    ds = load_dataset("topiocqa:dev")
+    qs = ds.samples[:60]
+    answers = [{"id": q.id, "answer": q.answer if i % 2 else "no"} for i, q in enumerate(qs)]
+    s = score_answers(ds, qs, answers)
+    conversations = {q.raw["Conversation_no"] for q in qs}
+    clustering = s["meta"]["clustering"]
+    assert clustering["by"] == "Conversation_no" and clustering["n_clusters"] == len(conversations)
+    em = s["uncertainty"]["topiocqa.em"]
+    assert em["method"] == "analytic-clustered" and em["n_clusters"] == len(conversations) and em["scale"] == 100
+    assert "topiocqa.turns" not in s["uncertainty"]  # a count: no interval
+    assert s["uncertainty"]["topiocqa.bleu_corpus"]["method"] == "none"
+    off = score_answers(ds, qs, answers, options=ScoringOptions(cluster_by="none"))
+    assert off["meta"]["clustering"] == {"by": None} and off["uncertainty"]["topiocqa.em"]["method"] == "analytic"
+    assert off["topiocqa"] == s["topiocqa"]  # clustering never changes a score
+    with pytest.raises(HarnessError, match="--cluster-by nope"):
+        score_answers(ds, qs, answers, options=ScoringOptions(cluster_by="nope"))
+
+
+def test_repeats_of_a_question_are_averaged_first():
+    rows = [
+        {"question_id": "q1", "m": {"acc": 1.0}},
+        {"question_id": "q2", "m": {"acc": 0.0}},
+        {"question_id": "q1", "m": {"acc": 0.0}},
+    ]
+    assert collapse_repeats(rows) == [{"question_id": "q1", "m": {"acc": 0.5}}, {"question_id": "q2", "m": {"acc": 0.0}}]
