@@ -836,7 +836,7 @@ def _first_headline_leaf(raw: Any, path: tuple[str, ...] = ()) -> tuple[str, ...
 
 
 def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     if seconds < 60:
         return f"{seconds}s"
     minutes, seconds = divmod(seconds, 60)

@@ -70,9 +70,7 @@ def test_a_reply_received_before_the_failure_is_kept(tmp_path):
 
     register_script("one-reply", lambda *a: "Pat Burrell")
     try:
-        config = build_config(
-            {"model": "scripted/one-reply", "out": str(tmp_path / "run"), "cache": False, "limit": 1}
-        )
+        config = build_config({"model": "scripted/one-reply", "out": str(tmp_path / "run"), "cache": False, "limit": 1})
         run = Run(config, show_progress=False)
 
         async def broken(sample, ctx):

@@ -5,7 +5,6 @@ sample ids -> filters -> shuffle/stratify -> limit; recorded in results.json, ne
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import Counter
 
 import pytest
