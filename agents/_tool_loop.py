@@ -82,6 +82,7 @@ class ToolLoop(Agent):
     # the loop -----------------------------------------------------------------------------
     async def solve(self, sample, ctx: AgentContext) -> SampleResult:
         session = SearchSession(self.tool, sample.question, self.knobs.repeat_question)
+        ctx.partial["searches"] = session.searches  # kept by a sample that fails midway (failures.jsonl)
         guard = ContextGuard(self.model, ctx.params.max_tokens, self.knobs.context_policy)
         tools = self.request_tools()
         messages = [{"role": "user", "content": self.first_prompt(sample)}]

@@ -25,6 +25,12 @@ NOT_HASHED = frozenset(
     {
         "limit",
         "sample_ids",
+        # which samples of the run this invocation selects (or retries): never what they are asked
+        "sample_filter",
+        "shuffle",
+        "shuffle_seed",
+        "stratify_by",
+        "only_failed",
         "out",
         "max_connections",
         "cache",
@@ -66,6 +72,15 @@ class RunConfig(BaseModel):
     data_path: str | None = None
     limit: int | None = Field(None, ge=1, le=1_000_000_000)
     sample_ids: list[str] | None = None
+    sample_filter: list[str] | None = Field(
+        None, description="FIELD=VALUE on the dataset's group fields (repeat: the same field any of, fields all of)"
+    )
+    shuffle: bool = Field(False, description="shuffle the selected samples (with --limit: a random subset)")
+    shuffle_seed: int | None = Field(None, ge=0, le=2**32 - 1, description="default: --seed")
+    stratify_by: str | None = Field(
+        None, description="with --limit: a subset proportional to this group field (largest remainder)"
+    )
+    only_failed: bool = Field(False, description="retry only the samples that failed earlier in this run directory")
     out: str | None = None
     max_connections: int = Field(4, ge=1, le=10_000)
     sample_timeout: float = Field(600.0, gt=0, le=WEEK_S, description="seconds per sample (paper: 600)")
@@ -166,6 +181,8 @@ def build_config(flat: dict[str, Any]) -> RunConfig:
             (generation if key == "generation" else backend).update(value)
         else:
             top[key] = value
+    if isinstance(top.get("sample_filter"), str):  # YAML: one FIELD=VALUE
+        top["sample_filter"] = [top["sample_filter"]]
     for key in ("sample_ids", "metrics"):
         if isinstance(top.get(key), str):
             top[key] = [s for s in top[key].split(",") if s]

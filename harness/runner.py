@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import subprocess
 import sys
 import time
@@ -107,16 +108,10 @@ async def _within_own_time(coro, timeout: float, clock: WaitClock):
 
 
 def select_samples(dataset: Dataset, config: RunConfig) -> list[Sample]:
-    samples = dataset.samples
-    if config.sample_ids:
-        by_id = dataset.by_id()
-        unknown = [i for i in config.sample_ids if i not in by_id]
-        if unknown:
-            raise ConfigError(f"unknown sample id(s) in {dataset.info.spec()}: {', '.join(unknown[:5])}")
-        samples = [by_id[i] for i in dict.fromkeys(config.sample_ids)]
-    if config.limit:
-        samples = samples[: config.limit]
-    return samples
+    """sample ids -> --sample-filter -> --shuffle / --stratify-by -> --limit (``harness.selection``)."""
+    from harness.selection import select_samples as select
+
+    return select(dataset, config)
 
 
 def check_sample_ids(dataset: Dataset, data_path: str | None) -> None:
@@ -151,7 +146,12 @@ class Run:
         # The setting a strategy runs in is resolved first (a strategy never runs in a setting it
         # does not implement), and recorded resolved.
         _, setting = resolve_agent(config.agent, config.setting)
-        self.config = config = config.model_copy(update={"setting": setting})
+        resolved: dict[str, Any] = {"setting": setting}
+        if config.shuffle and config.shuffle_seed is None:  # recorded as used: --seed's value
+            from harness.selection import shuffle_seed
+
+            resolved["shuffle_seed"] = shuffle_seed(config)
+        self.config = config = config.model_copy(update=resolved)
         self.show_progress = show_progress
         self.dataset = load_dataset(config.dataset, config.data_path)
         self.samples = select_samples(self.dataset, config)
@@ -296,6 +296,8 @@ class Run:
         finished = load_finished(self.run_dir)
         # epoch-major: an interrupted run has whole epochs done first
         todo = [(s, e) for e in self._epochs() for s in self.samples if work_key(s.id, e) not in finished]
+        if self.config.only_failed:
+            todo = self._only_failed(todo, previous)
         if self.config.max_cost is not None:  # the budget covers every invocation of the run
             self.budget = Budget(self.config.max_cost, self.pricing, spent_in_records(self._attempt_records()))
         invocations = list((previous or {}).get("invocations", []))
@@ -352,6 +354,30 @@ class Run:
                 write_json_atomic(self.run_dir / RESULTS_FILE, results)
         return results
 
+    def _only_failed(self, todo, previous) -> list:
+        """--only-failed: of the samples to do, those with a failed attempt in this run directory (a
+        sample finished since is not in ``todo``); none failed: said in one line, nothing to do."""
+        if previous is None and not (self.run_dir / CONFIG_FILE).exists():
+            raise ConfigError(
+                f"--only-failed: {self.run_dir} holds no run yet (run {self.run_id}: give the options of the run "
+                "to retry, or its --out)"
+            )
+        failed = {
+            work_key(r["id"], record_epoch(r))
+            for r in self._attempt_records()
+            if r.get("status") == "error" and isinstance(r.get("id"), str)
+        }
+        kept = [(s, e) for s, e in todo if work_key(s.id, e) in failed]
+        if not kept:
+            print(f"--only-failed: no failed sample to retry in {self.run_dir}", file=sys.stderr)
+        elif len(kept) < len(todo):
+            print(
+                f"--only-failed: retrying {len(kept)} failed sample(s); {len(todo) - len(kept)} never tried "
+                "are left pending",
+                file=sys.stderr,
+            )
+        return kept
+
     async def _solve_all(self, todo, finished, failures) -> None:
         cache = None if not self.config.cache else ResponseCache(self.config.cache_path)
         samples_out = JsonlAppender(self.run_dir / SAMPLES_FILE)
@@ -380,7 +406,7 @@ class Run:
             if record["status"] == "ok":
                 samples_out.append(record)
                 finished[work_key(sample.id, epoch)] = record
-                progress.advance(ok=True)
+                progress.advance(ok=True, scores=record.get("scores"))
             else:
                 failures_out.append(record)
                 failures[work_key(sample.id, epoch)] = record
@@ -477,6 +503,11 @@ class Run:
             record = {**common, "status": "error", "error_type": error_type, "error": redact(error)}
             if missing_titles is not None:
                 record["missing_titles"] = missing_titles
+            # the transcript up to the failure: the last request and the reply it got (if any), and
+            # what the strategy recorded so far (its searches); secrets masked as in every record
+            record["messages"] = ctx.transcript
+            if ctx.partial:
+                record["extra"] = dict(ctx.partial)
             return record
         self.invocation["finished"] += 1
         last_finish = ctx.finish_reasons[-1] if ctx.finish_reasons else None
@@ -655,14 +686,30 @@ def _retrieval_summary(done: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 class _Progress:
-    """done/failed/ETA on stderr (rich) when it is a terminal; a final line otherwise."""
+    """done/failed/ETA on stderr: a live display (rich) on a terminal; otherwise (logs, nohup, CI) one
+    line every ``EVERY_S`` seconds or ``EVERY_SHARE`` of the samples, whichever comes first, and one
+    at the end, with the running headline score when samples are scored as they finish."""
 
-    def __init__(self, total: int, enabled: bool):
+    EVERY_S = 30.0
+    EVERY_SHARE = 0.1
+
+    def __init__(self, total: int, enabled: bool, stream=None, every_s: float | None = None):
         self.total = total
         self.ok = 0
         self.failed = 0
-        self.enabled = enabled and sys.stderr.isatty()
+        self.stream = stream if stream is not None else sys.stderr
+        tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.enabled = enabled and tty
+        self.lines = enabled and not tty
+        self.every_s = self.EVERY_S if every_s is None else every_s
+        self.every_n = max(1, math.ceil(total * self.EVERY_SHARE))
         self._progress = None
+        self._started = self._last_line = time.monotonic()
+        self._done_at_line = 0
+        self._timer = None
+        self._headline: str | None = None  # "METRIC.VALUE" of the first scored sample
+        self._score_sum = 0.0
+        self._scored = 0
 
     def __enter__(self):
         if self.enabled:
@@ -688,17 +735,112 @@ class _Progress:
             )
             self._progress.start()
             self._task = self._progress.add_task("run", total=self.total, failed=0)
+        if self.lines:
+            self._started = self._last_line = time.monotonic()
+            self._schedule()
         return self
 
-    def advance(self, ok: bool) -> None:
+    def advance(self, ok: bool, scores: dict[str, Any] | None = None) -> None:
         if ok:
             self.ok += 1
         else:
             self.failed += 1
+        if scores:
+            self._add_score(scores)
         if self._progress is not None:
             self._progress.update(self._task, advance=1, failed=self.failed)
+        if self.lines:
+            done = self.ok + self.failed
+            if done - self._done_at_line >= self.every_n or time.monotonic() - self._last_line >= self.every_s:
+                self._line()
+
+    def _add_score(self, scores: dict[str, Any]) -> None:
+        """Sums the headline value (the first metric's first number that is not a precision, a recall or
+        a count: FanOutQA acc, set-F1 f1, EM) of each sample scored as it finished."""
+        if self._headline is None:
+            for metric, value in scores.items():
+                leaf = _first_headline_leaf(value)
+                if leaf is not None:
+                    self._headline = f"{metric}.{'.'.join(leaf)}"
+                    break
+            else:
+                return
+        metric, *path = self._headline.split(".")
+        value: Any = scores.get(metric)  # a record's scores: {metric: its per-question values}
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            self._score_sum += value
+            self._scored += 1
+
+    def line(self) -> str:
+        done = self.ok + self.failed
+        elapsed = max(time.monotonic() - self._started, 1e-9)
+        rate = done / elapsed
+        parts = [f"progress: {done}/{self.total} samples done, {self.failed} failed"]
+        parts.append(f"{rate:.2f}/s" if rate >= 1 else f"{rate * 60:.1f}/min")
+        if done >= self.total:
+            parts.append(f"took {_duration(elapsed)}")
+        elif rate > 0:
+            parts.append(f"ETA {_duration((self.total - done) / rate)}")
+        else:
+            parts.append("ETA unknown")
+        if self._scored:
+            parts.append(f"{self._headline} {self._score_sum / self._scored:.3f} (mean of {self._scored} scored)")
+        return ", ".join(parts)
+
+    def _line(self) -> None:
+        print(self.line(), file=self.stream, flush=True)
+        self._last_line = time.monotonic()
+        self._done_at_line = self.ok + self.failed
+
+    def _tick(self) -> None:
+        """A line every ``every_s`` even while no sample finishes (a slow model, a hang)."""
+        if time.monotonic() - self._last_line >= self.every_s * 0.999:
+            self._line()
+        self._schedule()
+
+    def _schedule(self) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        wait = max(0.01, self.every_s - (time.monotonic() - self._last_line))
+        self._timer = loop.call_later(wait, self._tick)
 
     def __exit__(self, *exc):
         if self._progress is not None:
             self._progress.stop()
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.lines and self.ok + self.failed > self._done_at_line:
+            self._line()
         return False
+
+
+def _first_headline_leaf(raw: Any, path: tuple[str, ...] = ()) -> tuple[str, ...] | None:
+    """Path of the first number in ``raw`` that is a headline value (not a precision, a recall or an
+    ``n_`` count), depth first in its order."""
+    if isinstance(raw, dict):
+        for key, value in raw.items():
+            name = str(key)
+            if name.startswith("n_") or name.endswith(("precision", "recall")):
+                continue
+            found = _first_headline_leaf(value, (*path, name))
+            if found is not None:
+                return found
+        return None
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool) and path:
+        return path
+    return None
+
+
+def _duration(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"

@@ -97,6 +97,16 @@ class AgentContext:
         self.sent_usage = Usage()  # tokens of the requests actually sent: what is billed
         self.finish_reasons: list[str | None] = []
         self.servers: dict[str, int] = {}  # requests sent to each of several servers
+        # What a failed sample leaves behind (failures.jsonl): the last request's messages and the
+        # reply it got, and whatever the strategy records as it goes (``partial``: its searches).
+        self.last_request: list[dict[str, Any]] = []
+        self.last_reply: dict[str, Any] | None = None
+        self.partial: dict[str, Any] = {}
+
+    @property
+    def transcript(self) -> list[dict[str, Any]]:
+        """The conversation so far: the last request's messages, then its reply if one came."""
+        return [*self.last_request, *([self.last_reply] if self.last_reply is not None else [])]
 
     async def generate(
         self,
@@ -106,6 +116,7 @@ class AgentContext:
         params: GenerationParams | None = None,
     ) -> ModelResponse:
         params = params or self.params
+        self.last_request, self.last_reply = list(messages), None  # a copy: strategies append to theirs
         key = None
         if self.cache is not None and is_cacheable(params):
             key = cache_key(self.model.cache_identity(), messages, params, tools, tool_choice)
@@ -132,6 +143,7 @@ class AgentContext:
         return response
 
     def _tally(self, response: ModelResponse) -> None:
+        self.last_reply = response.as_message()
         self.usage.prompt_tokens += response.usage.prompt_tokens
         self.usage.completion_tokens += response.usage.completion_tokens
         self.finish_reasons.append(response.finish_reason)

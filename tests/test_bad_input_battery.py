@@ -332,3 +332,35 @@ def test_compare_and_power_refuse_runs_they_cannot_compare(world, tmp_path, caps
     assert_one_line_exit_2(code, err, "--metric nope")
     code, err = invoke(["power", str(run), "--metric", "em-f1.em", "--delta", "0.1"], capsys)
     assert_one_line_exit_2(code, err, "no standard error")  # one question
+
+
+# ---------------------------------------------------------------------------- sample selection
+SELECTION_CASES = {
+    "unknown field": (["--sample-filter", "colour=red"], "--sample-filter", "its fields: type"),
+    "unknown value": (["--sample-filter", "type=nope"], "--sample-filter type=nope", "its values: unknown"),
+    "no =": (["--sample-filter", "type"], "--sample-filter", "FIELD=VALUE"),
+    "empty value": (["--sample-filter", "type="], "--sample-filter", "FIELD=VALUE"),
+    "nothing left": (["--sample-id", "explore1__wikidata_simple", "--sample-filter", "type=wikidata_comp"], "--sample-filter", "matches"),
+    "stratify unknown field": (["--stratify-by", "colour"], "--stratify-by", "its fields: type"),
+    "stratify without limit": (["--stratify-by", "type"], "--stratify-by", "needs --limit"),
+    "shuffle seed alone": (["--shuffle-seed", "3"], "--shuffle-seed", "without --shuffle"),
+    "shuffle seed negative": (["--shuffle", "--shuffle-seed", "-1"], "--shuffle-seed", "greater than"),
+    "only failed, no run": (["--only-failed"], "--only-failed", "holds no run yet"),
+}
+
+
+@pytest.mark.parametrize("case", SELECTION_CASES)
+def test_bad_sample_selection(case, world, tmp_path, capsys):
+    """Checked before any model call (the model is a dead URL): one line naming the option and the
+    known fields or values, exit 2, nothing written."""
+    extra, option, needle = SELECTION_CASES[case]
+    base = [x for x in bases(world, tmp_path)["run"]]
+    base[base.index("--dataset") + 1] = "qampari:sample"
+    if "--stratify-by" in extra and "needs --limit" in needle:
+        i = base.index("--limit")
+        del base[i : i + 2]
+    before = listing(tmp_path)
+    code, err = invoke([*base, *extra], capsys)
+    assert_one_line_exit_2(code, err, option)
+    assert needle in err, err
+    assert listing(tmp_path) == before, "a refused selection left files behind"

@@ -74,8 +74,40 @@ def add_run_options(p) -> None:
     g.add_argument(
         "--data-path", help="read the dataset from this file (its official format) instead of the vendored copy"
     )
-    g.add_argument("--limit", type=int, help="only the first N samples (after --sample-id)")
+    g.add_argument(
+        "--limit",
+        type=int,
+        help="only the first N samples (after --sample-id, --sample-filter and --shuffle; with --stratify-by "
+        "a proportional N)",
+    )
     g.add_argument("--sample-id", dest="sample_ids", help="comma-separated sample ids to run")
+    g.add_argument(
+        "--sample-filter",
+        dest="sample_filter",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="only samples whose group FIELD has VALUE (repeat: one field any of its values, several fields "
+        "all of them); fields: FanOutQA category, QAMPARI type, QUEST template/domain, TopiOCQA turn_type; "
+        "not hashed",
+    )
+    g.add_argument(
+        "--shuffle",
+        action="store_true",
+        help="shuffle the samples before --limit (a random subset, the same for the same seed); not hashed",
+    )
+    g.add_argument("--shuffle-seed", type=int, help="seed of --shuffle (default: the --seed value)")
+    g.add_argument(
+        "--stratify-by",
+        metavar="FIELD",
+        help="with --limit N: N samples in proportion to FIELD's values (largest remainder; a sample "
+        "counts in its first value); not hashed",
+    )
+    g.add_argument(
+        "--only-failed",
+        action="store_true",
+        help="retry only the samples that failed earlier in this run directory (failures.jsonl, minus "
+        "those finished since); start none that were never tried",
+    )
     g.add_argument("--out", help="run directory (default: results/<dataset>-<model>-<setting>-<config hash>)")
     g.add_argument(
         "--config",

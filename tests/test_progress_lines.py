@@ -1,0 +1,88 @@
+"""Progress without a terminal (logs, nohup, CI; issue 14): one line to stderr every 10% of the samples
+or every 30 s, and one at the end, with done, failed, rate, ETA and the running headline score when
+samples are scored as they finish. A terminal keeps the live display."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+
+import pytest
+
+from harness.config import build_config
+from harness.datasets import load_dataset
+from harness.models.scripted import register_script, unregister_script
+from harness.runner import Run, _Progress
+
+
+@pytest.fixture
+def gold_for_autozam():
+    """Answers the gold items of the Autozam question, nothing right elsewhere; fails one question."""
+    dataset = load_dataset("qampari:sample", None)
+    gold = {s.question: "\n".join(a["answer_text"] for a in s.answer) for s in dataset.samples}
+
+    def fn(messages, tools, tool_choice, params):
+        prompt = messages[-1]["content"]
+        question = next(q for q in gold if q in prompt)
+        if "Autozam" in question:
+            return gold[question]
+        if question == dataset.samples[1].question:
+            raise KeyError("a crash")
+        return "nothing"
+
+    register_script("progress-lines", fn)
+    yield "scripted/progress-lines"
+    unregister_script("progress-lines")
+
+
+def test_lines_without_a_terminal(gold_for_autozam, tmp_path, capsys):
+    config = build_config(
+        {
+            "model": gold_for_autozam,
+            "dataset": "qampari:sample",
+            "out": str(tmp_path / "run"),
+            "cache": False,
+            "stream_scoring": "on",
+            "max_connections": 1,
+        }
+    )
+    results = asyncio.run(Run(config, show_progress=True).execute())  # capsys: stderr is no terminal
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("progress: ")]
+    # 13 samples: a line every 2 (ceil of 10%), and the last at the end
+    assert [int(re.match(r"progress: (\d+)/13 ", x).group(1)) for x in lines] == [2, 4, 6, 8, 10, 12, 13]
+    last = lines[-1]
+    assert "1 failed" in last and "took " in last and ("/s" in last or "/min" in last)
+    assert "ETA " in lines[0]
+    raw = [r["set-f1"]["f1"] for r in results["scores"]["raw"] if r["question_id"] != results["sample_ids"][1]]
+    mean = sum(raw) / len(raw)
+    assert 0 < mean < 1
+    assert last.endswith(f"set-f1.f1 {mean:.3f} (mean of 12 scored)"), last
+
+
+def test_a_line_every_interval_while_nothing_finishes():
+    stream = io.StringIO()
+
+    async def main():
+        with _Progress(5, enabled=True, stream=stream, every_s=0.05) as progress:
+            await asyncio.sleep(0.18)
+            progress.advance(ok=True)
+
+    asyncio.run(main())
+    lines = stream.getvalue().splitlines()
+    assert len(lines) >= 3 and lines[0].startswith("progress: 0/5 samples done, 0 failed")
+    assert "ETA unknown" in lines[0] and "score" not in lines[0]  # no scores streamed: no headline
+    assert lines[-1].startswith("progress: 1/5 ")
+
+
+def test_a_terminal_keeps_the_live_display_and_quiet_prints_nothing():
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    progress = _Progress(5, enabled=True, stream=Tty())
+    assert progress.enabled and not progress.lines
+    stream = io.StringIO()
+    with _Progress(5, enabled=False, stream=stream) as quiet:
+        quiet.advance(ok=True)
+    assert stream.getvalue() == ""
