@@ -83,3 +83,37 @@ def test_local_model_runs_samples_one_after_another(tmp_path, capsys):
     for (_, end), (start, _) in zip(spans, spans[1:]):
         assert start >= end, "an in-process model's samples must not overlap"
     assert all(r["waited_s"] < 0.05 for r in records)  # one at a time: nobody queued
+
+
+def test_every_llama_call_runs_on_one_thread(tmp_path, monkeypatch):
+    """llama.cpp's OpenMP build keeps a spinning thread team per calling thread: loading and every
+    generation must run on the same thread, or idle teams steal the cores (0.66x raw speed)."""
+    import threading
+
+    from harness.models import local
+
+    seen: list[tuple[str, int]] = []
+    real_call, real_llama = local.LocalLlamaBackend._call, None
+
+    def spy_call(self, kwargs, cancelled):
+        seen.append(("generate", threading.get_ident()))
+        return real_call(self, kwargs, cancelled)
+
+    import llama_cpp
+
+    real_llama = llama_cpp.Llama
+
+    def spy_llama(*args, **kwargs):
+        seen.append(("load", threading.get_ident()))
+        return real_llama(*args, **kwargs)
+
+    monkeypatch.setattr(local.LocalLlamaBackend, "_call", spy_call)
+    monkeypatch.setattr(llama_cpp, "Llama", spy_llama)
+    config = build_config(
+        {"model": "local/smollm2", "out": str(tmp_path / "run"), "cache": False, "limit": 4, "max_tokens": 4}
+    )
+    results = asyncio.run(Run(config, show_progress=False).execute())
+    assert results["counts"]["finished"] == 4
+    assert [kind for kind, _ in seen] == ["load"] + ["generate"] * 4
+    assert len({ident for _, ident in seen}) == 1, seen
+    assert threading.main_thread().ident not in {ident for _, ident in seen}

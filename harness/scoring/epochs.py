@@ -80,6 +80,11 @@ def reduce_epoch_scores(
     breakdown = _breakdown([q for q in questions if q.id in rows], rows, names)
     if breakdown:
         out["breakdown"] = breakdown
+    from harness.scoring.uncertainty import compute_uncertainty
+
+    # error bars over questions (each question's reduced value), clustered as each epoch was
+    clusters = (first["meta"].get("clustering") or {}).get("clusters")
+    out["uncertainty"] = compute_uncertainty(fns, {**out, "meta": {"n_questions": len(order)}}, clusters)
     out["epochs"] = {
         "n": len(epoch_scores),
         "reducer": reducer,

@@ -137,7 +137,8 @@ def score_run(
     if results is not None and results.get("sample_ids") is not None:
         ids = list(results["sample_ids"])
     else:  # killed before its results.json: select as the run did
-        selection = SimpleNamespace(sample_ids=config.get("sample_ids"), limit=config.get("limit"))
+        keys = ("sample_ids", "sample_filter", "shuffle", "shuffle_seed", "stratify_by", "limit")
+        selection = SimpleNamespace(**{k: config.get(k) for k in keys})
         ids = [s.id for s in select_samples(dataset, selection)]
     by_id = dataset.by_id()
     unknown = [i for i in ids if i not in by_id]
