@@ -17,7 +17,7 @@ from typing import Any
 from harness.errors import ConfigError
 from harness.leaderboard import is_headline
 from harness.records import write_bytes_atomic
-from harness.scoring.results import metric_values
+from harness.scoring.results import score_values
 
 SETTINGS = ("evidence-provided", "open-book")
 ABLATION_JSON, ABLATION_MD, ABLATION_PNG = "ablation.json", "ablation.md", "ablation.png"
@@ -54,7 +54,7 @@ def max_supported_context(model: str) -> int | None:
 
 def _row(size: int, run_dir: Path, results: dict[str, Any], ceiling_row: dict[str, Any] | None) -> dict[str, Any]:
     cost = results.get("cost") or {}
-    metrics = metric_values(results.get("scores"))
+    metrics = score_values(results.get("scores"))  # counts (topiocqa.turns) are not plotted
     errors = (results.get("scores") or {}).get("uncertainty") or {}
     return {
         "context_size": size,

@@ -13,7 +13,13 @@ from typing import Any
 
 from harness.config import BACKEND_NOT_HASHED, NOT_HASHED
 from harness.errors import HarnessError
-from harness.scoring.results import metric_values  # reads results format 1 and 2
+from harness.scoring.results import (  # read results format 1 and 2
+    breakdown_values,
+    count_values,
+    headline_of,
+    scale_of,
+    score_values,
+)
 
 RESULTS_FILE = "results.json"
 # Identity of a row (shown in its own columns, never as a knob)
@@ -21,10 +27,7 @@ KEY_FIELDS = ("model", "dataset", "split", "version", "setting", "agent")
 NOT_KNOBS = NOT_HASHED | BACKEND_NOT_HASHED | {"model", "dataset", "setting", "agent"}
 
 
-def is_headline(name: str) -> bool:
-    """Shown in tables and plots: F-scores and accuracies, not their precision/recall parts."""
-    last = name.rsplit(".", 1)[-1]
-    return not (last in ("precision", "recall") or last.endswith(("_precision", "_recall")))
+is_headline = headline_of  # shown in tables and plots: F-scores and accuracies, not precision/recall
 
 
 def _flat_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -73,7 +76,7 @@ def load_row(run_dir: Path) -> dict[str, Any]:
         agent = results.get("agent") or {}
         scores = results.get("scores")
         cost = results.get("cost") or {}
-        metrics = metric_values(scores)  # METRIC.NAME, in either results format
+        metrics = score_values(scores)  # METRIC.NAME scores, in either results format; counts apart
         errors = (scores or {}).get("uncertainty") or {}  # none in results from before the error bars
         return {
             "model": config["model"],
@@ -90,6 +93,9 @@ def load_row(run_dir: Path) -> dict[str, Any]:
             "n_finished": counts["finished"],
             "n_failed": counts["failed"],
             "metrics": metrics,
+            "score_counts": count_values(scores),  # e.g. topiocqa.turns: not a score, never a metric column
+            # {group: {value: {"n", METRIC.NAME: mean}}}: FanOutQA category, QAMPARI type, ...
+            "breakdown": breakdown_values(scores),
             # next to each value: its standard error and 95% interval (None: no interval, e.g. a count)
             "stderr": {m: (errors.get(m) or {}).get("stderr") for m in metrics if m in errors},
             "ci95": {m: (errors.get(m) or {}).get("ci95") for m in metrics if m in errors},
@@ -150,6 +156,8 @@ def build_leaderboard(root: str | Path) -> dict[str, Any]:
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "key": list(KEY_FIELDS),
         "metrics": metrics,
+        # each metric column has one scale: TopiOCQA's official EM/F1/BLEU are 0-100, the rest 0-1
+        "scales": {m: scale_of(m) for m in metrics},
         "rows": rows,
         "warnings": warnings,
     }
@@ -174,9 +182,11 @@ def _with_error(value: Any, stderr: Any) -> Any:
 
 def format_markdown(board: dict[str, Any]) -> str:
     metrics = [m for m in board["metrics"] if is_headline(m)]
-    head = ["model", "dataset", "setting", "agent", "knobs", "n", "status", *metrics]
+    scales = board.get("scales") or {}
+    labels = [f"{m} ({scales.get(m) or scale_of(m)})" for m in metrics]
+    head = ["model", "dataset", "setting", "agent", "knobs", "n", "status", *labels]
     head += ["tokens", "cost USD", "USD/sample", "context", "native tools", "path"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" if h in metrics else "---" for h in head) + "|"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" if h in labels else "---" for h in head) + "|"]
     for r in board["rows"]:
         knobs = ", ".join(f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in r["knobs"].items())
         cells = [

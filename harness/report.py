@@ -17,7 +17,7 @@ from typing import Any
 from harness.errors import HarnessError
 from harness.leaderboard import is_headline
 from harness.records import write_bytes_atomic
-from harness.scoring.results import metric_values, per_question
+from harness.scoring.results import breakdown_values, count_values, per_question, scale_of, score_values
 
 REPORT_FILE = "report.html"
 SHORT = 240  # characters of a question or answer shown in the table (all of it in the transcript)
@@ -53,8 +53,8 @@ def _load_records(run_dir: Path) -> tuple[dict[str, dict[str, Any]], dict[str, d
     failed: dict[str, dict[str, Any]] = {}
     if (run_dir / FAILURES_FILE).exists():
         for _, record in iter_jsonl(run_dir / FAILURES_FILE, strict=False):
-            if isinstance(record.get("id"), str):
-                failed[record["id"]] = record  # the last attempt
+            if isinstance(record.get("id"), str) and record.get("epoch", 1) == 1:
+                failed[record["id"]] = record  # the last attempt (epoch 1: the rows are questions)
     return finished, failed
 
 
@@ -116,6 +116,8 @@ def build_report_data(run_dir: Path) -> dict[str, Any]:
                 "truncated_output": (record or {}).get("truncated_output"),
                 "messages": (record or {}).get("messages") or [],
                 "extra": extra,
+                # breakdown fields (FanOutQA category, QAMPARI type, ...): the report filters on them
+                "groups": dict(getattr(samples.get(qid), "groups", None) or {}),
             }
         )
     score_columns: list[str] = []
@@ -175,6 +177,36 @@ SORT_JS = """
       rows.forEach(function (row) { tbody.appendChild(row); });
     });
   });
+  var selects = document.querySelectorAll("select[data-filter]");
+  function matches(r) {
+    for (var i = 0; i < selects.length; i++) {
+      var key = selects[i].getAttribute("data-filter"), want = selects[i].value;
+      if (!want) continue;
+      if (key === "status") {
+        var status = r.status.indexOf("failed") === 0 ? "failed" : r.status;
+        if (status !== want) return false;
+      } else if (key === "outcome") {
+        if (r.outcome !== want) return false;
+      } else {
+        var values = (r.groups || {})[key.slice(6)] || [];
+        if (values.indexOf(want) < 0) return false;
+      }
+    }
+    return true;
+  }
+  function applyFilters() {
+    var shown = 0;
+    Array.prototype.forEach.call(tbody.rows, function (row) {
+      var ok = matches(byId[row.getAttribute("data-index")]);
+      row.style.display = ok ? "" : "none";
+      var t = document.getElementById("t-" + row.getAttribute("data-index"));
+      if (t) t.style.display = ok ? "" : "none";
+      if (ok) shown++;
+    });
+    document.getElementById("shown-count").textContent = shown + " of " + tbody.rows.length + " shown";
+  }
+  Array.prototype.forEach.call(selects, function (s) { s.addEventListener("change", applyFilters); });
+  applyFilters();
 })();
 """
 
@@ -222,12 +254,15 @@ def _meta_section(results: dict[str, Any]) -> str:
 
 
 def _scores_section(results: dict[str, Any]) -> str:
-    values = metric_values(results.get("scores"))
+    values = score_values(results.get("scores"))
     if not values:
         return '<section id="scores"><h2>Scores</h2><p class="muted">No scores (see scoring above).</p></section>'
     errors = (results.get("scores") or {}).get("uncertainty") or {}
+    counts = count_values(results.get("scores"))
+    counted = f"<h3>Counts</h3>{_kv_table(list(counts.items()))}" if counts else ""
     if not errors:  # a results file from before the error bars: as it was (harness score RUN adds them)
-        return f'<section id="scores"><h2>Scores</h2>{_kv_table(list(values.items()))}</section>'
+        rows = [(f"{k} ({scale_of(k)})", v) for k, v in values.items()]
+        return f'<section id="scores"><h2>Scores</h2>{_kv_table(rows)}{counted}</section>'
     head = "<tr><th>metric</th><th>value</th><th>± stderr</th><th>95% interval</th><th>method</th></tr>"
     body = []
     for name, value in values.items():
@@ -239,10 +274,50 @@ def _scores_section(results: dict[str, Any]) -> str:
         cells = [_fmt(value), "" if e.get("stderr") is None else _fmt(e["stderr"])]
         cells.append(f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "")
         cells.append(method)
-        body.append(f"<tr><th>{_e(name)}</th>" + "".join(f'<td class="num">{_e(c)}</td>' for c in cells) + "</tr>")
+        label = f"{name} ({scale_of(name)})"
+        body.append(f"<tr><th>{_e(label)}</th>" + "".join(f'<td class="num">{_e(c)}</td>' for c in cells) + "</tr>")
     clustering = ((results.get("scores") or {}).get("meta") or {}).get("clustering") or {}
     note = f'<p class="muted">errors clustered by {_e(clustering["by"])}</p>' if clustering.get("by") else ""
-    return f'<section id="scores"><h2>Scores</h2><table class="kv scores">{head}{"".join(body)}</table>{note}</section>'
+    return (
+        f'<section id="scores"><h2>Scores</h2><table class="kv scores">{head}{"".join(body)}</table>{note}'
+        f"{counted}</section>"
+    )
+
+
+def _breakdown_section(results: dict[str, Any]) -> str:
+    """One table per breakdown group (FanOutQA category, QAMPARI type, QUEST template/domain,
+    TopiOCQA turn type): each value's n and headline means."""
+    groups = breakdown_values(results.get("scores"))
+    if not groups:
+        return ""
+    parts = ['<section id="breakdowns"><h2>Breakdowns</h2>']
+    for group, values in groups.items():
+        columns = list(dict.fromkeys(k for entry in values.values() for k in entry if k != "n" and is_headline(k)))
+        head = "<tr><th>" + _e(group) + "</th><th>n</th>" + "".join(f"<th>{_e(c)}</th>" for c in columns) + "</tr>"
+        body = []
+        for value, entry in sorted(values.items(), key=lambda kv: (-(kv[1].get("n") or 0), kv[0])):
+            cells = "".join(f'<td class="num">{_e(_fmt(entry.get(c)))}</td>' for c in columns)
+            body.append(f'<tr><th>{_e(value)}</th><td class="num">{_e(entry.get("n"))}</td>{cells}</tr>')
+        parts.append(f'<table class="breakdown" data-group="{_e(group)}">{head}{"".join(body)}</table>')
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _filters(rows: list[dict[str, Any]]) -> str:
+    """Select boxes over the question table: status, outcome and each breakdown field."""
+    def options(values: list[str]) -> str:
+        return '<option value="">all</option>' + "".join(f'<option value="{_e(v)}">{_e(v)}</option>' for v in values)
+
+    status = sorted({"failed" if r["status"].startswith("failed") else r["status"] for r in rows})
+    outcomes = sorted({r["outcome"] for r in rows if r["outcome"]})
+    boxes = [("status", status), ("outcome", outcomes)]
+    fields = list(dict.fromkeys(f for r in rows for f in r["groups"]))
+    boxes += [(f"group:{f}", sorted({v for r in rows for v in r["groups"].get(f, [])})) for f in fields]
+    html = "".join(
+        f'<label>{_e(key.removeprefix("group:"))} <select data-filter="{_e(key)}">{options(values)}</select></label> '
+        for key, values in boxes
+    )
+    return f'<p class="filters">Show: {html}<span id="shown-count"></span></p>'
 
 
 def _question_table(rows: list[dict[str, Any]], score_columns: list[str]) -> str:
@@ -268,7 +343,9 @@ def _question_table(rows: list[dict[str, Any]], score_columns: list[str]) -> str
             cells.append(f'<td class="num">{_e(_fmt(r[key]))}</td>')
         body.append(f'<tr class="{cls}" data-index="{r["index"]}" data-id="{_e(r["id"])}">{"".join(cells)}</tr>')
     return (
-        '<section id="questions"><h2>Questions</h2><p class="muted">Click a column header to sort.</p>'
+        '<section id="questions"><h2>Questions</h2><p class="muted">Click a column header to sort; choose '
+        "below to filter (the transcripts follow).</p>"
+        f"{_filters(rows)}"
         f'<table id="question-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></section>'
     )
 
@@ -379,7 +456,8 @@ def render_report(data: dict[str, Any]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{_e(title)} — run {_e(results.get('run_id'))}</title><style>{CSS}</style></head><body>"
         f"<h1>{_e(title)}</h1>"
-        f"{_meta_section(results)}{_scores_section(results)}{_question_table(rows, data['score_columns'])}"
+        f"{_meta_section(results)}{_scores_section(results)}{_breakdown_section(results)}"
+        f"{_question_table(rows, data['score_columns'])}"
         f'<section id="transcripts"><h2>Transcripts</h2>{"".join(_transcript(r) for r in rows)}</section>'
         f'<script type="application/json" id="report-data">{_json_for_script(embedded)}</script>'
         f"<script>{SORT_JS}</script></body></html>\n"

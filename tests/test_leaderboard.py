@@ -94,7 +94,8 @@ def test_leaderboard_rows_json_and_markdown(root, tmp_path):
     head = [c.strip() for c in lines[0].strip("|").split("|")]
     body = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
     assert len(body) == 4
-    assert {m for m in board["metrics"] if is_headline(m)} <= set(head)
+    # each metric column is labelled with its one scale
+    assert {f"{m} ({board['scales'][m]})" for m in board["metrics"] if is_headline(m)} <= set(head)
     by_path = {cells[head.index("path")]: cells for cells in body}
     for name, row in rows.items():
         cells = by_path[row["path"]]
@@ -102,7 +103,7 @@ def test_leaderboard_rows_json_and_markdown(root, tmp_path):
             if is_headline(metric):  # the value, then its standard error where it has one
                 stderr = row["stderr"].get(metric)
                 want = f"{value:.4f}" if stderr is None else f"{value:.4f} ± {stderr:.4f}"
-                assert cells[head.index(metric)] == want
+                assert cells[head.index(f"{metric} ({board['scales'][metric]})")] == want
     assert by_path[str(root / "a")][head.index("knobs")] == "max_tokens=16"
     assert by_path[str(root / "c")][head.index("cost USD")] == "—"
 

@@ -236,7 +236,7 @@ def command(args: argparse.Namespace) -> int:
 
 def print_summary(results: dict[str, Any], file=None) -> None:
     """Counts, then one line per metric with its aggregate numbers (every metric the run scored)."""
-    from harness.scoring.results import summary_lines
+    from harness.scoring.results import breakdown_lines, summary_lines
 
     file = file or sys.stdout
     c = results["counts"]
@@ -246,6 +246,8 @@ def print_summary(results: dict[str, Any], file=None) -> None:
     clustering = ((results.get("scores") or {}).get("meta") or {}).get("clustering") or {}
     if clustering.get("by"):
         print(f"  (errors clustered by {clustering['by']}: {clustering['n_clusters']} clusters)", file=file)
+    for line in breakdown_lines(results.get("scores")):
+        print(f"  {line}", file=file)
     cost = results.get("cost") or {}
     if cost.get("spent_usd"):
         print(f"cost: ${cost['spent_usd']:.6f} spent (list price of the finished samples ${cost['model_usd']:.6f})")

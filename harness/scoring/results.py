@@ -133,6 +133,87 @@ def per_question(scores: dict[str, Any] | None) -> dict[str, dict[str, float]]:
     }
 
 
+# Aggregates on a 0-100 scale (TopiOCQA's official EM/F1 x100 and sacreBLEU); every other score is 0-1.
+PERCENT_SCALE = frozenset({"topiocqa.em", "topiocqa.f1", "topiocqa.bleu", "topiocqa.bleu_corpus"})
+
+
+def scale_of(name: str) -> str:
+    """The scale of a ``METRIC.NAME`` score: "0-100" or "0-1"."""
+    return "0-100" if name in PERCENT_SCALE else "0-1"
+
+
+def is_count(value: Any) -> bool:
+    """An integer aggregate (TopiOCQA ``turns``, a number of items) counts things: not a score."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def score_values(scores: dict[str, Any] | None) -> dict[str, float]:
+    """``metric_values`` without the counts: what tables and plots show as scores."""
+    return {k: v for k, v in _typed_leaves(metric_aggregates(scores)).items() if not is_count(v)}
+
+
+def count_values(scores: dict[str, Any] | None) -> dict[str, int]:
+    """The counts among a scores dict's aggregates (``topiocqa.turns``)."""
+    return {k: v for k, v in _typed_leaves(metric_aggregates(scores)).items() if is_count(v)}
+
+
+def _typed_leaves(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Numeric leaves as they are (ints stay ints, bools count 0/1), under dotted names."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, bool):
+            out[name] = float(value)
+        elif isinstance(value, (int, float)):
+            out[name] = value
+        elif isinstance(value, dict):
+            out.update(_typed_leaves(value, name + "."))
+    return out
+
+
+def breakdown_values(scores: dict[str, Any] | None) -> dict[str, dict[str, dict[str, Any]]]:
+    """{group: {value: {"n": n, "METRIC.NAME": mean, ...}}} from ``scores.breakdown`` (FanOutQA
+    category, QAMPARI type, QUEST template/domain, TopiOCQA turn type); {} when there is none."""
+    scores = upgrade(scores) or {}
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for group, values in (scores.get("breakdown") or {}).items():
+        out[group] = {}
+        for value, row in values.items():
+            entry: dict[str, Any] = {"n": row.get("n")}
+            entry.update(numeric_leaves({k: v for k, v in row.items() if k != "n" and isinstance(v, dict)}))
+            out[group][value] = entry
+    return out
+
+
+def headline_of(name: str) -> bool:
+    """Shown in tables: F-scores and accuracies, not their precision/recall parts."""
+    last = name.rsplit(".", 1)[-1]
+    return not (last in ("precision", "recall") or last.endswith(("_precision", "_recall")))
+
+
+def _is_count_name(name: str) -> bool:
+    last = name.rsplit(".", 1)[-1]
+    return last in ("n", "turns") or last.startswith("n_")
+
+
+def breakdown_lines(scores: dict[str, Any] | None, max_values: int = 12) -> list[str]:
+    """For the console: per breakdown group, one line per value with n and the headline means."""
+    lines = []
+    for group, values in breakdown_values(scores).items():
+        lines.append(f"by {group}:")
+        shown = sorted(values.items(), key=lambda kv: -(kv[1].get("n") or 0))
+        for value, entry in shown[:max_values]:
+            parts = " ".join(
+                f"{k} {_num(v)}"
+                for k, v in entry.items()
+                if k != "n" and headline_of(k) and not _is_count_name(k)
+            )
+            lines.append(f"  {value} (n={entry.get('n')}): {parts}")
+        if len(shown) > max_values:
+            lines.append(f"  ... {len(shown) - max_values} more (results.json scores.breakdown)")
+    return lines
+
+
 def official_fanoutqa(scores: dict[str, Any] | None) -> dict[str, Any] | None:
     """The fanoutqa-string numbers in the official scorer's shape ``{"acc", "rouge", "raw":
     [{"question_id", "acc", "rouge"}]}``; None when that metric was not scored."""
