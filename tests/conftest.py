@@ -61,3 +61,22 @@ def hotpot_dense_snapshot(tmp_path_factory):
         proc = run_harness(*args)
         assert proc.returncode == 0, proc.stderr
     return snap
+
+
+def packaged_llama_server(model: str, log_dir, n_ctx: int, n_threads: int, startup_timeout: float = 180):
+    """A bare llama_cpp.server (llama-cpp-python's OpenAI-compatible server) on a packaged GGUF
+    (``smollm2``, ``qwen2.5-coder-0.5b``), loopback, no key; it reports no context size."""
+    from harness.models.launcher import ServerLauncher
+    from harness.models.local import packaged_model_path
+
+    path = str(packaged_model_path(model))
+    return ServerLauncher(
+        lambda port: [
+            sys.executable, "-m", "llama_cpp.server", "--model", path, "--host", "127.0.0.1", "--port", str(port),
+            "--n_ctx", str(n_ctx), "--n_threads", str(n_threads),
+        ],  # fmt: skip
+        name=model,
+        log_dir=log_dir,
+        startup_timeout=startup_timeout,
+        unset_env=("HOST", "PORT", "CONFIG_FILE", "API_KEY", "MODEL"),
+    )

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from conftest import run_harness
+from conftest import packaged_llama_server, run_harness
 from fault_server import FaultServer, run_args
 
 from harness.cli import main
@@ -111,32 +110,7 @@ def test_evidence_provided_packs_to_the_servers_context(tmp_path, capsys, hotpot
 
 # ------------------------------------------------------------------ real models
 def smollm2_server(log_dir):
-    """A bare llama_cpp.server (llama-cpp-python) on the packaged SmolLM2: it reports no context size."""
-    from harness.models.launcher import ServerLauncher
-    from harness.models.local import packaged_model_path
-
-    path = str(packaged_model_path("smollm2"))
-    return ServerLauncher(
-        lambda port: [
-            sys.executable,
-            "-m",
-            "llama_cpp.server",
-            "--model",
-            path,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--n_ctx",
-            "2048",
-            "--n_threads",
-            "1",
-        ],  # fmt: skip
-        name="smollm2",
-        log_dir=log_dir,
-        startup_timeout=120,
-        unset_env=("HOST", "PORT", "CONFIG_FILE", "API_KEY", "MODEL"),
-    )
+    return packaged_llama_server("smollm2", log_dir, n_ctx=2048, n_threads=1, startup_timeout=120)
 
 
 # a budget of 100 tokens: the prompt fits, not one of the sample's documents (the shortest: ~160)

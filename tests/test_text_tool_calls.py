@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 
 import pytest
-from conftest import run_harness
+from conftest import packaged_llama_server, run_harness
 
 from agents._text_calls import read_text_tool_calls
 from harness.cli import main
@@ -150,32 +149,7 @@ def test_qwen_text_calls_in_process(hotpot_snapshot, tmp_path):
 
 
 def qwen_server(log_dir, n_ctx: int = 4096):
-    """A bare llama_cpp.server (llama-cpp-python) on the packaged Qwen2.5-Coder-0.5B, loopback, no key."""
-    from harness.models.launcher import ServerLauncher
-    from harness.models.local import packaged_model_path
-
-    path = str(packaged_model_path("qwen2.5-coder-0.5b"))
-    return ServerLauncher(
-        lambda port: [
-            sys.executable,
-            "-m",
-            "llama_cpp.server",
-            "--model",
-            path,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--n_ctx",
-            str(n_ctx),
-            "--n_threads",
-            "2",
-        ],  # fmt: skip
-        name="qwen",
-        log_dir=log_dir,
-        startup_timeout=180,
-        unset_env=("HOST", "PORT", "CONFIG_FILE", "API_KEY", "MODEL"),
-    )
+    return packaged_llama_server("qwen2.5-coder-0.5b", log_dir, n_ctx=n_ctx, n_threads=2)
 
 
 def test_qwen_text_calls_through_llamacpp_server_openai_backend(hotpot_snapshot, tmp_path):
