@@ -326,7 +326,9 @@ class Run:
                 self.agent.prepare(self.backend, self.snapshot)
             self._claim_run_dir()
             print(
-                f"run {self.run_id}: {len(todo)} of {len(self.samples)} samples to do -> {self.run_dir}",
+                f"run {self.run_id}: {len(todo)} of {len(self.samples) * self.config.epochs} samples to do"
+                + (f" ({len(self.samples)} questions x {self.config.epochs} epochs)" if self.config.epochs > 1 else "")
+                + f" -> {self.run_dir}",
                 file=sys.stderr,
             )
             if todo:

@@ -199,12 +199,14 @@ def _is_count_name(name: str) -> bool:
 def breakdown_lines(scores: dict[str, Any] | None, max_values: int = 12) -> list[str]:
     """For the console: per breakdown group, one line per value with n and the headline means."""
     lines = []
+    names = list(metric_aggregates(scores))
+    strip = f"{names[0]}." if len(names) == 1 else ""  # one metric: its name on every value is noise
     for group, values in breakdown_values(scores).items():
         lines.append(f"by {group}:")
         shown = sorted(values.items(), key=lambda kv: -(kv[1].get("n") or 0))
         for value, entry in shown[:max_values]:
             parts = " ".join(
-                f"{k} {_num(v)}"
+                f"{k.removeprefix(strip)} {_num(v)}"
                 for k, v in entry.items()
                 if k != "n" and headline_of(k) and not _is_count_name(k)
             )
