@@ -72,7 +72,20 @@ def _row(size: int, run_dir: Path, results: dict[str, Any], ceiling_row: dict[st
         "outcomes": results.get("outcomes"),
         "retrieval": results.get("retrieval"),
         "ceiling": {"loose": ceiling_row["loose"], "strict": ceiling_row["strict"]} if ceiling_row else None,
+        "failures": _failure_summary(results),
     }
+
+
+def _failure_summary(results: dict[str, Any]) -> dict[str, Any] | None:
+    """Failures by type and one example: at small sizes ``no_evidence_packed`` is expected, and the
+    console says which failures a rerun can fix."""
+    failures = list((results.get("failures") or {}).values())
+    if not failures:
+        return None
+    types: dict[str, int] = {}
+    for f in failures:
+        types[f["type"]] = types.get(f["type"], 0) + 1
+    return {"types": types, "example": failures[0]}
 
 
 def add_steps(rows: list[dict[str, Any]], results: list[dict[str, Any]]) -> None:

@@ -8,10 +8,12 @@ configuration, finished samples are never re-run or duplicated, failed ones are 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import math
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from datetime import datetime, timezone
@@ -393,8 +395,10 @@ class Run:
             from harness.scoring.streaming import StreamingScorer
 
             self.scorer = StreamingScorer(self.metric_names, self.scoring_options)
+        prefetched = False
 
         async def one(sample: Sample, epoch: int) -> None:
+            nonlocal prefetched
             async with semaphore:
                 if self.budget is not None and self.budget.exhausted:
                     return  # over budget: not started, left pending for a rerun with a higher --max-cost
@@ -405,6 +409,11 @@ class Run:
                 if scores is not None:
                     record["scores"] = scores
                     record["scored_with"] = self.scorer.fingerprint
+            if not prefetched and self.scorer is not None:
+                # the error bars' numpy, imported while the run goes (after its first request, so
+                # that is not delayed) rather than after the last answer
+                prefetched = True
+                threading.Thread(target=importlib.import_module, args=("harness.stats",), daemon=True).start()
             if record["status"] == "ok":
                 samples_out.append(record)
                 finished[work_key(sample.id, epoch)] = record

@@ -48,7 +48,8 @@ def test_compare_two_real_runs(two_runs):
     assert lo <= f1["diffs"][0]["diff"] <= hi and 0 < f1["diffs"][0]["p"] <= 1
     em = result["metrics"]["em-f1.em"]["diffs"][0]
     assert em["test"] == "McNemar exact"  # 0/1 per question
-    assert result["metrics"]["fanoutqa-string.acc.strict"]["kind"] == "aggregate"  # through the metric's own
+    strict = result["metrics"]["fanoutqa-string.acc.strict"]  # the mean of acc == 1: 0/1 per question
+    assert strict["kind"] == "mean" and strict["diffs"][0]["test"] == "McNemar exact"
     # the console: each run's value with its interval, the difference, the p-value
     assert "em-f1.f1" in proc.stdout and "B - A" in proc.stdout and "p = " in proc.stdout
 

@@ -184,3 +184,22 @@ def test_failure_line_says_what_a_rerun_can_fix(types, retry, stuck):
     assert line.startswith(f"{len(types)} sample(s) failed (e.g. {types[0]}: e); see failures.jsonl")
     assert (retry is None and "rerun the same" not in line) or (retry is not None and retry in line)
     assert stuck is None or stuck in line
+
+
+def test_ablation_failure_lines_come_from_each_size_s_failures():
+    """A sweep's small sizes fail with no_evidence_packed by design: the console says per size that a
+    rerun cannot fix those, and that the timeouts beside them may pass next time."""
+    from harness.ablate import _failure_summary
+    from harness.commands.ablate import ablation_failure_line
+
+    failures = {
+        "q1": {"type": "no_evidence_packed", "error": "nothing fits"},
+        "q2": {"type": "no_evidence_packed", "error": "nothing fits"},
+        "q3": {"type": "timeout", "error": "took 60 s"},
+    }
+    summary = _failure_summary({"failures": failures})
+    assert summary == {"types": {"no_evidence_packed": 2, "timeout": 1}, "example": failures["q1"]}
+    assert _failure_summary({"failures": {}}) is None
+    line = ablation_failure_line({"context_size": 512, "counts": {"failed": 3}, "failures": summary})
+    assert line.startswith("3 sample(s) failed (e.g. no_evidence_packed: nothing fits); see ctx-512/failures.jsonl")
+    assert "retry the other 1" in line and "2 no_evidence_packed (a rerun cannot fix" in line

@@ -123,8 +123,11 @@ def test_every_headline_number_has_an_interval(hotpot_scores):
     assert em["method"] == "analytic" and em["value"] == hotpot_scores["em-f1"]["em"]
     assert em["stderr"] == pytest.approx(np.std(column, ddof=1) / math.sqrt(40))
     assert u["fanoutqa-string.acc.loose"]["method"] == "analytic"  # the mean of per-question acc
-    strict = u["fanoutqa-string.acc.strict"]  # a share at a threshold: bootstrapped through the metric
-    assert strict["method"] == "bootstrap-percentile" and strict["resamples"] >= 1000 and "seed" in strict
+    strict = u["fanoutqa-string.acc.strict"]  # the share of fully found answers: the mean of acc == 1
+    found = [float(r["fanoutqa-string"]["acc"] == 1) for r in hotpot_scores["raw"]]
+    assert strict["method"] == "analytic" and strict["per_question"] == ["acc==1"]
+    assert strict["value"] == hotpot_scores["fanoutqa-string"]["acc"]["strict"] == pytest.approx(sum(found) / 40)
+    assert strict["stderr"] == pytest.approx(np.std(found, ddof=1) / math.sqrt(40))
     assert strict["ci95"][0] <= strict["value"] <= strict["ci95"][1]
     assert hotpot_scores["meta"]["clustering"] == {"by": None}
     line = [x for x in summary_lines(hotpot_scores) if x.startswith("em-f1")][0]
@@ -170,3 +173,27 @@ def test_repeats_of_a_question_are_averaged_first():
         {"question_id": "q1", "m": {"acc": 0.0}},
     ]
     assert collapse_repeats(rows) == [{"question_id": "q1", "m": {"acc": 0.5}}, {"question_id": "q2", "m": {"acc": 0.0}}]
+
+
+def test_compare_bootstraps_a_number_that_is_not_a_mean():
+    """set-f1's f1_ge_0.5 (a share at a threshold, no per-question leaf): compared through the
+    metric's own aggregate on the same resamples of both runs; a run against itself: 0, p = 1."""
+    from harness.compare import compare_runs
+
+    ds = load_dataset("qampari:sample")
+    qs = ds.samples[:30]
+
+    def run(path, k):
+        answers = [{"id": q.id, "answer": "\n".join(a["answer_text"] for a in q.answer[: k + i % 3])} for i, q in enumerate(qs)]
+        scores = score_answers(ds, qs, answers, ["set-f1"])
+        return {"path": path, "results": {"dataset": {"spec": ds.info.spec(), "sha256": ds.info.sha256}}, "scores": scores}
+
+    a, b = run("a", 0), run("b", 2)
+    result = compare_runs([a, b])
+    e = result["metrics"]["set-f1.f1_ge_0.5"]
+    assert e["kind"] == "aggregate"
+    want = b["scores"]["set-f1"]["f1_ge_0.5"] - a["scores"]["set-f1"]["f1_ge_0.5"]
+    assert e["diffs"][0]["diff"] == pytest.approx(want) and want > 0
+    assert e["diffs"][0]["ci95"][0] <= want <= e["diffs"][0]["ci95"][1] and 0 < e["diffs"][0]["p"] <= 1
+    same = compare_runs([a, a])["metrics"]["set-f1.f1_ge_0.5"]["diffs"][0]
+    assert same["diff"] == 0 and same["p"] == 1

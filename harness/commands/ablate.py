@@ -20,7 +20,7 @@ from harness.ablate import (
     parse_sizes,
     run_ablation,
 )
-from harness.commands.run import add_run_options
+from harness.commands.run import add_run_options, failure_line
 from harness.errors import ConfigError
 from harness.records import slug
 
@@ -84,7 +84,23 @@ def command(args) -> int:
         return 130
     print(format_table(ablation), end="")
     print(f"wrote {out / ABLATION_JSON}, {out / ABLATION_MD}, {out / ABLATION_PNG}", file=sys.stderr)
-    if any(r["counts"]["failed"] for r in ablation["rows"]):
-        print("some samples failed: see each ctx-<size>/failures.jsonl; rerun to retry them", file=sys.stderr)
+    failed_rows = [r for r in ablation["rows"] if r["counts"]["failed"]]
+    for r in failed_rows:
+        print(f"ctx-{r['context_size']}: {ablation_failure_line(r)}", file=sys.stderr)
+    if failed_rows:
         return 1
     return 0
+
+
+def ablation_failure_line(row: dict[str, Any]) -> str:
+    """The run command's failure line for one size, its path under the sweep's directory."""
+    summary = row.get("failures") or {"types": {}, "example": {}}
+    example = summary["example"]
+    rest = dict(summary["types"])
+    if example.get("type") in rest:
+        rest[example["type"]] -= 1
+    failures = [example] + [{"type": t} for t, n in rest.items() for _ in range(n)]
+    return failure_line(row["counts"]["failed"], failures).replace(
+        "see failures.jsonl", f"see ctx-{row['context_size']}/failures.jsonl"
+    )
+

@@ -75,7 +75,8 @@ def streamable(
     batch call must return that same aggregate, so both paths give identical numbers. It is also
     what the error bars of its non-mean numbers are bootstrapped through.
     ``per_question_leaves``: {aggregate leaf: per-question leaf} where an aggregate number is the mean
-    of a differently named per-question value (``{"acc.loose": "acc"}``): its interval is analytic."""
+    of a differently named per-question value (``{"acc.loose": "acc"}``), or of an indicator
+    (``{"acc.strict": "acc==1"}``): its interval is analytic."""
 
     def mark(fn: MetricFn) -> MetricFn:
         fn.streamable = True
@@ -113,7 +114,8 @@ def _aggregate_fanoutqa(rows: list[dict[str, Any]], n: int) -> dict[str, Any]:
     return aggregate_fanoutqa(rows, n)
 
 
-@streamable(_aggregate_fanoutqa, per_question_leaves={"acc.loose": "acc"})
+# strict = the share of questions whose every answer was found: the mean of the indicator acc == 1
+@streamable(_aggregate_fanoutqa, per_question_leaves={"acc.loose": "acc", "acc.strict": "acc==1"})
 @METRICS.register("fanoutqa-string")
 def fanoutqa_string(
     questions: list[Sample], answers: list[dict[str, Any]], only_answered: bool, options: ScoringOptions | None = None

@@ -24,8 +24,16 @@ SECTION = "uncertainty"
 
 
 def leaf(values: Any, path: tuple[str, ...] | list[str] | str) -> Any:
-    """The value at ``path`` (a tuple of keys: a key may hold a dot, as set-f1's ``f1_ge_0.5``)."""
-    for part in path.split(".") if isinstance(path, str) else path:
+    """The value at ``path`` (a tuple of keys: a key may hold a dot, as set-f1's ``f1_ge_0.5``). A
+    last key ``KEY==NUMBER`` is the indicator 1.0/0.0 of that value (fanoutqa-string's strict
+    accuracy is the mean of ``acc==1``: analytic, not bootstrapped)."""
+    parts = path.split(".") if isinstance(path, str) else list(path)
+    for i, part in enumerate(parts):
+        if i == len(parts) - 1 and "==" in part and isinstance(values, dict) and part not in values:
+            key, target = part.split("==", 1)
+            if key not in values or not isinstance(values[key], (bool, int, float)):
+                return None
+            return 1.0 if float(values[key]) == float(target) else 0.0
         if not isinstance(values, dict) or part not in values:
             return None
         values = values[part]
