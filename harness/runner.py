@@ -220,6 +220,9 @@ class Run:
                 f"context size of {self.config.model} is unknown: pass --context-size N"
             )
         self.agent.check_backend(self.backend)  # e.g. a context the evidence reserve fills
+        warning = self.agent.needs_context_size and self.backend.context_size_warning()
+        if warning:
+            print(warning, file=sys.stderr)
 
     def _server_slots_note(self) -> dict[str, Any]:
         """A server that runs fewer requests at once than --max-connections: said once, and recorded."""

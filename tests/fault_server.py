@@ -18,7 +18,25 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
-class FaultServer:
+class LoopbackServer:
+    """A threading HTTP server on 127.0.0.1's first free port, serving ``handler`` inside ``with``;
+    ``url`` ends in /v1 as an OpenAI client's base URL does."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]):
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self):
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class FaultServer(LoopbackServer):
     def __init__(
         self,
         script: list[str] | None = None,
@@ -79,9 +97,7 @@ class FaultServer:
                     with outer._lock:
                         outer.in_flight -= 1
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        super().__init__(Handler)
 
     # ------------------------------------------------------------------ responses
     def completion(self, body: dict, content: str | None, tool_calls: list | None = None) -> bytes:
@@ -132,15 +148,6 @@ class FaultServer:
             error(401, f"Incorrect API key provided: {auth}. You can find your API key at https://example.test")
         else:  # pragma: no cover - a typo in a test
             raise ValueError(f"unknown fault {fault!r}")
-
-    # ------------------------------------------------------------------ lifecycle
-    def __enter__(self) -> FaultServer:
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def run_args(url: str, out, *extra: str, dataset: str = "hotpotqa:dev", limit: str = "1") -> list[str]:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from conftest import packaged_llama_server, run_harness
-from fault_server import FaultServer, run_args
+from fault_server import FaultServer, LoopbackServer, run_args
 
 from harness.cli import main
 from harness.models import BackendOptions, create_backend
@@ -35,12 +34,10 @@ def test_context_read_from_what_servers_report():
     assert context_from_props({"detail": "Not Found"}) is None and context_from_props(None) is None
 
 
-class LlamaCppShapes:
+class LlamaCppShapes(LoopbackServer):
     """llama.cpp's server as far as the context goes: /props and /v1/models with meta."""
 
     def __init__(self, n_ctx: int | None, n_ctx_train: int = 8192):
-        outer = self
-
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):
                 pass
@@ -61,17 +58,7 @@ class LlamaCppShapes:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=outer.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
 
 
 def _started(model, **options):
@@ -106,6 +93,26 @@ def test_evidence_provided_packs_to_the_servers_context(tmp_path, capsys, hotpot
     assert evidence["budget_tokens"] == 2048 - 520 and evidence["chunks_packed"] > 0
     model = json.loads((out / "results.json").read_text())["model"]
     assert model["context_size"] == 2048 and model["context_size_source"] == "server /v1/models max_model_len"
+
+
+def test_openais_size_behind_a_silent_server_is_said_to_be_a_guess(tmp_path, capsys, hotpot_snapshot):
+    """openai/gpt-4o behind --base-url: the server may serve any model under that name, so a packing
+    run on OpenAI's 128k says so; with the server's own size, or a closed-book run, nothing is said."""
+
+    def run(server, out, *extra):
+        args = run_args(server.url, tmp_path / out, *extra)
+        args[args.index("openai/fault-model")] = "openai/gpt-4o"
+        code = main(args)
+        return code, capsys.readouterr().err
+
+    guess = "context size 128000: OpenAI's size for gpt-4o (the server reports none)"
+    with FaultServer(context_size=None) as silent, FaultServer(context_size=4096) as vllm:
+        code, err = run(silent, "a", "--setting", "evidence-provided", "--snapshot", str(hotpot_snapshot))
+        assert code == 0 and guess in err
+        code, err = run(silent, "b")  # closed-book packs nothing
+        assert code == 0 and "context size" not in err
+        code, err = run(vllm, "c", "--setting", "evidence-provided", "--snapshot", str(hotpot_snapshot))
+        assert code == 0 and "context size" not in err
 
 
 # ------------------------------------------------------------------ real models

@@ -103,4 +103,3 @@ def ablation_failure_line(row: dict[str, Any]) -> str:
     return failure_line(row["counts"]["failed"], failures).replace(
         "see failures.jsonl", f"see ctx-{row['context_size']}/failures.jsonl"
     )
-

@@ -272,6 +272,10 @@ class ModelBackend(ABC):
     def tokenizer_name(self) -> str:
         return f"{self.prefix}:{self.model}"
 
+    def context_size_warning(self) -> str | None:
+        """A line to say before a run that packs pages, when the context size is a guess."""
+        return None
+
     def server_slots(self) -> int | None:
         """Requests the server runs at a time, when it is known to be fixed (None: unknown or elastic)."""
         return None

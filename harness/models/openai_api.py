@@ -117,6 +117,15 @@ class OpenAIBackend(OpenAICompatibleBackend):
             return self._server_context_source
         return "known size of the OpenAI model" if known_context_size(self.model) else None
 
+    def context_size_warning(self) -> str | None:
+        # behind --base-url the name may be any model's: OpenAI's size for that name is a guess
+        if (self.base_url or self.pool is not None) and self.context_size_source() == "known size of the OpenAI model":
+            return (
+                f"context size {self.context_size()}: OpenAI's size for {self.model} (the server reports none); "
+                "pass --context-size N if it serves another model"
+            )
+        return None
+
     def count_tokens(self, text: str) -> int:
         return len(encoding_for_model(self.model).encode_ordinary(text))
 
