@@ -77,7 +77,9 @@ def _clusters(run: dict[str, Any], ids: list[str]) -> tuple[list[Any] | None, st
     return [labels.get(q, f"question:{q}") for q in ids], clustering["by"]
 
 
-def compare_runs(runs: list[dict[str, Any]], allow_mismatch: bool = False, metrics: list[str] | None = None) -> dict[str, Any]:
+def compare_runs(
+    runs: list[dict[str, Any]], allow_mismatch: bool = False, metrics: list[str] | None = None
+) -> dict[str, Any]:
     """The comparison of ``runs`` (``load_run``'s) with the first; see the module docstring."""
     from harness import stats
 
@@ -88,8 +90,10 @@ def compare_runs(runs: list[dict[str, Any]], allow_mismatch: bool = False, metri
         spec, sha = dataset_of(run)
         if (spec, sha) != (base_spec, base_sha) and not allow_mismatch:
             why = f"{spec} vs {base_spec}" if spec != base_spec else f"{spec}: the dataset files differ (sha256)"
-            raise HarnessError(f"{run['path']} and {runs[0]['path']} score different datasets ({why}); "
-                               "--allow-mismatch compares them anyway")
+            raise HarnessError(
+                f"{run['path']} and {runs[0]['path']} score different datasets ({why}); "
+                "--allow-mismatch compares them anyway"
+            )
     rows = [{r["question_id"]: r for r in collapse_repeats(run["scores"]["raw"])} for run in runs]
     shared = [q for q in rows[0] if all(q in other for other in rows[1:])]
     if not shared:
@@ -100,7 +104,9 @@ def compare_runs(runs: list[dict[str, Any]], allow_mismatch: bool = False, metri
         known = {f"{m}.{'.'.join(p)}" for m in names for p in _flat_leaves(aggs[0][m])}
         for wanted in metrics:
             if wanted not in names and wanted not in known:
-                raise HarnessError(f"metric {wanted!r} is not scored in every run; shared: {', '.join(names) or 'none'}")
+                raise HarnessError(
+                    f"metric {wanted!r} is not scored in every run; shared: {', '.join(names) or 'none'}"
+                )
     if not names:
         raise HarnessError("the runs share no metric")
     clusters, cluster_by = _clusters(runs[0], shared)
@@ -132,11 +138,15 @@ def compare_runs(runs: list[dict[str, Any]], allow_mismatch: bool = False, metri
 
 
 def _compare_leaf(stats, fn, path, value, per, shared, clusters, k) -> dict[str, Any] | None:
-    declared = {tuple(a.split(".")): tuple(b.split(".")) for a, b in (getattr(fn, "per_question_leaves", None) or {}).items()}
+    declared = {
+        tuple(a.split(".")): tuple(b.split(".")) for a, b in (getattr(fn, "per_question_leaves", None) or {}).items()
+    }
     # a run's own aggregate is over all its questions; on the shared ones each is recomputed
     plan = plan_leaf(path, value, per[0], declared)
     if plan is None and getattr(fn, "aggregate_rows", None) is None:
         return None
+    if plan is None and any(leaf(fn.aggregate_rows(col, len(col)), path) is None for col in per):
+        return None  # rows scored before the metric kept what this number needs
     if plan is not None and plan["kind"] != "mean":
         return None
     n = len(shared)
@@ -169,20 +179,57 @@ def _compare_leaf(stats, fn, path, value, per, shared, clusters, k) -> dict[str,
 
     entry["kind"] = "aggregate"
     counts = stats.draw_counts(n, clusters)  # the same resamples for every run: paired
-    idx = [np.repeat(np.arange(n), c) for c in counts]
-    values = [[agg([col[i] for i in ix]) for ix in idx] for col in per]
+    sums = _sums_of(fn, path, per)
+    if sums is not None:  # a function of summed per-question numbers (corpus BLEU): products, not loops
+        vectors, of_sums = sums
+        values = [[of_sums(t.tolist()) for t in counts @ np.asarray(v, dtype=float)] for v in vectors]
+    else:
+        idx = [np.repeat(np.arange(n), c) for c in counts]
+        values = [[agg([col[i] for i in ix]) for ix in idx] for col in per]
 
     for col, draws in zip(per, values):
         draws = np.asarray(draws)
-        entry["runs"].append({"value": agg(col), "stderr": float(draws.std(ddof=1)), "ci95": stats.percentile_interval(draws),
-                              "method": "bootstrap-percentile" + ("-clustered" if clusters else "")})
+        entry["runs"].append(
+            {
+                "value": agg(col),
+                "stderr": float(draws.std(ddof=1)),
+                "ci95": stats.percentile_interval(draws),
+                "method": "bootstrap-percentile" + ("-clustered" if clusters else ""),
+            }
+        )
     for j in range(1, k):
         d = np.asarray(values[j]) - np.asarray(values[0])
-        boot = {"value": agg(per[j]) - agg(per[0]), "stderr": float(d.std(ddof=1)), "ci95": stats.percentile_interval(d),
-                "method": "paired bootstrap-percentile" + ("-clustered" if clusters else "")}
-        test = stats.swap_test(per[0], per[j], agg)
+        boot = {
+            "value": agg(per[j]) - agg(per[0]),
+            "stderr": float(d.std(ddof=1)),
+            "ci95": stats.percentile_interval(d),
+            "method": "paired bootstrap-percentile" + ("-clustered" if clusters else ""),
+        }
+        if sums is not None:
+            test = stats.swap_test_sums(sums[0][0], sums[0][j], sums[1])
+        else:
+            test = stats.swap_test(per[0], per[j], agg)
         entry["diffs"].append(_diff_entry(boot, test, []))
     return entry
+
+
+def _sums_of(fn, path, per) -> tuple[list[list[Any]], Any] | None:
+    """(each run's per-question vectors, column sums -> this number) when the metric declares its
+    number a function of summed per-question values (``aggregate_sums``) and every row has them."""
+    summed = getattr(fn, "aggregate_sums", None)
+    if summed is None:
+        return None
+    per_row, finish = summed
+    vectors = [[per_row(r) for r in col] for col in per]
+    if any(v is None for col in vectors for v in col):
+        return None
+
+    def of_sums(totals: list[float]) -> float:
+        return float(leaf(finish(totals), path))
+
+    if leaf(finish([sum(c) for c in zip(*vectors[0])]), path) is None:
+        return None
+    return vectors, of_sums
 
 
 def _short(entry: dict[str, Any]) -> dict[str, Any]:
@@ -215,9 +262,14 @@ def format_comparison(result: dict[str, Any], headline_only: bool = True) -> str
     """The console report of ``compare_runs``."""
     from harness.leaderboard import is_headline
 
-    lines = [f"{result['n_shared']} shared questions (of {', '.join(str(n) for n in result['n_questions'])})"
-             + (f"; clustered by {result['clustering']['by']} ({result['clustering']['n_clusters']} clusters)"
-                if result["clustering"].get("by") else "")]
+    lines = [
+        f"{result['n_shared']} shared questions (of {', '.join(str(n) for n in result['n_questions'])})"
+        + (
+            f"; clustered by {result['clustering']['by']} ({result['clustering']['n_clusters']} clusters)"
+            if result["clustering"].get("by")
+            else ""
+        )
+    ]
     names = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
     for i, run in enumerate(result["runs"]):
         lines.append(f"  {names[i]}: {run['path']}  ({run['label']})" + ("  [baseline]" if i == 0 else ""))
@@ -234,7 +286,9 @@ def format_comparison(result: dict[str, Any], headline_only: bool = True) -> str
                 f"  {names[j]} - A  {d['diff']:+.4f} {_ci(d['ci95'])}  p = {d['p']:.4g} ({d['test']}; {mark} at {result['alpha']})"
             )
             if d["most_changed"]:
-                moved = ", ".join(f"{c['question_id']} {_fmt(c['baseline'], 2)}->{_fmt(c['run'], 2)}" for c in d["most_changed"])
+                moved = ", ".join(
+                    f"{c['question_id']} {_fmt(c['baseline'], 2)}->{_fmt(c['run'], 2)}" for c in d["most_changed"]
+                )
                 lines.append(f"    changed most: {moved}")
     return "\n".join(lines)
 
@@ -260,8 +314,15 @@ def plot_comparison(result: dict[str, Any], path: Path) -> list[str]:
             for j, d in enumerate(result["metrics"][key]["diffs"]):
                 y = row * (k + 1) + j
                 lo, hi = d["ci95"] or (d["diff"], d["diff"])
-                ax.errorbar([d["diff"]], [y], xerr=[[d["diff"] - lo], [hi - d["diff"]]], fmt="o", capsize=3,
-                            color=f"C{j}", label=f"{'BCDEFGHIJ'[j]} - A" if row == 0 else None)
+                ax.errorbar(
+                    [d["diff"]],
+                    [y],
+                    xerr=[[d["diff"] - lo], [hi - d["diff"]]],
+                    fmt="o",
+                    capsize=3,
+                    color=f"C{j}",
+                    label=f"{'BCDEFGHIJ'[j]} - A" if row == 0 else None,
+                )
                 ys.append((y, key))
         ax.axvline(0, color="black", linewidth=0.8)
         ax.set_yticks([y for y, _ in ys], [key for _, key in ys], fontsize="small")

@@ -54,7 +54,13 @@ def mean_ci(values: Sequence[float], clusters: Sequence[Any] | None = None, scal
     stderr is None where it cannot be estimated (one value, one cluster)."""
     x = np.asarray(values, dtype=float) * scale
     n = len(x)
-    out: dict[str, Any] = {"value": float(x.mean()) if n else None, "stderr": None, "ci95": None, "method": "analytic", "n": n}
+    out: dict[str, Any] = {
+        "value": float(x.mean()) if n else None,
+        "stderr": None,
+        "ci95": None,
+        "method": "analytic",
+        "n": n,
+    }
     labels = _labels(clusters, n)
     if labels is not None:
         out["method"] = "analytic-clustered"
@@ -131,6 +137,15 @@ def weighted_mean(values: Sequence[float]) -> Callable[[np.ndarray], np.ndarray]
     """The mean as a bootstrap statistic (one matrix product for all resamples)."""
     x = np.asarray(values, dtype=float)
     return lambda counts: counts @ x / counts.sum(axis=1)
+
+
+def function_of_sums(
+    rows: Sequence[Sequence[float]], finish: Callable[[list[float]], Sequence[float]]
+) -> Callable[[np.ndarray], np.ndarray]:
+    """``finish(column sums)`` as a bootstrap statistic: each resample's sums are one matrix
+    product; ``finish`` (a few numbers in, a few out) runs once per resample."""
+    x = np.asarray(rows, dtype=float)
+    return lambda counts: [list(finish(t.tolist())) for t in counts @ x]
 
 
 def ratio_of_sums(num: Sequence[float], den: Sequence[float]) -> Callable[[np.ndarray], np.ndarray]:
@@ -225,7 +240,39 @@ def swap_test(
         a = [y if s else x for x, y, s in zip(rows_a, rows_b, swap)]
         b = [x if s else y for x, y, s in zip(rows_a, rows_b, swap)]
         hits += abs(aggregate(b) - aggregate(a)) >= observed - tol
-    return {"p": (1 + hits) / (1 + permutations), "test": "paired swap permutation", "permutations": permutations, "seed": seed}
+    return {
+        "p": (1 + hits) / (1 + permutations),
+        "test": "paired swap permutation",
+        "permutations": permutations,
+        "seed": seed,
+    }
+
+
+def swap_test_sums(
+    rows_a: Sequence[Sequence[float]],
+    rows_b: Sequence[Sequence[float]],
+    value: Callable[[list[float]], float],
+    permutations: int = 1000,
+    seed: int = SEED,
+) -> dict[str, Any]:
+    """``swap_test`` of an aggregate that is ``value(column sums)`` of per-question vectors: the
+    same random swaps, each resample's sums one product (the same p as ``swap_test``)."""
+    a, b = np.asarray(rows_a, dtype=float), np.asarray(rows_b, dtype=float)
+    total_a, total_b = a.sum(axis=0), b.sum(axis=0)
+    observed = abs(value(total_b.tolist()) - value(total_a.tolist()))
+    if np.array_equal(a, b):
+        return {"p": 1.0, "test": "paired swap permutation", "permutations": 0}
+    rng = np.random.default_rng(seed)
+    swaps = np.stack([rng.random(len(a)) < 0.5 for _ in range(permutations)]).astype(float)
+    moved = swaps @ (b - a)  # what each resample's swaps move from run b's sums to run a's
+    tol = 1e-12 * max(1.0, observed)
+    hits = sum(abs(value((total_b - m).tolist()) - value((total_a + m).tolist())) >= observed - tol for m in moved)
+    return {
+        "p": (1 + hits) / (1 + permutations),
+        "test": "paired swap permutation",
+        "permutations": permutations,
+        "seed": seed,
+    }
 
 
 def binom_cdf_half(k: int, n: int) -> float:

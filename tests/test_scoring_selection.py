@@ -20,7 +20,8 @@ def test_fanoutqa_breakdown_by_category():
         members = [q for q in qs if category in q.raw["categories"]]
         assert row["n"] == len(members)
         row, rows = row["fanoutqa-string"], [raw[q.id]["fanoutqa-string"] for q in members]
-        assert row["acc"] == pytest.approx(sum(r["acc"] for r in rows) / len(members))
+        assert row["acc"]["loose"] == pytest.approx(sum(r["acc"] for r in rows) / len(members))
+        assert row["acc"]["strict"] == pytest.approx(sum(r["acc"] == 1 for r in rows) / len(members))
         assert row["rouge"]["rougeL"]["fscore"] == pytest.approx(
             sum(r["rouge"]["rougeL"]["fscore"] for r in rows) / len(members)
         )

@@ -137,7 +137,9 @@ def test_every_headline_number_has_an_interval(hotpot_scores):
 def test_thresholds_with_a_dot_in_their_name_are_bootstrapped():
     ds = load_dataset("qampari:sample")
     qs = ds.samples[:10]
-    answers = [{"id": q.id, "answer": "\n".join(a["answer_text"] for a in q.answer[: 1 + i % 3])} for i, q in enumerate(qs)]
+    answers = [
+        {"id": q.id, "answer": "\n".join(a["answer_text"] for a in q.answer[: 1 + i % 3])} for i, q in enumerate(qs)
+    ]
     s = score_answers(ds, qs, answers, ["set-f1"])
     e = s["uncertainty"]["set-f1.f1_ge_0.5"]
     assert e["value"] == s["set-f1"]["f1_ge_0.5"] and e["method"] == "bootstrap-percentile"
@@ -158,7 +160,9 @@ def test_topiocqa_clusters_by_conversation_and_cluster_by_option():
     em = s["uncertainty"]["topiocqa.em"]
     assert em["method"] == "analytic-clustered" and em["n_clusters"] == len(conversations) and em["scale"] == 100
     assert "topiocqa.turns" not in s["uncertainty"]  # a count: no interval
-    assert s["uncertainty"]["topiocqa.bleu_corpus"]["method"] == "none"
+    corpus = s["uncertainty"]["topiocqa.bleu_corpus"]  # a corpus number: bootstrapped from per-turn sums
+    assert corpus["method"] == "bootstrap-percentile-clustered" and corpus["n_clusters"] == len(conversations)
+    assert corpus["ci95"][0] < s["topiocqa"]["bleu_corpus"] < corpus["ci95"][1]
     off = score_answers(ds, qs, answers, options=ScoringOptions(cluster_by="none"))
     assert off["meta"]["clustering"] == {"by": None} and off["uncertainty"]["topiocqa.em"]["method"] == "analytic"
     assert off["topiocqa"] == s["topiocqa"]  # clustering never changes a score
@@ -172,7 +176,10 @@ def test_repeats_of_a_question_are_averaged_first():
         {"question_id": "q2", "m": {"acc": 0.0}},
         {"question_id": "q1", "m": {"acc": 0.0}},
     ]
-    assert collapse_repeats(rows) == [{"question_id": "q1", "m": {"acc": 0.5}}, {"question_id": "q2", "m": {"acc": 0.0}}]
+    assert collapse_repeats(rows) == [
+        {"question_id": "q1", "m": {"acc": 0.5}},
+        {"question_id": "q2", "m": {"acc": 0.0}},
+    ]
 
 
 def test_compare_bootstraps_a_number_that_is_not_a_mean():
@@ -184,9 +191,15 @@ def test_compare_bootstraps_a_number_that_is_not_a_mean():
     qs = ds.samples[:30]
 
     def run(path, k):
-        answers = [{"id": q.id, "answer": "\n".join(a["answer_text"] for a in q.answer[: k + i % 3])} for i, q in enumerate(qs)]
+        answers = [
+            {"id": q.id, "answer": "\n".join(a["answer_text"] for a in q.answer[: k + i % 3])} for i, q in enumerate(qs)
+        ]
         scores = score_answers(ds, qs, answers, ["set-f1"])
-        return {"path": path, "results": {"dataset": {"spec": ds.info.spec(), "sha256": ds.info.sha256}}, "scores": scores}
+        return {
+            "path": path,
+            "results": {"dataset": {"spec": ds.info.spec(), "sha256": ds.info.sha256}},
+            "scores": scores,
+        }
 
     a, b = run("a", 0), run("b", 2)
     result = compare_runs([a, b])
@@ -197,3 +210,106 @@ def test_compare_bootstraps_a_number_that_is_not_a_mean():
     assert e["diffs"][0]["ci95"][0] <= want <= e["diffs"][0]["ci95"][1] and 0 < e["diffs"][0]["p"] <= 1
     same = compare_runs([a, a])["metrics"]["set-f1.f1_ge_0.5"]["diffs"][0]
     assert same["diff"] == 0 and same["p"] == 1
+
+
+def _topiocqa_answers(qs, seed):
+    """Right, half-right, wrong and missing answers on real TopiOCQA turns."""
+    rnd = __import__("random").Random(seed)
+    out = []
+    for q in qs:
+        gold = q.answer if isinstance(q.answer, str) else q.answer[0]
+        r = rnd.random()
+        if r < 0.9:
+            out.append(
+                {"id": q.id, "answer": gold if r < 0.35 else " ".join(gold.split()[:2]) if r < 0.6 else "no idea"}
+            )
+    return out
+
+
+def test_corpus_bleu_from_turn_sums_is_sacrebleus_and_its_bootstrap_is_the_row_by_row_one():
+    """TopiOCQA's corpus BLEU, rebuilt from each turn's stored statistics, equals sacrebleu's
+    corpus_score on every dev turn (streamed runs and re-scores agree); its bootstrap as one matrix
+    product gives the very intervals and paired test of the row-by-row bootstrap it replaces."""
+    import sacrebleu
+
+    from harness.compare import compare_runs
+    from harness.scoring import topiocqa_metrics as tm
+
+    ds = load_dataset("topiocqa:dev")
+    qs = ds.samples
+    answers = _topiocqa_answers(qs, 0)
+    out = tm.topiocqa(qs, answers, only_answered=False)
+    by_id = {a["id"]: a["answer"] for a in answers}
+    want = sacrebleu.corpus_bleu([by_id.get(q.id, "") for q in qs], [[tm.gold_list(q.answer)[0] for q in qs]])
+    assert out["aggregate"]["bleu_corpus"] == want.score  # bit for bit
+    assert tm._aggregate_topiocqa([out["raw"][q.id] for q in qs], len(qs)) == out["aggregate"]
+
+    sub = qs[:400]
+
+    def run(path, seed):
+        scores = score_answers(ds, sub, _topiocqa_answers(sub, seed))
+        return {
+            "path": path,
+            "results": {"dataset": {"spec": ds.info.spec(), "sha256": ds.info.sha256}},
+            "scores": scores,
+        }
+
+    a, b = run("a", 1), run("b", 2)
+    fast_interval = a["scores"]["uncertainty"]["topiocqa.bleu_corpus"]
+    fast_compare = compare_runs([a, b])["metrics"]["topiocqa.bleu_corpus"]
+    saved = tm.topiocqa.aggregate_sums
+    tm.topiocqa.aggregate_sums = None  # the generic path: aggregate_rows on each resample's rows
+    try:
+        slow = score_answers(ds, sub, _topiocqa_answers(sub, 1))["uncertainty"]["topiocqa.bleu_corpus"]
+        slow_compare = compare_runs([a, b])["metrics"]["topiocqa.bleu_corpus"]
+    finally:
+        tm.topiocqa.aggregate_sums = saved
+    assert fast_interval["stderr"] == pytest.approx(slow["stderr"], rel=1e-12)
+    assert fast_interval["ci95"] == pytest.approx(slow["ci95"], rel=1e-12)
+    assert fast_compare["diffs"][0]["p"] == slow_compare["diffs"][0]["p"]
+    assert fast_compare["diffs"][0]["ci95"] == pytest.approx(slow_compare["diffs"][0]["ci95"], rel=1e-12)
+
+
+def test_rows_without_the_corpus_statistics_get_no_made_up_interval():
+    """A run scored before the per-turn statistics were kept: its corpus BLEU keeps its value, the
+    interval says why there is none, and compare leaves that number out instead of failing."""
+    from harness.compare import compare_runs
+    from harness.scoring.metrics import get_metric
+    from harness.scoring.uncertainty import compute_uncertainty
+
+    ds = load_dataset("topiocqa:dev")
+    qs = ds.samples[:30]
+    scores = score_answers(ds, qs, _topiocqa_answers(qs, 3))
+    for row in scores["raw"]:
+        del row["topiocqa"]["bleu_corpus_stats"]
+    old = compute_uncertainty({"topiocqa": get_metric("topiocqa")}, scores)
+    e = old["topiocqa.bleu_corpus"]
+    assert e["method"] == "none" and e["value"] == scores["topiocqa"]["bleu_corpus"] and "older version" in e["reason"]
+    assert old["topiocqa.em"]["method"] == "analytic-clustered" or old["topiocqa.em"]["method"] == "analytic"
+    run = {"path": "old", "results": {"dataset": {"spec": ds.info.spec(), "sha256": ds.info.sha256}}, "scores": scores}
+    result = compare_runs([run, run])
+    assert "topiocqa.bleu_corpus" not in result["metrics"] and "topiocqa.em" in result["metrics"]
+
+
+def test_breakdowns_are_on_the_headline_s_scale():
+    """A group's numbers are the metric's own aggregate of its questions: TopiOCQA's EM x100 and
+    corpus BLEU, FanOutQA's loose and strict accuracy (a group of all questions = the headline)."""
+    ds = load_dataset("topiocqa:dev")
+    qs = ds.samples[:60]
+    scores = score_answers(ds, qs, _topiocqa_answers(qs, 4))
+    groups = scores["breakdown"]["turn_type"]
+    assert sum(g["n"] for g in groups.values()) == len(qs)
+    weighted = sum(g["n"] * g["topiocqa"]["em"] for g in groups.values()) / len(qs)
+    assert weighted == pytest.approx(scores["topiocqa"]["em"]) and scores["topiocqa"]["em"] > 1
+    assert all(g["topiocqa"]["turns"] == g["n"] and "bleu_corpus" in g["topiocqa"] for g in groups.values())
+    fq = load_dataset("fanoutqa:dev")
+    fqs = [q for q in fq.samples if "History" in q.groups.get("category", [])][:12]
+    answers = [{"id": q.id, "answer": str(q.answer) if i % 3 == 0 else "no"} for i, q in enumerate(fqs)]
+    history = score_answers(fq, fqs, answers)
+    assert history["breakdown"]["category"]["History"]["fanoutqa-string"] == history["fanoutqa-string"]
+    from harness.scoring.results import breakdown_lines
+
+    (line,) = [line for line in breakdown_lines(history) if "History" in line]
+    acc = history["fanoutqa-string"]["acc"]
+    assert f"History (n=12): acc.loose {acc['loose']:.4f} acc.strict {acc['strict']:.4f} rouge1 " in line
+    assert line.endswith(f"rougeL {history['fanoutqa-string']['rouge']['rougeL']['fscore']:.4f}")

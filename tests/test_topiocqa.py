@@ -168,7 +168,13 @@ def test_metric_aggregate_breakdown_and_bleu(dev):
     ref = [ref_compute_turn_score([q.answer], preds[q.id]) if q.id in preds else {"em": 0, "f1": 0} for q in qs]
     assert out["aggregate"]["em"] == pytest.approx(100 * sum(r["em"] for r in ref) / 4)
     assert out["aggregate"]["f1"] == pytest.approx(100 * sum(r["f1"] for r in ref) / 4)
-    assert out["raw"]["1_4"] == {"em": 0.0, "f1": 0.0, "bleu": 0.0}
+    assert {k: v for k, v in out["raw"]["1_4"].items() if k != "bleu_corpus_stats"} == {
+        "em": 0.0,
+        "f1": 0.0,
+        "bleu": 0.0,
+    }
+    # its part of the corpus BLEU: an empty hypothesis against the original answer's 13a tokens
+    assert out["raw"]["1_4"]["bleu_corpus_stats"] == [0, len(qs[3].answer.split()), 0, 0, 0, 0, 0, 0, 0, 0]
     # BLEU is sacrebleu's own sentence BLEU (max over references)
     bleu = sacrebleu.sentence_bleu("Christopher Lee and Britt Ekland", [qs[1].answer]).score
     assert out["raw"]["1_2"]["bleu"] == pytest.approx(bleu) and 0 < bleu < 100
@@ -248,4 +254,6 @@ def test_conversational_open_book_real_model(tmp_path):
     assert sample["messages"][2]["role"] == "tool"
     assert sample["extra"]["evidence_recall"]["needed"]  # the turn's Topic page
     results = _json.loads((out / "results.json").read_text())
-    assert results["agent"]["knobs"]["history"] == "all-history" and "topiocqa" in str(results["scores"]["meta"]["metrics"])
+    assert results["agent"]["knobs"]["history"] == "all-history" and "topiocqa" in str(
+        results["scores"]["meta"]["metrics"]
+    )

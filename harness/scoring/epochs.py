@@ -25,7 +25,7 @@ def _number(value: Any) -> bool:
 def reduce_values(values: list[Any], reducer: str) -> Any:
     """One question's per-epoch values (nested dicts of numbers) reduced to one, nested the same way.
     Bools count 0/1 for the mean; None values are left out (all None: None); text keeps the first
-    epoch's. ``mode``: the most frequent value, a tie going to the one seen first."""
+    epoch's; lists (a corpus number's per-question parts) reduce to None. ``mode``: the most frequent value, a tie going to the one seen first."""
     if reducer not in REDUCERS:
         raise ValueError(f"unknown epoch reducer {reducer!r}")
     present = [v for v in values if v is not None]
@@ -34,6 +34,8 @@ def reduce_values(values: list[Any], reducer: str) -> Any:
     if all(isinstance(v, dict) for v in present):
         keys = list(dict.fromkeys(k for v in present for k in v))
         return {k: reduce_values([v[k] for v in present if k in v], reducer) for k in keys}
+    if all(isinstance(v, list) for v in present):
+        return None  # parts of a corpus-level number (TopiOCQA's BLEU statistics): one epoch's would mislead
     if not all(_number(v) for v in present):
         return present[0]
     if reducer == "mean":
@@ -77,7 +79,7 @@ def reduce_epoch_scores(
             out[name] = mean_values(reduced)
             aggregation[name] = f"mean over questions of the {reducer} of each question's epochs"
     out["raw"] = list(rows.values())
-    breakdown = _breakdown([q for q in questions if q.id in rows], rows, names)
+    breakdown = _breakdown([q for q in questions if q.id in rows], rows, names, fns)
     if breakdown:
         out["breakdown"] = breakdown
     from harness.scoring.uncertainty import compute_uncertainty

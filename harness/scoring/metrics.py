@@ -68,6 +68,7 @@ METRICS: Registry[MetricFn] = Registry(
 def streamable(
     aggregate: Callable[[list[dict[str, Any]], int], dict[str, Any]] | None = None,
     per_question_leaves: dict[str, str] | None = None,
+    sums: tuple[Callable[[dict[str, Any]], list[float] | None], Callable[[list[float]], dict[str, Any]]] | None = None,
 ):
     """Mark a metric whose value for a question depends on that question alone, so a run scores each
     sample as it finishes and the end of the run only aggregates. ``aggregate(rows, n)``: its official
@@ -76,12 +77,15 @@ def streamable(
     what the error bars of its non-mean numbers are bootstrapped through.
     ``per_question_leaves``: {aggregate leaf: per-question leaf} where an aggregate number is the mean
     of a differently named per-question value (``{"acc.loose": "acc"}``), or of an indicator
-    (``{"acc.strict": "acc==1"}``): its interval is analytic."""
+    (``{"acc.strict": "acc==1"}``): its interval is analytic.
+    ``sums``: (row -> numbers, totals -> {leaf: value}) for aggregate leaves that are a function of
+    per-question numbers summed (corpus BLEU): bootstrapped as one matrix product, not row by row."""
 
     def mark(fn: MetricFn) -> MetricFn:
         fn.streamable = True
         fn.aggregate_rows = aggregate
         fn.per_question_leaves = dict(per_question_leaves or {})
+        fn.aggregate_sums = sums
         return fn
 
     return mark
@@ -223,7 +227,7 @@ def score_answers(
         if qid in rows:
             rows[qid]["oversized_answer"] = {"chars": chars, "scored_chars": options.max_answer_chars}
     out["raw"] = list(rows.values())
-    breakdown = _breakdown(questions, rows, names)
+    breakdown = _breakdown(questions, rows, names, fns)
     if breakdown:
         out["breakdown"] = breakdown
     clustering, labels = _clustering(dataset, questions, order, options)
@@ -341,8 +345,12 @@ def mean_values(rows: list[dict[str, Any]], like: dict[str, Any] | None = None) 
     return out
 
 
-def _breakdown(questions: list[Sample], rows: dict[str, dict[str, Any]], names: list[str]) -> dict[str, Any]:
-    """Per-group means of each metric's per-question values (FanOutQA categories, QUEST templates, ...)."""
+def _breakdown(
+    questions: list[Sample], rows: dict[str, dict[str, Any]], names: list[str], fns: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Per group (FanOutQA categories, QUEST templates, ...) each metric's numbers as its headline
+    has them: its own aggregate of the group's rows where it has one (``aggregate_rows``: FanOutQA's
+    loose and strict accuracy, TopiOCQA's x100 EM/F1 and corpus BLEU), else the per-question means."""
     groups: dict[str, dict[str, list[str]]] = {}
     for q in questions:
         if q.id not in rows:
@@ -357,6 +365,11 @@ def _breakdown(questions: list[Sample], rows: dict[str, dict[str, Any]], names: 
         for value, ids in sorted(members.items()):
             entry: dict[str, Any] = {"n": len(ids)}
             for name in names:
-                entry[name] = mean_values([rows[qid][name] for qid in ids if name in rows[qid]], shapes[name])
+                values = [rows[qid][name] for qid in ids if name in rows[qid]]
+                aggregate_rows = getattr((fns or {}).get(name), "aggregate_rows", None)
+                if aggregate_rows is not None:
+                    entry[name] = aggregate_rows(values, len(ids))
+                else:
+                    entry[name] = mean_values(values, shapes[name])
             out[group][value] = entry
     return out

@@ -196,6 +196,14 @@ def _is_count_name(name: str) -> bool:
     return last in ("n", "turns") or last.startswith("n_")
 
 
+def _short_label(name: str) -> str:
+    """``rouge.rougeL.fscore`` -> ``rougeL`` (the F-score is the one shown): console lines stay short."""
+    parts = name.split(".")
+    if len(parts) == 3 and parts[0] == "rouge" and parts[2] == "fscore":
+        return parts[1]
+    return name
+
+
 def breakdown_lines(scores: dict[str, Any] | None, max_values: int = 12) -> list[str]:
     """For the console: per breakdown group, one line per value with n and the headline means."""
     lines = []
@@ -206,7 +214,7 @@ def breakdown_lines(scores: dict[str, Any] | None, max_values: int = 12) -> list
         shown = sorted(values.items(), key=lambda kv: -(kv[1].get("n") or 0))
         for value, entry in shown[:max_values]:
             parts = " ".join(
-                f"{k.removeprefix(strip)} {_num(v)}"
+                f"{_short_label(k.removeprefix(strip))} {_num(v)}"
                 for k, v in entry.items()
                 if k != "n" and headline_of(k) and not _is_count_name(k)
             )
@@ -267,14 +275,21 @@ def summary_lines(scores: dict[str, Any] | None) -> list[str]:
             )
             parts = [
                 (label, errors.get(f"{name}.{key}"))
-                for label, key in (("acc loose", "acc.loose"), ("strict", "acc.strict"), ("ROUGE-L F", "rouge.rougeL.fscore"))
+                for label, key in (
+                    ("acc loose", "acc.loose"),
+                    ("strict", "acc.strict"),
+                    ("ROUGE-L F", "rouge.rougeL.fscore"),
+                )
             ]
             shown = " ".join(f"{label}{interval_text(e)}" for label, e in parts if interval_text(e))
             if shown:
                 text += f" | 95% CI: {shown}"
         else:
             leaves = _leaves(agg)
-            text = " ".join(f"{k} {_num(v)}{interval_text(errors.get(f'{name}.{k}'))}" for k, v in leaves.items()) or "no values"
+            text = (
+                " ".join(f"{k} {_num(v)}{interval_text(errors.get(f'{name}.{k}'))}" for k, v in leaves.items())
+                or "no values"
+            )
             reason = (info.get(name) or {}).get("reason")
             if leaves and all(v is None for v in leaves.values()) and reason:
                 text = f"unavailable ({reason})"

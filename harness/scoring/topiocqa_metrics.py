@@ -23,10 +23,11 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
+from functools import lru_cache
 from typing import Any
 
 from harness.datasets.base import Sample
-from harness.scoring.metrics import METRICS, ScoringOptions
+from harness.scoring.metrics import METRICS, ScoringOptions, streamable
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCT = set(string.punctuation)
@@ -92,6 +93,53 @@ def gold_list(answer: Any) -> list[str]:
     return [str(answer)]
 
 
+@lru_cache(maxsize=1)
+def _corpus_bleu():
+    from sacrebleu.metrics import BLEU
+
+    return BLEU()  # the corpus BLEU's settings: 13a, exp smoothing, 4-grams
+
+
+def corpus_stats(pred: str, reference: str) -> list[int]:
+    """One turn's share of the corpus BLEU: [hypothesis length, reference length, matching n-grams
+    1-4, hypothesis n-grams 1-4], which sacrebleu sums over the corpus before scoring."""
+    s = _corpus_bleu().corpus_score([pred], [[reference]])
+    return [int(s.sys_len), int(s.ref_len), *map(int, s.counts), *map(int, s.totals)]
+
+
+def bleu_from_stats(stats: list[Any]) -> float | None:
+    """sacrebleu's corpus BLEU from the turns' ``corpus_stats`` summed; None when a turn has none
+    (scored by a version that did not store them)."""
+    if any(not isinstance(s, (list, tuple)) or len(s) != 10 for s in stats):
+        return None
+    if not stats:
+        return 0.0
+    sums = [int(sum(column)) for column in zip(*stats)]  # counts (floats in a bootstrap's sums)
+    bleu = _corpus_bleu()
+    return bleu.compute_bleu(
+        correct=sums[2:6], total=sums[6:], sys_len=sums[0], ref_len=sums[1], smooth_method=bleu.smooth_method,
+        smooth_value=bleu.smooth_value, effective_order=bleu.effective_order, max_ngram_order=bleu.max_ngram_order,
+    ).score  # fmt: skip
+
+
+def _aggregate_topiocqa(rows: list[dict[str, Any]], n: int) -> dict[str, Any]:
+    """The aggregate from per-turn rows, as the batch call computes it: EM/F1 x100 and BLEU means over
+    all ``n`` turns, corpus BLEU from the summed per-turn statistics (bit-identical to sacrebleu's
+    corpus_score, which sums the same integers)."""
+    return {
+        "em": 100.0 * sum(r["em"] for r in rows) / max(1, n),
+        "f1": 100.0 * sum(r["f1"] for r in rows) / max(1, n),
+        "bleu": sum(r["bleu"] for r in rows) / max(1, n),
+        "bleu_corpus": bleu_from_stats([r.get("bleu_corpus_stats") for r in rows]) if n else 0.0,
+        "turns": n,
+    }
+
+
+def _corpus_bleu_from_sums(totals: list[float]) -> dict[str, Any]:
+    return {"bleu_corpus": bleu_from_stats([totals])}
+
+
+@streamable(_aggregate_topiocqa, sums=(lambda row: row.get("bleu_corpus_stats"), _corpus_bleu_from_sums))
 @METRICS.register("topiocqa")
 def topiocqa(
     questions: list[Sample], answers: list[dict[str, Any]], only_answered: bool, options: ScoringOptions | None = None
@@ -116,6 +164,8 @@ def topiocqa(
             raw[q.id] = {"em": float(scores["em"]), "f1": float(scores["f1"]), "bleu": sentence_bleu(pred, gold)}
             hyps.append(pred)
         refs.append(gold[0])
+        # the turn's part of the corpus BLEU: it streams, and its error bars are bootstrapped
+        raw[q.id]["bleu_corpus_stats"] = corpus_stats(hyps[-1], refs[-1])
     n = len(pool)
     corpus_metric = BLEU()
     corpus = corpus_metric.corpus_score(hyps, [refs]) if n else None

@@ -9,8 +9,10 @@ For each numeric leaf of a metric's aggregate (``"METRIC.LEAF"``):
 * otherwise, when the metric has an aggregate of per-question rows (``aggregate_rows``: shares
   above a threshold, ratios, micro F1): **percentile bootstrap** through that very function
   (``stats.RESAMPLES`` resamples, fixed seed; clusters resampled whole when clustered);
+  A metric whose number is a function of per-question numbers summed (``aggregate_sums``: TopiOCQA's
+  corpus BLEU from each turn's n-gram counts) is bootstrapped as one matrix product instead;
 * counts (integers such as TopiOCQA's ``turns``) carry no interval, and a leaf neither rule covers
-  (a corpus-level number whose per-question parts are not stored) is recorded with ``method: none``.
+  (rows scored before a metric kept the parts of its number) is recorded with ``method: none``.
 
 Several rows of one question (epochs) are averaged per question first (``collapse_repeats``).
 """
@@ -62,8 +64,10 @@ def collapse_repeats(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     groups: dict[Any, list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault(r.get("question_id"), []).append(r)
-    return [{"question_id": qid, **mean_values([{k: v for k, v in r.items() if k != "question_id"} for r in rs])}
-            for qid, rs in groups.items()]
+    return [
+        {"question_id": qid, **mean_values([{k: v for k, v in r.items() if k != "question_id"} for r in rs])}
+        for qid, rs in groups.items()
+    ]
 
 
 def _close(a: float, b: float) -> bool:
@@ -102,7 +106,9 @@ def metric_uncertainty(
     from harness import stats
 
     out: dict[str, dict[str, Any]] = {}
-    declared = {tuple(k.split(".")): tuple(v.split(".")) for k, v in (getattr(fn, "per_question_leaves", None) or {}).items()}
+    declared = {
+        tuple(k.split(".")): tuple(v.split(".")) for k, v in (getattr(fn, "per_question_leaves", None) or {}).items()
+    }
     aggregate_rows = getattr(fn, "aggregate_rows", None)
     to_bootstrap: list[tuple[str, ...]] = []
     for path, value in _flat_leaves(aggregate).items():
@@ -112,8 +118,13 @@ def metric_uncertainty(
             if aggregate_rows is not None and rows:
                 to_bootstrap.append(path)
             else:
-                out[key] = {"value": value, "stderr": None, "ci95": None, "method": "none",
-                            "reason": "not a mean of per-question values, and the metric has no aggregate of them"}
+                out[key] = {
+                    "value": value,
+                    "stderr": None,
+                    "ci95": None,
+                    "method": "none",
+                    "reason": "not a mean of per-question values, and the metric has no aggregate of them",
+                }
             continue
         if plan["kind"] in ("count", "none"):
             continue  # a count (or no value): no interval
@@ -124,8 +135,32 @@ def metric_uncertainty(
         if plan["scale"] != 1.0:
             entry["scale"] = plan["scale"]
         out[key] = entry
+    summed = getattr(fn, "aggregate_sums", None)
+    if to_bootstrap and summed is not None:
+        per_row, finish = summed
+        vectors = [per_row(r) for r in rows]
+        whole = vectors and all(v is not None for v in vectors)  # else: rows scored before the sums were kept
+        served = finish([sum(c) for c in zip(*vectors)]) if whole else {}
+        fast = [p for p in to_bootstrap if leaf(served, p) is not None]
+        if fast:
+            stat = stats.function_of_sums(vectors, lambda t: [_num(leaf(finish(t), p)) for p in fast])
+            entries = stats.bootstrap(stat, len(rows), clusters, value=[_num(leaf(aggregate, p)) for p in fast])
+            for path, entry in zip(fast, entries):
+                entry["value"] = leaf(aggregate, path)
+                entry["aggregate"] = "the metric's own, from per-question sums"
+                out[".".join((name, *path))] = entry
+            to_bootstrap = [p for p in to_bootstrap if p not in fast]
     if to_bootstrap:
         n = n_scored if n_scored else len(rows)
+        whole = aggregate_rows(rows, n)
+        for path in [p for p in to_bootstrap if leaf(whole, p) is None]:
+            out[".".join((name, *path))] = {
+                "value": leaf(aggregate, path), "stderr": None, "ci95": None, "method": "none",
+                "reason": "the per-question values lack what this number is computed from (reduced over epochs, "
+                "or scored by an older version: harness score RUN_DIR re-scores them)",
+            }  # fmt: skip
+            to_bootstrap.remove(path)
+    if to_bootstrap:
 
         def agg(drawn: list[Any]) -> list[float]:
             result = aggregate_rows(drawn, len(drawn) if n == len(rows) else len(drawn) * n / len(rows))
@@ -200,4 +235,3 @@ def _clean(values: Any) -> Any:
 def uncertainty_of(scores: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     """The recorded uncertainty section, {} for older results files (shown as before)."""
     return dict((scores or {}).get(SECTION) or {})
-
