@@ -16,7 +16,7 @@ from typing import Any
 
 from harness.errors import HarnessError
 from harness.leaderboard import is_headline
-from harness.records import write_bytes_atomic
+from harness.records import record_epoch, write_bytes_atomic
 from harness.scoring.results import breakdown_values, count_values, per_question, scale_of, score_values
 
 REPORT_FILE = "report.html"
@@ -86,6 +86,10 @@ def build_report_data(run_dir: Path) -> dict[str, Any]:
         raise HarnessError(f"{run_dir / RESULTS_FILE}: {exc}") from None
     samples = _dataset_samples(results)
     ids = results.get("sample_ids") or list(finished)
+    later_epochs: dict[str, list[tuple[int, Any]]] = {}  # --epochs: the other epochs' answers, in the transcript
+    for record in finished.values():
+        if record_epoch(record) > 1:
+            later_epochs.setdefault(record["id"], []).append((record_epoch(record), record.get("answer")))
     rows = []
     for index, qid in enumerate(ids, 1):
         record = finished.get(qid) or failed.get(qid)
@@ -114,6 +118,7 @@ def build_report_data(run_dir: Path) -> dict[str, Any]:
                 "cost_usd": (record or {}).get("cost_usd"),
                 "searches": len(extra.get("searches", [])) if "searches" in extra else None,
                 "truncated_output": (record or {}).get("truncated_output"),
+                "epoch_answers": sorted(later_epochs.get(qid, [])),
                 "messages": (record or {}).get("messages") or [],
                 "extra": extra,
                 # breakdown fields (FanOutQA category, QAMPARI type, ...): the report filters on them
@@ -424,6 +429,7 @@ def _transcript(r: dict[str, Any]) -> str:
         ("cost USD", r["cost_usd"]),
         ("answer cut at max tokens", r["truncated_output"]),
     ]
+    facts += [(f"answer of epoch {epoch}", answer) for epoch, answer in r.get("epoch_answers", [])]
     facts += [(f"score {k}", v) for k, v in r["scores"].items()]
     facts = [(k, v) for k, v in facts if v is not None]
     messages = "".join(_message_html(m) for m in r["messages"])

@@ -117,3 +117,17 @@ def test_epochs_with_the_real_local_model(tmp_path):
         for part in path:
             value = value[part]
         assert value == pytest.approx(mean)
+
+
+def test_report_shows_every_epoch_s_answer(tmp_path):
+    """A question's transcript in the report names the answers of its later epochs too."""
+    from harness.report import build_report_data, render_report
+
+    run(tmp_path, epochs=3, cache=False)
+    data = build_report_data(tmp_path / "run")
+    assert len(data["rows"]) == 4
+    row = data["rows"][0]
+    assert [epoch for epoch, _ in row["epoch_answers"]] == [2, 3]
+    assert row["epoch_answers"][0][1] == "no idea" and row["epoch_answers"][1][1] == row["answer"] != "no idea"
+    page = render_report(data)
+    assert page.count("answer of epoch 2") == 4 and page.count("answer of epoch 3") == 4
