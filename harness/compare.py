@@ -20,7 +20,7 @@ import numpy as np
 
 from harness.errors import HarnessError
 from harness.scoring.results import metric_aggregates, upgrade
-from harness.scoring.uncertainty import _flat_leaves, collapse_repeats, leaf, plan_leaf
+from harness.scoring.uncertainty import _flat_leaves, collapse_repeats, leaf, plan_leaf, sums_of
 
 ALPHA = 0.05
 TOP_CHANGED = 5
@@ -214,22 +214,15 @@ def _compare_leaf(stats, fn, path, value, per, shared, clusters, k) -> dict[str,
 
 
 def _sums_of(fn, path, per) -> tuple[list[list[Any]], Any] | None:
-    """(each run's per-question vectors, column sums -> this number) when the metric declares its
-    number a function of summed per-question values (``aggregate_sums``) and every row has them."""
-    summed = getattr(fn, "aggregate_sums", None)
-    if summed is None:
+    """(each run's per-question vectors, column sums -> this number) when the number is a function
+    of summed per-question values (``aggregate_sums``) and every run's rows have them."""
+    found = [sums_of(fn, col) for col in per]
+    if any(f is None for f in found):
         return None
-    per_row, finish = summed
-    vectors = [[per_row(r) for r in col] for col in per]
-    if any(v is None for col in vectors for v in col):
-        return None
-
-    def of_sums(totals: list[float]) -> float:
-        return float(leaf(finish(totals), path))
-
+    vectors, finish = [f[0] for f in found], found[0][1]
     if leaf(finish([sum(c) for c in zip(*vectors[0])]), path) is None:
         return None
-    return vectors, of_sums
+    return vectors, lambda totals: float(leaf(finish(totals), path))
 
 
 def _short(entry: dict[str, Any]) -> dict[str, Any]:

@@ -750,7 +750,6 @@ class _Progress:
             self._progress.start()
             self._task = self._progress.add_task("run", total=self.total, failed=0)
         if self.lines:
-            self._started = self._last_line = time.monotonic()
             self._schedule()
         return self
 

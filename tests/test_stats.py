@@ -226,7 +226,7 @@ def _topiocqa_answers(qs, seed):
     return out
 
 
-def test_corpus_bleu_from_turn_sums_is_sacrebleus_and_its_bootstrap_is_the_row_by_row_one():
+def test_corpus_bleu_from_turn_sums_is_sacrebleus_and_its_bootstrap_is_the_row_by_row_one(monkeypatch):
     """TopiOCQA's corpus BLEU, rebuilt from each turn's stored statistics, equals sacrebleu's
     corpus_score on every dev turn (streamed runs and re-scores agree); its bootstrap as one matrix
     product gives the very intervals and paired test of the row-by-row bootstrap it replaces."""
@@ -256,12 +256,16 @@ def test_corpus_bleu_from_turn_sums_is_sacrebleus_and_its_bootstrap_is_the_row_b
 
     a, b = run("a", 1), run("b", 2)
     fast_interval = a["scores"]["uncertainty"]["topiocqa.bleu_corpus"]
-    fast_compare = compare_runs([a, b])["metrics"]["topiocqa.bleu_corpus"]
+    assert fast_interval["aggregate"] == "the metric's own, from per-question sums"  # the fast path ran
+    with monkeypatch.context() as m:  # the fast compare never swaps rows one by one
+        m.setattr(stats, "swap_test", lambda *a, **k: pytest.fail("row-by-row swap test on a sums metric"))
+        fast_compare = compare_runs([a, b])["metrics"]["topiocqa.bleu_corpus"]
     saved = tm.topiocqa.aggregate_sums
     tm.topiocqa.aggregate_sums = None  # the generic path: aggregate_rows on each resample's rows
     try:
         slow = score_answers(ds, sub, _topiocqa_answers(sub, 1))["uncertainty"]["topiocqa.bleu_corpus"]
         slow_compare = compare_runs([a, b])["metrics"]["topiocqa.bleu_corpus"]
+        assert slow["aggregate"] == "the metric's own (aggregate_rows)"
     finally:
         tm.topiocqa.aggregate_sums = saved
     assert fast_interval["stderr"] == pytest.approx(slow["stderr"], rel=1e-12)

@@ -135,12 +135,10 @@ def metric_uncertainty(
         if plan["scale"] != 1.0:
             entry["scale"] = plan["scale"]
         out[key] = entry
-    summed = getattr(fn, "aggregate_sums", None)
-    if to_bootstrap and summed is not None:
-        per_row, finish = summed
-        vectors = [per_row(r) for r in rows]
-        whole = vectors and all(v is not None for v in vectors)  # else: rows scored before the sums were kept
-        served = finish([sum(c) for c in zip(*vectors)]) if whole else {}
+    summed = sums_of(fn, rows) if to_bootstrap else None
+    if summed is not None:
+        vectors, finish = summed
+        served = finish([sum(c) for c in zip(*vectors)])
         fast = [p for p in to_bootstrap if leaf(served, p) is not None]
         if fast:
             stat = stats.function_of_sums(vectors, lambda t: [_num(leaf(finish(t), p)) for p in fast])
@@ -152,8 +150,8 @@ def metric_uncertainty(
             to_bootstrap = [p for p in to_bootstrap if p not in fast]
     if to_bootstrap:
         n = n_scored if n_scored else len(rows)
-        whole = aggregate_rows(rows, n)
-        for path in [p for p in to_bootstrap if leaf(whole, p) is None]:
+        over_all = aggregate_rows(rows, n)
+        for path in [p for p in to_bootstrap if leaf(over_all, p) is None]:
             out[".".join((name, *path))] = {
                 "value": leaf(aggregate, path), "stderr": None, "ci95": None, "method": "none",
                 "reason": "the per-question values lack what this number is computed from (reduced over epochs, "
@@ -173,6 +171,20 @@ def metric_uncertainty(
             entry["aggregate"] = "the metric's own (aggregate_rows)"
             out[".".join((name, *path))] = entry
     return out
+
+
+def sums_of(fn: Callable | None, rows: list[Any]) -> tuple[list[Any], Callable] | None:
+    """(each row's vector, column sums -> {leaf: value}) when the metric declares numbers that are a
+    function of per-question sums (``aggregate_sums``) and every row has its vector (rows scored
+    before a metric kept them have none)."""
+    summed = getattr(fn, "aggregate_sums", None)
+    if summed is None or not rows:
+        return None
+    per_row, finish = summed
+    vectors = [per_row(r) for r in rows]
+    if any(v is None for v in vectors):
+        return None
+    return vectors, finish
 
 
 def _num(value: Any) -> float:
