@@ -284,8 +284,9 @@ def test_rows_without_the_corpus_statistics_get_no_made_up_interval():
     ds = load_dataset("topiocqa:dev")
     qs = ds.samples[:30]
     scores = score_answers(ds, qs, _topiocqa_answers(qs, 3))
-    for row in scores["raw"]:
+    for row in scores["raw"][1:]:
         del row["topiocqa"]["bleu_corpus_stats"]
+    scores["raw"][0]["topiocqa"]["bleu_corpus_stats"] = ["x"] * 10  # a hand-edited file: read as none
     old = compute_uncertainty({"topiocqa": get_metric("topiocqa")}, scores)
     e = old["topiocqa.bleu_corpus"]
     assert e["method"] == "none" and e["value"] == scores["topiocqa"]["bleu_corpus"] and "older version" in e["reason"]

@@ -107,19 +107,31 @@ def corpus_stats(pred: str, reference: str) -> list[int]:
     return [int(s.sys_len), int(s.ref_len), *map(int, s.counts), *map(int, s.totals)]
 
 
-def bleu_from_stats(stats: list[Any]) -> float | None:
-    """sacrebleu's corpus BLEU from the turns' ``corpus_stats`` summed; None when a turn has none
-    (scored by a version that did not store them)."""
-    if any(not isinstance(s, (list, tuple)) or len(s) != 10 for s in stats):
-        return None
-    if not stats:
-        return 0.0
-    sums = [int(sum(column)) for column in zip(*stats)]  # counts (floats in a bootstrap's sums)
+def _turn_stats(row: dict[str, Any]) -> list[int] | None:
+    """A turn's ``bleu_corpus_stats`` when it is what ``corpus_stats`` stores (10 counts), else None
+    (a run scored before they were stored, or a hand-edited file)."""
+    stats = row.get("bleu_corpus_stats")
+    ok = isinstance(stats, list) and len(stats) == 10
+    return stats if ok and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in stats) else None
+
+
+def _bleu_of_sums(sums: list[float]) -> float:
+    """sacrebleu's corpus BLEU from the column sums of the turns' ``corpus_stats`` (counts: a
+    bootstrap's sums come as floats)."""
+    sums = [int(v) for v in sums]
     bleu = _corpus_bleu()
     return bleu.compute_bleu(
         correct=sums[2:6], total=sums[6:], sys_len=sums[0], ref_len=sums[1], smooth_method=bleu.smooth_method,
         smooth_value=bleu.smooth_value, effective_order=bleu.effective_order, max_ngram_order=bleu.max_ngram_order,
     ).score  # fmt: skip
+
+
+def bleu_from_stats(rows: list[dict[str, Any]]) -> float | None:
+    """The corpus BLEU of these turns' rows; None when one has no statistics."""
+    stats = [_turn_stats(r) for r in rows]
+    if any(s is None for s in stats):
+        return None
+    return _bleu_of_sums([sum(column) for column in zip(*stats)]) if stats else 0.0
 
 
 def _aggregate_topiocqa(rows: list[dict[str, Any]], n: int) -> dict[str, Any]:
@@ -130,16 +142,16 @@ def _aggregate_topiocqa(rows: list[dict[str, Any]], n: int) -> dict[str, Any]:
         "em": 100.0 * sum(r["em"] for r in rows) / max(1, n),
         "f1": 100.0 * sum(r["f1"] for r in rows) / max(1, n),
         "bleu": sum(r["bleu"] for r in rows) / max(1, n),
-        "bleu_corpus": bleu_from_stats([r.get("bleu_corpus_stats") for r in rows]) if n else 0.0,
+        "bleu_corpus": bleu_from_stats(rows) if n else 0.0,
         "turns": n,
     }
 
 
 def _corpus_bleu_from_sums(totals: list[float]) -> dict[str, Any]:
-    return {"bleu_corpus": bleu_from_stats([totals])}
+    return {"bleu_corpus": _bleu_of_sums(totals)}
 
 
-@streamable(_aggregate_topiocqa, sums=(lambda row: row.get("bleu_corpus_stats"), _corpus_bleu_from_sums))
+@streamable(_aggregate_topiocqa, sums=(_turn_stats, _corpus_bleu_from_sums))
 @METRICS.register("topiocqa")
 def topiocqa(
     questions: list[Sample], answers: list[dict[str, Any]], only_answered: bool, options: ScoringOptions | None = None
