@@ -1,6 +1,7 @@
 """Local model throughput: ``harness run --model local/smollm2`` vs raw llama.cpp on the same GGUF.
 
     python benchmarks/local_model.py [--limit 20] [--max-tokens 512] [--repeats 3] [--threads N] [--model smollm2|PATH.gguf]
+                                     [--weight-repack auto|on|off] [--no-amx]
 
 Both get the first ``--limit`` FanOutQA dev questions (closed book, the harness's
 ``prompts/closed_book.txt`` filled the same way), greedy (temperature 0, top_p 1, seed 0), the same
@@ -12,6 +13,13 @@ same GGUF with the same context (the model's trained length) and ``--threads`` (
   completion tokens from its results.json.
 - raw: a fresh Python process that imports llama_cpp, loads ``Llama`` and calls
   ``create_chat_completion`` per question (also timed without the load, for reference).
+
+``--weight-repack`` is given to both (the harness flag; the raw child sets llama.cpp's
+``use_extra_bufts`` the same way). ``--no-amx`` runs both under ``benchmarks/no_amx.py``: on a CPU
+with AMX, llama.cpp then takes the paths it takes on a CPU without it (how the on/off choice of
+``--weight-repack auto`` was measured). The raw child also times prompt processing alone: one
+prompt of about ``--prefill-tokens`` tokens (the questions joined), one token generated, in
+``--repeats`` runs of their own (not part of the timed runs).
 
 Rate = completion tokens / whole wall clock of the child process. One untimed warm-up of each (one
 question), then ``--repeats`` timed runs alternating which goes first; the medians are compared.
@@ -44,13 +52,16 @@ def prompts(limit: int) -> list[str]:
     return [template.format(question=r["question"], current_date=CURRENT_DATE) for r in rows]
 
 
-def raw(model: str, limit: int, max_tokens: int, threads: int, out: Path) -> None:
-    """The child: plain llama-cpp-python, nothing of the harness but the GGUF's path."""
+def raw(model: str, limit: int, max_tokens: int, threads: int, weight_repack: str, prefill: int, out: Path) -> None:
+    """The child: plain llama-cpp-python, nothing of the harness but the GGUF's path and the
+    weight-repack decision (the harness's own function, so both decide alike)."""
     t0 = time.perf_counter()
     from llama_cpp import Llama
 
+    from harness.models.llama_child import decide_and_apply
     from harness.models.local import resolve_gguf
 
+    decision = decide_and_apply(weight_repack)
     llm = Llama(model_path=str(resolve_gguf(model)), n_ctx=0, n_threads=threads, seed=0, verbose=False)
     t1 = time.perf_counter()
     tokens = 0
@@ -60,7 +71,21 @@ def raw(model: str, limit: int, max_tokens: int, threads: int, out: Path) -> Non
         )
         tokens += out_["usage"]["completion_tokens"]
     t2 = time.perf_counter()
-    out.write_text(json.dumps({"tokens": tokens, "load_s": t1 - t0, "gen_s": t2 - t1}))
+    prefill_rate = None
+    if prefill:  # prompt processing alone: the questions joined to about ``prefill`` tokens
+        rows = json.loads(DEV_FILE.read_text(encoding="utf-8"))
+        text = " ".join(r["question"] for r in rows)
+        ids = llm.tokenize(text.encode("utf-8"), add_bos=False)[:prefill]
+        prompt = llm.detokenize(ids).decode("utf-8", errors="ignore")
+        llm.reset()
+        t3 = time.perf_counter()
+        res = llm.create_completion(prompt, max_tokens=1, temperature=0.0, seed=0)
+        prefill_rate = res["usage"]["prompt_tokens"] / (time.perf_counter() - t3)
+    out.write_text(
+        json.dumps(
+            {"tokens": tokens, "load_s": t1 - t0, "gen_s": t2 - t1, "prefill_tok_s": prefill_rate, "decision": decision}
+        )
+    )
 
 
 def main() -> None:
@@ -71,18 +96,24 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2", help="packaged model name or a .gguf path (harness local/NAME)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="llama.cpp threads, both")
     ap.add_argument("--no-warmup", action="store_true", help="skip the untimed one-question warm-up")
+    ap.add_argument("--weight-repack", choices=("auto", "on", "off"), default="auto", help="both (harness flag)")
+    ap.add_argument("--no-amx", action="store_true", help="both as on a CPU without AMX (benchmarks/no_amx.py)")
+    ap.add_argument("--prefill-tokens", type=int, default=1024, help="raw: prompt-processing probe size (0: none)")
     ap.add_argument("--_raw", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._raw:
-        return raw(args.model, args.limit, args.max_tokens, args.threads, Path(args._raw))
+        return raw(
+            args.model, args.limit, args.max_tokens, args.threads, args.weight_repack, args.prefill_tokens, Path(args._raw)
+        )
 
     work = Path(tempfile.mkdtemp(prefix="harness-local-"))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HARNESS_CACHE_DIR": str(work / "cache")}
+    wrap = [sys.executable, str(Path(__file__).with_name("no_amx.py"))] if args.no_amx else []
 
-    def run_one(which: str, tag: str, limit: int) -> dict:
+    def run_one(which: str, tag: str, limit: int, prefill: int = 0) -> dict:
         if which == "harness":
             out = work / f"harness-{tag}"
-            cmd = [
+            cmd = wrap + [
                 sys.executable,
                 "-m",
                 "harness",
@@ -93,19 +124,22 @@ def main() -> None:
                 "fanoutqa:dev",
             ]
             cmd += ["--setting", "closed-book", "--limit", str(limit), "--max-tokens", str(args.max_tokens)]
-            cmd += ["--n-threads", str(args.threads), "--no-cache", "--out", str(out)]
+            cmd += ["--n-threads", str(args.threads), "--weight-repack", args.weight_repack]
+            cmd += ["--no-cache", "--out", str(out)]
             r = timed(cmd, work, env, work / f"{which}-{tag}.log")
             results = json.loads((out / "results.json").read_text())
             if results["counts"]["finished"] != limit:
                 sys.exit(f"harness finished {results['counts']['finished']} of {limit}; see {out}")
             r["tokens"] = results["tokens"]["completion"]
+            r["decision"] = (results.get("model") or {}).get("weight_repack")
         else:
             stats = work / f"raw-{tag}.json"
-            cmd = [sys.executable, __file__, "--_raw", str(stats), "--model", args.model]
+            cmd = wrap + [sys.executable, __file__, "--_raw", str(stats), "--model", args.model]
             cmd += ["--limit", str(limit), "--max-tokens", str(args.max_tokens), "--threads", str(args.threads)]
+            cmd += ["--weight-repack", args.weight_repack, "--prefill-tokens", str(prefill)]
             r = timed(cmd, work, env, work / f"{which}-{tag}.log")
             r.update(json.loads(stats.read_text()))
-        r["rate"] = r["tokens"] / r["wall"]
+        r["rate"] = r["tokens"] / r["wall"] if limit else 0.0
         return r
 
     if not args.no_warmup:
@@ -123,8 +157,11 @@ def main() -> None:
 
     print(
         f"\nlocal/{args.model}, {args.limit} FanOutQA dev questions (closed book), max_tokens {args.max_tokens}, "
-        f"greedy, {args.threads} threads, {args.repeats} runs each\n"
+        f"greedy, {args.threads} threads, {args.repeats} runs each, --weight-repack {args.weight_repack}"
+        f"{' (as without AMX: no_amx.py)' if args.no_amx else ''}"
     )
+    decided = {json.dumps(r.get("decision"), sort_keys=True) for rs in runs.values() for r in rs}
+    print(f"extra buffer types: {'; '.join(sorted(decided))}\n")
     print(
         f"{'':<26} | {'wall med s':>10} | {'tokens':>7} | {'tok/s whole wall':>16} | {'CPU s':>7} | {'peak RSS MB':>11}"
     )
@@ -141,6 +178,11 @@ def main() -> None:
     print(
         f"{'  raw, generation only':<26} | {'':>10} | {'':>7} | {gen:16.1f} |   (import + load {load:.2f} s excluded)"
     )
+    # prompt processing alone, in runs of their own (not in the timed walls above)
+    if args.prefill_tokens:
+        prefill = [run_one("raw", f"prefill{i}", 0, args.prefill_tokens)["prefill_tok_s"] for i in range(args.repeats)]
+        print(f"{'  raw, prompt processing':<26} | {'':>10} | {'':>7} | {statistics.median(prefill):16.1f} |   "
+              f"({args.prefill_tokens}-token prompt, 1 token out; median)")
     same = {r["tokens"] for r in runs["harness"]} == {r["tokens"] for r in runs["raw"]}
     print(f"\nsame completion tokens (greedy, same prompts): {same}")
     ratio = med["harness"] / med["raw"]

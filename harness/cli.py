@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         return command(args)
     except USER_ERRORS as exc:
         print(f"error: {_one_line(redact(exc))}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return getattr(exc, "exit_code", EXIT_BAD_INPUT)  # 3: a process the run needs died
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

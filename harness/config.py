@@ -157,6 +157,7 @@ BACKEND_KEYS = {
     "retry_max_wait",
     "startup_timeout",
     "n_threads",
+    "weight_repack",
     "server_args",
 }
 

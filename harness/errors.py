@@ -31,6 +31,41 @@ class TransientModelError(Exception):
         self.status = status
 
 
+class ProcessDiedError(ModelError):
+    """A process the run depends on (the local model's worker, a launched model server) died: the
+    run stops and says what died and how, where its log is, and that rerunning resumes."""
+
+    exit_code = 3
+
+    def __init__(self, what: str, pid: int | None, returncode: int | None, log_path: str | None = None):
+        self.what, self.pid, self.returncode, self.log_path = what, pid, returncode, log_path
+        self.sample_id: str | None = None  # set by the runner: the sample being answered
+        super().__init__(self.describe())
+
+    def how(self) -> str:
+        return describe_exit(self.returncode)
+
+    def describe(self) -> str:
+        where = f" while answering sample {self.sample_id}" if self.sample_id else ""
+        log = f"; its log: {self.log_path}" if self.log_path else ""
+        return f"{self.what} (pid {self.pid}) died of {self.how()}{where}{log}"
+
+
+def describe_exit(returncode: int | None) -> str:
+    """``-11`` -> ``signal 11, SIGSEGV``; ``3`` -> ``exit code 3``."""
+    import signal
+
+    if returncode is None:
+        return "an unknown cause (still running?)"
+    if returncode < 0:  # Popen's way of saying "killed by signal -returncode"
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "unknown signal"
+        return f"signal {-returncode}, {name}"
+    return f"exit code {returncode}"
+
+
 class ContextOverflowError(ModelError):
     """The prompt does not fit the model's context window. Recorded per sample, never truncated."""
 

@@ -11,6 +11,7 @@ import asyncio
 import importlib
 import logging
 import math
+import shutil
 import subprocess
 import sys
 import threading
@@ -27,9 +28,11 @@ from harness.cost import Budget, BudgetExhausted, load_price_table, pricing_for,
 from harness.datasets import Dataset, Sample, load_dataset
 from harness.errors import (
     ConfigError,
+    HarnessError,
     ContextOverflowError,
     MissingEvidenceError,
     ModelError,
+    ProcessDiedError,
     SampleFailure,
     TransientModelError,
 )
@@ -59,6 +62,20 @@ FAILURES_FILE = "failures.jsonl"
 RESULTS_FILE = "results.json"
 CONFIG_FILE = "config.json"
 ERROR_LOG = "errors.log"
+LOG_DIR = "logs"  # logs of the processes a backend starts (model worker, launched server)
+
+
+class RunStopped(HarnessError):
+    """The run stopped because a process it depends on died; one line says what, and what is kept."""
+
+    exit_code = ProcessDiedError.exit_code
+
+    def __init__(self, died: ProcessDiedError, run_dir: Path, finished: int, total: int):
+        self.died = died
+        super().__init__(
+            f"{died.describe()}. {finished} of {total} samples are finished and kept in {run_dir}; run the same "
+            "command again to resume (a crash that repeats: see README, Local models and crashes)"
+        )
 
 
 def now_iso() -> str:
@@ -198,6 +215,7 @@ class Run:
         self.max_answer_chars = self.scoring_options.max_answer_chars
         self.metric_names = list(config.metrics or self.dataset.metrics)
         self.scorer = None  # StreamingScorer while samples are being solved
+        self._died: ProcessDiedError | None = None  # the model's process died: the run stops
         self._preflight()
 
     # checks before anything is spent ------------------------------------------------
@@ -240,12 +258,12 @@ class Run:
         return 1 if self.backend.one_request_at_a_time else self.config.max_connections
 
     def _one_at_a_time_note(self) -> dict[str, Any]:
-        """An in-process model: samples one after another, said once when --max-connections asked for more."""
+        """A one-request-at-a-time model (one llama.cpp model): samples one after another, said once when --max-connections asked for more."""
         if not self.backend.one_request_at_a_time:
             return {}
         if self.config.max_connections > 1:
             print(
-                f"{self.config.model} runs in this process, one request at a time: samples run one after another "
+                f"{self.config.model} runs one request at a time (one llama.cpp model): samples run one after another "
                 f"(--max-connections {self.config.max_connections} does not apply)",
                 file=sys.stderr,
             )
@@ -291,10 +309,17 @@ class Run:
     async def execute(self) -> dict[str, Any]:
         # One writer per run directory, held until the results are written (the kernel drops it on kill -9).
         lock = RunLock(self.run_dir, purpose="run").acquire()
+        died = False
         try:
             return await self._execute_locked()
+        except RunStopped:
+            died = True
+            raise
         finally:
-            lock.release(remove_if_empty=not (self.run_dir / CONFIG_FILE).exists())
+            began = (self.run_dir / CONFIG_FILE).exists()
+            if not began and not died:  # a run that failed before it began leaves nothing behind
+                shutil.rmtree(self.run_dir / LOG_DIR, ignore_errors=True)
+            lock.release(remove_if_empty=not began)
 
     async def _execute_locked(self) -> dict[str, Any]:
         previous = self._check_run_dir()
@@ -320,6 +345,8 @@ class Run:
         status = "complete"
         model_info = (previous or {}).get("model")
         failures: dict[str, dict[str, Any]] = {}
+        died: ProcessDiedError | None = None
+        self.backend.log_dir = self.run_dir / LOG_DIR  # a worker's or server's log, kept with the run
         try:
             if todo:
                 await self.backend.start()
@@ -341,6 +368,9 @@ class Run:
         except (asyncio.CancelledError, KeyboardInterrupt):
             status = "interrupted"
             raise
+        except ProcessDiedError as exc:  # said after the rows and results.json are safe (below)
+            status, died = "error", exc
+            self.invocation["error"] = str(exc)
         except BaseException:
             status = "error"
             raise
@@ -359,6 +389,8 @@ class Run:
                 invocations.append(self.invocation)
                 results = self._results(finished, failures, status, model_info, invocations, previous)
                 write_json_atomic(self.run_dir / RESULTS_FILE, results)
+        if died is not None:
+            raise RunStopped(died, self.run_dir, len(finished), len(self.samples) * self.config.epochs)
         return results
 
     def _only_failed(self, todo, previous) -> list:
@@ -425,6 +457,8 @@ class Run:
                 failures_out.append(record)
                 failures[work_key(sample.id, epoch)] = record
                 progress.advance(ok=False)
+            if self._died is not None:
+                raise self._died
 
         try:
             with progress:
@@ -486,6 +520,10 @@ class Run:
             error_type, error = "budget_exhausted", str(exc)
         except SampleFailure as exc:  # a strategy's own verdict (no_evidence_packed): recorded, not answered
             error_type, error = exc.error_type, str(exc)
+        except ProcessDiedError as exc:  # recorded as this sample's failure, then the run stops
+            exc.sample_id = work_key(sample.id, epoch)
+            error_type, error = "process_died", str(exc.describe())
+            self._died = exc
         except ModelError:
             raise  # a broken backend (bad key, server gone) fails every sample: stop the run
         except Exception as exc:  # a bug or malformed response must not sink the whole run
@@ -502,7 +540,7 @@ class Run:
             "started_at": started_at,
             "finished_at": now_iso(),
             "latency_s": round(time.monotonic() - started, 3),
-            # of which queued for a turn (a request slot, the in-process model): not on the sample's clock
+            # of which queued for a turn (a request slot, the one local model): not on the sample's clock
             "waited_s": round(clock.waited_s(), 3),
             "model_calls": ctx.model_calls,
             "cache_hits": ctx.cache_hits,

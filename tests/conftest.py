@@ -6,6 +6,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# llama-cpp-python's OpenAI-compatible server, with the weight-repack choice the harness makes
+# (--weight-repack auto: a bare llama_cpp.server segfaults on CPUs with AMX, llama.cpp issue 20824)
+LLAMA_SERVER = [sys.executable, "-m", "harness.models.llama_child", "server", "--weight-repack", "auto", "--"]
 
 
 @pytest.fixture(autouse=True)
@@ -64,7 +67,7 @@ def hotpot_dense_snapshot(tmp_path_factory):
 
 
 def packaged_llama_server(model: str, log_dir, n_ctx: int, n_threads: int, startup_timeout: float = 180):
-    """A bare llama_cpp.server (llama-cpp-python's OpenAI-compatible server) on a packaged GGUF
+    """llama_cpp.server (llama-cpp-python's OpenAI-compatible server, behind LLAMA_SERVER) on a packaged GGUF
     (``smollm2``, ``qwen2.5-coder-0.5b``), loopback, no key; it reports no context size."""
     from harness.models.launcher import ServerLauncher
     from harness.models.local import packaged_model_path
@@ -72,7 +75,7 @@ def packaged_llama_server(model: str, log_dir, n_ctx: int, n_threads: int, start
     path = str(packaged_model_path(model))
     return ServerLauncher(
         lambda port: [
-            sys.executable, "-m", "llama_cpp.server", "--model", path, "--host", "127.0.0.1", "--port", str(port),
+            *LLAMA_SERVER, "--model", path, "--host", "127.0.0.1", "--port", str(port),
             "--n_ctx", str(n_ctx), "--n_threads", str(n_threads),
         ],  # fmt: skip
         name=model,

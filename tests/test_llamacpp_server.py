@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+from conftest import LLAMA_SERVER
 
 from harness.errors import ContextOverflowError, ModelError
 from harness.models import BackendOptions, GenerationParams, create_backend
@@ -144,7 +145,7 @@ def test_broken_model_file_fails_fast_with_log(tmp_path):
         asyncio.run(backend.start())
     assert time.monotonic() - started < 30
     message = str(info.value)
-    assert "exited with code" in message and "last lines" in message
+    assert "ended with exit code" in message and "last lines" in message
     assert "\n" not in message
     assert backend._api_key not in message  # the local server's key is masked
     assert str(tmp_path / "logs" / "llama-cpp-server.log") in message
@@ -179,7 +180,7 @@ def test_launcher_reports_early_exit_with_log_tail(tmp_path):
     launcher = ServerLauncher(py(code), name="dies", log_dir=tmp_path)
     with pytest.raises(ModelError) as info:
         asyncio.run(launcher.start())
-    assert "exited with code 3" in str(info.value) and "fatal: no such model" in str(info.value)
+    assert "ended with exit code 3" in str(info.value) and "fatal: no such model" in str(info.value)
     assert not launcher.running()
 
 
@@ -286,12 +287,12 @@ def test_max_connections_above_the_slots_is_said_once_and_recorded(tmp_path):
 
 
 def _llama_server(name: str, log_dir) -> ServerLauncher:
-    """A bare llama_cpp.server on the packaged SmolLM2, without a key (loopback, test only), one thread."""
+    """llama_cpp.server (LLAMA_SERVER) on the packaged SmolLM2, without a key (loopback, test only), one thread."""
     from harness.models.local import packaged_model_path
 
     path = str(packaged_model_path("smollm2"))
     return ServerLauncher(
-        lambda port: [sys.executable, "-m", "llama_cpp.server", "--model", path, "--host", "127.0.0.1",
+        lambda port: [*LLAMA_SERVER, "--model", path, "--host", "127.0.0.1",
                       "--port", str(port), "--n_ctx", "2048", "--n_threads", "1"],  # fmt: skip
         name=name,
         log_dir=log_dir,

@@ -75,45 +75,63 @@ def test_local_model_runs_samples_one_after_another(tmp_path, capsys):
     assert results["counts"]["finished"] == 3
     assert results["model"]["samples_at_a_time"] == 1
     err = capsys.readouterr().err
-    assert err.count("one request at a time: samples run one after another (--max-connections 4") == 1
+    assert err.count("one request at a time (one llama.cpp model): samples run one after another (--max-connections 4") == 1
     records = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
     spans = sorted(
         (datetime.fromisoformat(r["started_at"]), datetime.fromisoformat(r["finished_at"])) for r in records
     )
     for (_, end), (start, _) in zip(spans, spans[1:]):
-        assert start >= end, "an in-process model's samples must not overlap"
+        assert start >= end, "one local model's samples must not overlap"
     assert all(r["waited_s"] < 0.05 for r in records)  # one at a time: nobody queued
 
 
-def test_every_llama_call_runs_on_one_thread(tmp_path, monkeypatch):
-    """llama.cpp's OpenMP build keeps a spinning thread team per calling thread: loading and every
-    generation must run on the same thread, or idle teams steal the cores (0.66x raw speed)."""
-    import threading
+# The worker with llama_cpp.Llama wrapped so that each load and generation records its thread.
+SPY_WORKER = """
+import json, sys, threading
+import llama_cpp
+seen = []
+Real = llama_cpp.Llama
+class Spy(Real):
+    def __init__(self, *args, **kwargs):
+        seen.append(["load", threading.get_ident()])
+        super().__init__(*args, **kwargs)
+    def create_chat_completion(self, *args, **kwargs):
+        seen.append(["generate", threading.get_ident()])
+        return super().create_chat_completion(*args, **kwargs)
+llama_cpp.Llama = Spy
+from harness.models.llama_child import main
+code = main(sys.argv[1:])
+print("SEEN " + json.dumps({"seen": seen, "main": threading.main_thread().ident}), file=sys.stderr, flush=True)
+sys.exit(code)
+"""
 
-    from harness.models import local
 
-    seen: list[tuple[str, int]] = []
-    real_call, real_llama = local.LocalLlamaBackend._call, None
+def test_every_llama_call_runs_on_one_thread(tmp_path):
+    """llama.cpp's OpenMP build keeps a spinning thread team per calling thread: in the model's worker
+    process, loading and every generation must run on one thread (its main one), while token counts
+    are answered beside them, or idle teams steal the cores (0.66x raw speed)."""
+    import sys
 
-    def spy_call(self, kwargs, cancelled):
-        seen.append(("generate", threading.get_ident()))
-        return real_call(self, kwargs, cancelled)
+    pytest.importorskip("llama_cpp")
+    from harness.models.local import ModelWorker, packaged_model_path
 
-    import llama_cpp
+    argv = [sys.executable, "-c", SPY_WORKER, "worker", "--model", str(packaged_model_path("smollm2"))]
+    argv += ["--n-ctx", "512", "--n-threads", "1", "--weight-repack", "auto"]
+    worker = ModelWorker(argv, tmp_path, "worker.log")
 
-    real_llama = llama_cpp.Llama
+    async def go():
+        await worker.start(120)
+        try:
+            for n in range(4):
+                counted = asyncio.to_thread(worker.count_tokens, f"question {n}")
+                chat = worker.chat({"messages": [{"role": "user", "content": f"Say {n}."}], "max_tokens": 4})
+                tokens, _ = await asyncio.gather(counted, chat)
+                assert tokens >= 2
+        finally:
+            await asyncio.to_thread(worker.stop)
 
-    def spy_llama(*args, **kwargs):
-        seen.append(("load", threading.get_ident()))
-        return real_llama(*args, **kwargs)
-
-    monkeypatch.setattr(local.LocalLlamaBackend, "_call", spy_call)
-    monkeypatch.setattr(llama_cpp, "Llama", spy_llama)
-    config = build_config(
-        {"model": "local/smollm2", "out": str(tmp_path / "run"), "cache": False, "limit": 4, "max_tokens": 4}
-    )
-    results = asyncio.run(Run(config, show_progress=False).execute())
-    assert results["counts"]["finished"] == 4
-    assert [kind for kind, _ in seen] == ["load"] + ["generate"] * 4
-    assert len({ident for _, ident in seen}) == 1, seen
-    assert threading.main_thread().ident not in {ident for _, ident in seen}
+    asyncio.run(go())
+    line = next(x for x in (tmp_path / "worker.log").read_text().splitlines() if x.startswith("SEEN "))
+    report = json.loads(line[len("SEEN ") :])
+    assert [kind for kind, _ in report["seen"]] == ["load"] + ["generate"] * 4
+    assert {ident for _, ident in report["seen"]} == {report["main"]}

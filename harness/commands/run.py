@@ -138,6 +138,12 @@ def add_run_options(p) -> None:
     )
     g.add_argument("--n-threads", type=int, help="CPU threads for llama.cpp (default: all cores)")
     g.add_argument(
+        "--weight-repack",
+        choices=("auto", "on", "off"),
+        help="llama.cpp's extra buffer types (CPU weight repacking) for local/ and llamacpp-server/; "
+        "auto (default): off where llama.cpp or the CPU reports AMX (its AMX path crashes), on elsewhere",
+    )
+    g.add_argument(
         "--server-arg",
         dest="server_args",
         action="append",

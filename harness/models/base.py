@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from abc import ABC, abstractmethod
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from typing import Any, AsyncIterator, ClassVar
+from typing import Any, AsyncIterator, ClassVar, Literal
 
 from urllib.parse import urlsplit
 
@@ -37,7 +38,7 @@ def available_cores() -> int:
 
 
 class WaitClock:
-    """Seconds a sample spent with a request queued for a turn (a request slot, the in-process
+    """Seconds a sample spent with a request queued for a turn (a request slot, the local
     model) and none running: the runner's per-sample timeout does not count them."""
 
     def __init__(self, clock=time.monotonic) -> None:
@@ -112,6 +113,11 @@ class BackendOptions(BaseModel):
     startup_timeout: float = Field(300.0, gt=0, le=WEEK_S)
     n_threads: int | None = Field(None, ge=1, le=4096)
     server_args: list[str] = Field(default_factory=list, description="extra flags passed to a launched server")
+    # llama.cpp's extra buffer types (CPU weight repacking) for local/ and llamacpp-server/; auto: off
+    # where AMX would be used (its AMX path segfaults, llama.cpp issue 20824), on elsewhere. Repacked
+    # kernels round differently (greedy answers of a Q4_K model differ), so on/off are in the run key;
+    # auto (neutral) is not, like the CPU a run happens to land on.
+    weight_repack: Literal["auto", "on", "off"] = Field("auto", json_schema_extra={"neutral": "auto"})
 
     @field_validator("base_url")
     @classmethod
@@ -202,6 +208,9 @@ class ModelBackend(ABC):
         # requests in flight, adapted to 429s (harness.models.concurrency.AdaptiveLimit); the runner
         # sets it, None means no limit beyond the caller's own
         self.limiter: Any = None
+        # where the logs of processes it starts (a model worker, a server) are kept; the runner
+        # points it into the run directory, else they go to a temporary folder
+        self.log_dir: Path | None = None
         if len(options.base_urls) > 1 and not self.supports_server_list:
             raise ModelError(
                 f"--base-url: a list of servers works with the OpenAI-compatible backends (openai/, vllm/), "
@@ -302,7 +311,7 @@ class ModelBackend(ABC):
 def chat_request_kwargs(
     messages: list[dict[str, Any]], params: GenerationParams, tools: list[dict[str, Any]] | None, tool_choice: Any
 ) -> dict[str, Any]:
-    """The OpenAI-style chat request fields shared by llama.cpp in process and the OpenAI SDK."""
+    """The OpenAI-style chat request fields shared by the llama.cpp worker and the OpenAI SDK."""
     kwargs: dict[str, Any] = {
         "messages": messages,
         "temperature": params.temperature,

@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import httpx
 
-from harness.errors import ModelError
+from harness.errors import ModelError, ProcessDiedError, describe_exit
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +162,22 @@ class ServerLauncher:
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def exit_error(self, what: str) -> ProcessDiedError | None:
+        """``ProcessDiedError`` when the server process has exited on its own (its log then kept), else None."""
+        if self.process is None or self.process.poll() is None:
+            return None
+        self._failed = True
+        return ProcessDiedError(what, self.pid, self.process.returncode, str(self.log_path) if self.log_path else None)
+
+    async def wait_exit_error(self, what: str, within: float = 2.0) -> ProcessDiedError | None:
+        """``exit_error``, waiting up to ``within`` s for a process whose connections just dropped to be reaped."""
+        deadline = time.monotonic() + within
+        while True:
+            error = self.exit_error(what)
+            if error is not None or time.monotonic() >= deadline:
+                return error
+            await asyncio.sleep(0.05)
+
     def shown_command(self) -> str:
         """The command line as printed in messages and results, secrets masked."""
         text = " ".join(self.argv)
@@ -245,7 +261,7 @@ class ServerLauncher:
                     if any("address already in use" in line.lower() for line in tail):
                         raise _PortTaken()
                     raise ModelError(
-                        f"{self.name} exited with code {code} before it was ready "
+                        f"{self.name} ended with {describe_exit(code)} before it was ready "
                         f"(command: {self.shown_command()}; log {self.log_path}); last lines: "
                         + (" | ".join(tail) if tail else "(empty log)")
                     )

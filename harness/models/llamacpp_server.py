@@ -1,8 +1,10 @@
 """``llamacpp-server/PATH.gguf`` (or ``llamacpp-server/smollm2``): llama-cpp-python's OpenAI-compatible
 server, launched as a child process on a free loopback port and stopped on close.
 
-The server is ``python -m llama_cpp.server`` from this interpreter (``pip install
-'llama-cpp-python[server]'``). ``n_ctx`` is ``--context-size`` when given, else the context length the
+The server is llama-cpp-python's ``llama_cpp.server`` from this interpreter (``pip install
+'llama-cpp-python[server]'``), started through ``python -m harness.models.llama_child server`` so that
+``--weight-repack`` reaches the model it builds. If the server process dies (a segfault in llama.cpp),
+the next request fails at once with ``ProcessDiedError`` (its signal and log), not after retries. ``n_ctx`` is ``--context-size`` when given, else the context length the
 model was trained with, read from the GGUF header (pure Python, no weights loaded). The model's own
 chat template is used unless ``--server-arg=--chat_format --server-arg=NAME`` says otherwise.
 Tokens are counted by the server itself (``POST /extras/tokenize``).
@@ -28,6 +30,7 @@ import httpx
 from harness.errors import ModelError
 from harness.models.base import available_cores, register_backend
 from harness.models.launcher import ServerLauncher
+from harness.models.llama_child import repack_identity, reported_weight_repack
 from harness.models.openai_compat import OpenAICompatibleBackend
 
 FALLBACK_N_CTX = 4096
@@ -163,7 +166,7 @@ class LlamaCppServerBackend(OpenAICompatibleBackend):
         self._api_key = secrets.token_hex(16)  # keeps other local users off our server
         self._n_ctx: int | None = None
         self._tokenize_overhead: int | None = None
-        self.log_dir: Path | None = None  # set before start() to keep the server log in a run dir
+        self._weight_repack: dict[str, Any] | None = None  # as the server's process decided it
 
     # facts ---------------------------------------------------------------------
     def n_ctx(self) -> int:
@@ -188,8 +191,11 @@ class LlamaCppServerBackend(OpenAICompatibleBackend):
         return str(self.path)
 
     def command(self, port: int) -> list[str]:
+        # llama_cpp.server behind harness.models.llama_child, which applies --weight-repack to the
+        # model the server builds (llama_cpp.Llama has no parameter for it)
         argv = [
-            sys.executable, "-m", "llama_cpp.server",
+            sys.executable, "-m", "harness.models.llama_child", "server",
+            "--weight-repack", self.options.weight_repack, "--parent", str(os.getpid()), "--",
             "--model", str(self.path),
             "--host", "127.0.0.1",
             "--port", str(port),
@@ -235,6 +241,7 @@ class LlamaCppServerBackend(OpenAICompatibleBackend):
         )
         await self.launcher.start()
         self.base_url = self.launcher.base_url
+        self._weight_repack = reported_weight_repack(self.launcher.log_path)
 
     async def close(self) -> None:
         await super().close()
@@ -244,6 +251,9 @@ class LlamaCppServerBackend(OpenAICompatibleBackend):
 
     # tokens --------------------------------------------------------------------
     def _tokenize(self, text: str) -> list[int]:
+        died = self.launcher.exit_error(self.server_process_name()) if self.launcher is not None else None
+        if died is not None:
+            raise died
         if self.launcher is None or not self.launcher.running():
             raise ModelError("llamacpp-server: count_tokens needs the server; call start() first")
         url = self.launcher.url + "/extras/tokenize"
@@ -258,7 +268,23 @@ class LlamaCppServerBackend(OpenAICompatibleBackend):
             resp.raise_for_status()
             return list(resp.json()["tokens"])
         except (httpx.HTTPError, KeyError, ValueError) as exc:
+            if isinstance(exc, httpx.TransportError):
+                died = self._exit_error_soon()
+                if died is not None:
+                    raise died from None
             raise ModelError(f"cannot tokenize with the llama.cpp server at {url}: {exc}") from None
+
+    def _exit_error_soon(self, within: float = 2.0):
+        """The server's death, when its process exits within ``within`` s of a dropped connection."""
+        import time
+
+        deadline = time.monotonic() + within
+        while self.launcher is not None:
+            died = self.launcher.exit_error(self.server_process_name())
+            if died is not None or time.monotonic() >= deadline:
+                return died
+            time.sleep(0.05)
+        return None
 
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text`` by the model's tokenizer, without the BOS/EOS the server adds."""
@@ -275,7 +301,7 @@ class LlamaCppServerBackend(OpenAICompatibleBackend):
             "model": str(self.path),
             "size": self.path.stat().st_size,
             "server_args": list(self.options.server_args),
-        }
+        } | repack_identity(self._weight_repack)
 
     def describe(self) -> dict[str, Any]:
         info = super().describe()
@@ -290,6 +316,8 @@ class LlamaCppServerBackend(OpenAICompatibleBackend):
                 "server_args": list(self.options.server_args),
             }
         )
+        if self._weight_repack is not None:
+            info["weight_repack"] = self._weight_repack
         if self.launcher is not None:
             info["pid"] = self.launcher.pid
             info["log"] = str(self.launcher.log_path) if self.launcher.log_path else None

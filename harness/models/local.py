@@ -1,18 +1,28 @@
-"""``local/smollm2`` or ``local/PATH.gguf``: a GGUF model run in process by llama-cpp-python on the CPU."""
+"""``local/smollm2`` or ``local/PATH.gguf``: a GGUF model run by llama-cpp-python on the CPU, in a
+worker process of the run (``harness.models.llama_child``), so that a crash in llama.cpp's native
+code is reported as one line and the run's finished samples are kept."""
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import importlib.util
+import itertools
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import threading
+import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FuturesTimeout
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ModelError
+from harness.errors import ContextOverflowError, ModelError, ProcessDiedError
+from harness.models.llama_child import repack_identity
 from harness.models.base import (
     GenerationParams,
     ModelBackend,
@@ -94,105 +104,56 @@ def resolve_gguf(model: str) -> Path:
 
 @register_backend("local")
 class LocalLlamaBackend(ModelBackend):
+    """The model lives in a worker process (``harness.models.llama_child worker``), one request at a
+    time: a crash in llama.cpp's native code ends the worker, not the run, which then says what died
+    (``ProcessDiedError``) with every finished sample kept."""
+
     supports_auto_tool_choice = False
     one_request_at_a_time = True
+    LOG_NAME = "local-model.log"
 
     def __init__(self, model, options):
         super().__init__(model, options)
         self.path = resolve_gguf(model)
-        self._llm = None
+        self._worker: ModelWorker | None = None
         self._n_ctx: int | None = None
-        # One llama.cpp context is not safe to share between threads.
-        self._lock = threading.Lock()
-        self._closing = threading.Event()
-        # Requests wait here, first come first served, rather than parked in worker threads on the
-        # lock above (which wakes them in any order): one model, so samples finish in a stable order.
+        self._weight_repack: dict[str, Any] | None = None
+        # Requests wait here, first come first served: one model, so samples finish in a stable order.
         self._turn: asyncio.Lock | None = None
-        # Every llama.cpp call on one thread: llama.cpp's OpenMP build keeps a team of spinning
-        # worker threads per calling thread, so calls from asyncio's pool threads left idle teams
-        # spinning beside the working one (measured: 4 busy threads on 2 cores, 0.66x raw speed).
-        self._executor: ThreadPoolExecutor | None = None
-
-    async def _on_llama_thread(self, fn, *args, **kwargs):
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, partial(fn, *args, **kwargs))
 
     async def start(self) -> None:
-        if self._llm is not None:
+        if self._worker is not None:
             return
-        try:
-            from llama_cpp import Llama
-        except ImportError:
-            raise ModelError("local models need llama-cpp-python: pip install llama-cpp-python") from None
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise ModelError("local models need llama-cpp-python: pip install llama-cpp-python")
         threads = self.options.n_threads or available_cores()
-        try:
-            self._llm = await self._on_llama_thread(
-                Llama,
-                model_path=str(self.path),
-                n_ctx=self.options.context_size or 0,  # 0: the model's trained context length
-                n_threads=threads,
-                seed=0,
-                verbose=False,
-            )
-        except (ValueError, RuntimeError) as exc:
-            raise ModelError(f"cannot load {self.path}: {exc}") from None
-        self._n_ctx = self._llm.n_ctx()
+        argv = [
+            sys.executable, "-m", "harness.models.llama_child", "worker",
+            "--model", str(self.path),
+            "--n-ctx", str(self.options.context_size or 0),  # 0: the model's trained context length
+            "--n-threads", str(threads),
+            "--weight-repack", self.options.weight_repack,
+            "--parent", str(os.getpid()),
+        ]  # fmt: skip
+        worker = ModelWorker(argv, self.log_dir, self.LOG_NAME)
+        ready = await worker.start(self.options.startup_timeout)
+        self._worker = worker
+        self._n_ctx = int(ready["n_ctx"])
+        self._weight_repack = ready["weight_repack"]
 
     async def close(self) -> None:
-        # Stop any generation still running in a worker thread (a cancelled or timed-out
-        # sample) before freeing the model under it.
-        self._closing.set()
-        llm, self._llm = self._llm, None
-        if llm is not None:
-            await self._on_llama_thread(self._close_locked, llm)
-        executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=False)
-
-    def _close_locked(self, llm) -> None:
-        with self._lock:
-            llm.close()
-
-    def _call(self, kwargs: dict[str, Any], cancelled: threading.Event) -> dict[str, Any]:
-        import numpy as np
-        from llama_cpp import LogitsProcessorList
-
-        eos = self._llm.token_eos()
-
-        # The chat API has no stopping hook; forcing end-of-sequence ends generation at the next token.
-        def stop_when_cancelled(_input_ids, scores):
-            if cancelled.is_set() or self._closing.is_set():
-                scores[:] = -np.inf
-                scores[eos] = 0.0
-            return scores
-
-        with self._lock:
-            if self._llm is None or self._closing.is_set():
-                raise ModelError("local model closed")
-            return self._llm.create_chat_completion(
-                **kwargs, logits_processor=LogitsProcessorList([stop_when_cancelled])
-            )
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            await asyncio.to_thread(worker.stop)
 
     async def _generate(self, messages, params: GenerationParams, tools=None, tool_choice=None) -> ModelResponse:
-        if self._llm is None:
+        if self._worker is None:
             await self.start()
         kwargs = chat_request_kwargs(messages, params, tools, tool_choice)
-        cancelled = threading.Event()
         if self._turn is None:
             self._turn = asyncio.Lock()
-        try:
-            async with waiting_for_turn(self._turn):
-                out = await self._on_llama_thread(self._call, kwargs, cancelled)
-        except asyncio.CancelledError:
-            cancelled.set()  # the thread finishes its current token and returns
-            raise
-        except ValueError as exc:
-            if "exceed context window" in str(exc):
-                from harness.errors import ContextOverflowError
-
-                raise ContextOverflowError(str(exc)) from None
-            raise
+        async with waiting_for_turn(self._turn):
+            out = await self._worker.chat(kwargs)
         choice = out["choices"][0]
         message = choice["message"]
         calls = [
@@ -218,17 +179,211 @@ class LocalLlamaBackend(ModelBackend):
         return self._n_ctx
 
     def count_tokens(self, text: str) -> int:
-        if self._llm is None:
+        if self._worker is None:
             raise ModelError("local model not started")
-        return len(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+        return self._worker.count_tokens(text)
 
     def tokenizer_name(self) -> str:
         return f"gguf:{self.path.name}"
 
     def cache_identity(self) -> dict[str, Any]:
-        return {"backend": self.prefix, "model": self.path.name, "size": self.path.stat().st_size}
+        return {"backend": self.prefix, "model": self.path.name, "size": self.path.stat().st_size} | repack_identity(
+            self._weight_repack
+        )
 
     def describe(self) -> dict[str, Any]:
         info = super().describe()
         info.update({"model_path": str(self.path), "model_file_bytes": self.path.stat().st_size})
+        if self._weight_repack is not None:
+            info["weight_repack"] = self._weight_repack
+        if self._worker is not None:
+            info["worker"] = {"pid": self._worker.pid, "log": str(self._worker.log_path)}
         return info
+
+
+class ModelWorker:
+    """The worker process and its two pipes: requests carry ids, one thread here reads the replies
+    and settles their futures; when the pipe closes (the worker died), every pending and later
+    request fails with ``ProcessDiedError`` naming the signal or exit code and the log."""
+
+    WHAT = "the local model's llama.cpp worker process"
+    TOKENIZE_TIMEOUT_S = 120
+
+    def __init__(self, argv: list[str], log_dir: Path | None, log_name: str):
+        self.argv = argv
+        self._tmpdir: str | None = None
+        if log_dir is None:  # removed on a clean stop, kept after a crash
+            self._tmpdir = tempfile.mkdtemp(prefix="harness-local-model-")
+            log_dir = Path(self._tmpdir)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_dir / log_name
+        self.process: subprocess.Popen | None = None
+        self._out = None
+        self._pending: dict[int, Future] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._died: ProcessDiedError | None = None
+        self._stopping = False
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    async def start(self, timeout: float) -> dict[str, Any]:
+        from multiprocessing.connection import Connection
+
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        ready: Future = Future()
+        self._pending[0] = ready
+        with open(self.log_path, "ab") as log:
+            log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} worker start\n".encode())
+            log.flush()
+            try:
+                self.process = subprocess.Popen(
+                    self.argv,
+                    stdin=to_child_r,
+                    stdout=from_child_w,
+                    stderr=log,
+                    close_fds=True,
+                    start_new_session=True,  # Ctrl-C reaches the run, which stops the worker itself
+                )
+            finally:
+                os.close(to_child_r)
+                os.close(from_child_w)
+        self._out = Connection(to_child_w, readable=False)
+        inbox = Connection(from_child_r, writable=False)
+        _LIVE_WORKERS.add(self)
+        threading.Thread(target=self._read_loop, args=(inbox,), name="model-worker-replies", daemon=True).start()
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(ready), timeout)
+        except asyncio.TimeoutError:
+            self.stop()
+            raise ModelError(f"{self.WHAT} did not load {self.argv[self.argv.index('--model') + 1]} within {timeout:g} s; log {self.log_path}") from None
+        except BaseException:
+            self.stop()
+            raise
+
+    def _read_loop(self, inbox) -> None:
+        while True:
+            try:
+                message = inbox.recv()
+            except (EOFError, OSError):
+                break
+            kind = message[0]
+            if kind == "ready":
+                self._settle(0, result=message[1])
+            elif kind == "load_error":
+                self._settle(0, error=ModelError(f"cannot load the model: {message[1]}"))
+            elif kind == "result":
+                self._settle(message[1], result=message[2])
+            elif kind == "error":
+                _, rid, what, text = message
+                if what == "context_overflow":
+                    error: Exception = ContextOverflowError(text)
+                elif what == "value_error":
+                    error = ValueError(text)
+                else:
+                    error = RuntimeError(text)
+                self._settle(rid, error=error)
+        inbox.close()
+        self._on_exit()
+
+    def _on_exit(self) -> None:
+        proc = self.process
+        try:
+            code = proc.wait(timeout=10) if proc is not None else None
+        except subprocess.TimeoutExpired:  # pipe closed but still alive: not ours to wait on
+            code = None
+        if self._stopping:  # we asked it to go: however it went, nothing the run needs was lost
+            error: Exception = ModelError("local model closed")
+        else:
+            error = ProcessDiedError(self.WHAT, self.pid, code, str(self.log_path))
+        with self._lock:
+            self._died = error if isinstance(error, ProcessDiedError) else self._died
+            pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(error)
+        _LIVE_WORKERS.discard(self)
+
+    def _settle(self, rid: int, result: Any = None, error: Exception | None = None) -> None:
+        with self._lock:
+            future = self._pending.pop(rid, None)
+        if future is None or future.done():
+            return  # a cancelled request's late reply
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def _request(self, kind: str, payload: Any) -> tuple[int, Future]:
+        future: Future = Future()
+        with self._lock:
+            if self._died is not None:
+                raise self._died
+            if self._out is None:
+                raise ModelError("local model closed")
+            rid = next(self._ids)
+            self._pending[rid] = future
+            try:
+                self._out.send((kind, rid, payload))
+            except OSError:  # the pipe broke: the reader thread is about to say why
+                pass
+        return rid, future
+
+    async def chat(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        rid, future = self._request("chat", kwargs)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            self._send_quietly(("cancel", rid))  # it stops at its next token and takes the next request
+            raise
+
+    def count_tokens(self, text: str) -> int:
+        _, future = self._request("tokenize", text)
+        try:
+            return future.result(timeout=self.TOKENIZE_TIMEOUT_S)
+        except FuturesTimeout:
+            raise ModelError(f"{self.WHAT} did not count tokens within {self.TOKENIZE_TIMEOUT_S} s") from None
+
+    def _send_quietly(self, message: tuple) -> None:
+        with self._lock:
+            try:
+                if self._out is not None:
+                    self._out.send(message)
+            except OSError:
+                pass
+
+    def stop(self, grace: float = 5.0) -> None:
+        """Ask the worker to finish, then kill it if it does not within ``grace`` s. Safe twice."""
+        self._stopping = True
+        self._send_quietly(("close",))
+        with self._lock:
+            out, self._out = self._out, None
+        if out is not None:
+            out.close()  # EOF: the worker exits even mid-generation
+        proc = self.process
+        if proc is not None and proc.poll() is None:
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        _LIVE_WORKERS.discard(self)
+        if self._tmpdir is not None and self._died is None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+
+
+# Workers still running at interpreter exit are killed (a worker also dies with this process:
+# its parent-death signal and the closed pipe).
+_LIVE_WORKERS: "set[ModelWorker]" = set()
+
+
+def _kill_live_workers() -> None:
+    for worker in list(_LIVE_WORKERS):
+        if worker.process is not None and worker.process.poll() is None:
+            worker.process.kill()
+
+
+atexit.register(_kill_live_workers)

@@ -326,6 +326,7 @@ class OpenAICompatibleBackend(ModelBackend):
         super().__init__(model, options)
         self.base_url: str | None = options.base_url
         self.pool: ServerPool | None = None  # several servers (--base-url URL1,URL2): see use_servers
+        self.launcher: Any = None  # the ServerLauncher of a server this backend started: its death is said at once
         self._clients: dict[tuple[int, str | None], tuple[asyncio.AbstractEventLoop, Any]] = {}
 
     def use_servers(self, urls: list[str]) -> None:
@@ -409,6 +410,25 @@ class OpenAICompatibleBackend(ModelBackend):
 
     # generation ----------------------------------------------------------------
     async def _generate(self, messages, params: GenerationParams, tools=None, tool_choice=None) -> ModelResponse:
+        if self.launcher is None:
+            return await self._generate_on_servers(messages, params, tools, tool_choice)
+        # A server we launched that died is said at once (its signal or exit code), not retried for minutes.
+        died = self.launcher.exit_error(self.server_process_name())
+        if died is not None:
+            raise died
+        try:
+            return await self._generate_on_servers(messages, params, tools, tool_choice)
+        except TransientModelError as exc:
+            if isinstance(exc.__cause__, _connection_errors()):
+                died = await self.launcher.wait_exit_error(self.server_process_name())
+                if died is not None:
+                    raise died from None
+            raise
+
+    def server_process_name(self) -> str:
+        return f"the launched {self.label} process"
+
+    async def _generate_on_servers(self, messages, params, tools, tool_choice) -> ModelResponse:
         kwargs = self.request_kwargs(messages, params, tools, tool_choice)
         if self.pool is None:
             return await self._request(None, kwargs)

@@ -55,7 +55,6 @@ class VLLMBackend(OpenAICompatibleBackend):
         self._served_id: str | None = None
         self._max_model_len: int | None = None
         self._version: str | None = None
-        self.log_dir: Path | None = None  # set before start() to keep the server log in a run dir
 
     # hooks ---------------------------------------------------------------------
     def api_key(self) -> str:

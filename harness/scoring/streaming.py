@@ -20,6 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from harness.datasets.base import Sample
+from harness.errors import describe_exit
 from harness.scoring.metrics import ScoringOptions, resolve_metrics, score_one, score_some
 
 log = logging.getLogger(__name__)
@@ -57,12 +58,15 @@ class StreamingScorer:
         self.fingerprint = fingerprint(names, options)
         self.info: dict[str, Any] = {}
         self._pool: ProcessPoolExecutor | None = None
+        self._workers: list[Any] = []
         self._queue: list[tuple[Sample, Any, asyncio.Future]] = []
         self._batch: asyncio.Task | None = None
         if self.names:
             # spawn, not fork: the parent may hold a loaded model, server threads and locks
             self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
             self._pool.submit(_warm, self.names, options)
+            # the worker's Process, started by the submit above: its exit code says how it died
+            self._workers = list(getattr(self._pool, "_processes", {}).values())
 
     @property
     def active(self) -> bool:
@@ -89,9 +93,7 @@ class StreamingScorer:
                 )
             except Exception as exc:  # never lose a finished sample over its score: the end scores it
                 log.warning(
-                    "streaming scoring stopped (%s: %s); the remaining samples are scored at the end",
-                    type(exc).__name__,
-                    " ".join(str(exc).split())[:200],
+                    "streaming scoring stopped (%s); the remaining samples are scored at the end", self._why(exc)
                 )
                 self._stop()  # a broken worker (a script without `if __name__ == "__main__"`) stays broken
                 result = {}
@@ -102,6 +104,17 @@ class StreamingScorer:
                 if not future.done():
                     future.set_result({name: value["raw"] for name, value in values.items()} if values else None)
         self._release_queue()  # stopped with samples waiting: they are scored at the end
+
+    def _why(self, exc: Exception) -> str:
+        """``the scoring worker process (pid 7) died of signal 11, SIGSEGV``, else the exception."""
+        from concurrent.futures.process import BrokenProcessPool
+
+        if isinstance(exc, BrokenProcessPool):
+            for process in self._workers:
+                process.join(timeout=2)  # reaped by the pool's manager thread: its exit code is kept
+                if process.exitcode is not None:
+                    return f"the scoring worker process (pid {process.pid}) died of {describe_exit(process.exitcode)}"
+        return f"{type(exc).__name__}: " + " ".join(str(exc).split())[:200]
 
     def _release_queue(self) -> None:
         for _, _, future in self._queue:
