@@ -122,3 +122,101 @@ def test_a_broken_worker_stops_streaming_without_losing_samples(caplog):
     warnings = [r.message for r in caplog.records if "streaming scoring stopped" in r.message]
     assert len(warnings) == 1
     assert "the scoring worker process (pid" in warnings[0] and "died of signal 11, SIGSEGV" in warnings[0]
+
+
+# --------------------------------------------------------------------------- (question, epoch)
+@pytest.fixture(scope="module")
+def hostile_by_epoch():
+    """The hostile answers, shifted by the seed: each epoch (seed + epoch - 1) answers otherwise."""
+
+    def reply(messages, tools, tool_choice, params):
+        text = messages[-1]["content"]
+        return ANSWERS[(sum(map(ord, text)) + params.seed) % len(ANSWERS)](text.splitlines()[-1])
+
+    register_script("hostile-by-epoch", reply)
+    yield "scripted/hostile-by-epoch"
+    unregister_script("hostile-by-epoch")
+
+
+@pytest.fixture(scope="module")
+def judge_by_answer():
+    """A judge whose grade depends on the answer it is shown (A, B, C, D, E in turn)."""
+
+    def grade(messages, tools, tool_choice, params):
+        return "ABCDE"[sum(map(ord, messages[-1]["content"])) % 5]
+
+    register_script("judge-by-answer", grade)
+    yield "scripted/judge-by-answer"
+    unregister_script("judge-by-answer")
+
+
+JUDGE_ACCOUNTING = ("calls", "cache_hits", "judge_prompt_tokens", "judge_completion_tokens")
+
+
+def without_call_counts(scores: dict) -> dict:
+    """``scores`` less the judge's accounting: a re-score finds the run's verdicts in the cache."""
+    scores = json.loads(json.dumps(scores))
+    for info in scores["meta"]["metric_info"].values():
+        for key in JUDGE_ACCOUNTING:
+            info.pop(key, None)
+    return scores
+
+
+EVERY_BUILTIN_METRIC = [  # (dataset, metrics, limit): each built-in metric that can run here
+    ("fanoutqa:dev", "fanoutqa-string", 30),
+    ("hotpotqa:dev", "em-f1", 30),
+    ("qampari:sample", "set-f1", None),
+    ("quest:train-sample", "quest", None),
+    ("topiocqa:dev", "topiocqa", 40),
+    ("fanoutqa:dev", "llm-judge", 12),  # not streamed: scored at the end either way
+]
+
+
+@pytest.mark.parametrize("stream", ["on", "off"])
+@pytest.mark.parametrize("epochs", [1, 3])
+@pytest.mark.parametrize("dataset, metrics, limit", EVERY_BUILTIN_METRIC)
+def test_a_run_s_scores_are_harness_score_s_to_the_last_bit(
+    tmp_path, hostile_by_epoch, judge_by_answer, dataset, metrics, limit, epochs, stream
+):
+    """Issue 21: two epochs of one question streamed in one batch both got one epoch's values
+    (keyed by question id). Every (question, epoch) now keeps its own, for every metric, epochs
+    and streaming on or off, and the run's scores equal ``harness score`` of its directory."""
+    from harness.datasets import load_dataset
+    from harness.scoring.metrics import ScoringOptions, score_one
+
+    options = {"dataset": dataset, "metrics": metrics, "epochs": epochs, "stream_scoring": stream, "max_connections": 8}
+    if limit:
+        options["limit"] = limit
+    if metrics == "llm-judge":
+        options["judge"] = judge_by_answer
+    result = harness.run(
+        model=hostile_by_epoch, out=str(tmp_path / "r"), cache_path=str(tmp_path / "cache.sqlite"),
+        show_progress=False, max_tokens=100_000, **options,
+    )  # fmt: skip
+    rescored = harness.score(str(tmp_path / "r"))
+    assert json.dumps(without_call_counts(result["scores"]), sort_keys=True) == json.dumps(
+        without_call_counts(rescored), sort_keys=True
+    )
+    recs = records(tmp_path / "r")
+    assert len(recs) == epochs * len({r["id"] for r in recs})
+    if epochs > 1:  # the epochs answered differently, so a value keyed by question alone would show
+        assert any(len({r["answer"] for r in recs if r["id"] == q}) > 1 for q in {r["id"] for r in recs})
+    streamed = [r for r in recs if "scores" in r]
+    assert bool(streamed) == (stream == "on" and metrics != "llm-judge")
+    by_id = load_dataset(dataset).by_id()
+    checked = sorted({r["id"] for r in streamed})[:5]  # every epoch of five questions (scoring alone is slow)
+    for r in (r for r in streamed if r["id"] in checked):  # each record holds its own answer's values
+        alone = score_one(by_id[r["id"]], r["answer"], [metrics], ScoringOptions())
+        assert r["scores"] == {name: value["raw"] for name, value in alone.items()}, (r["id"], r.get("epoch"))
+
+
+def test_score_some_keeps_each_pair_apart_when_a_question_repeats():
+    from harness.datasets import load_dataset
+    from harness.scoring.metrics import ScoringOptions, score_one, score_some
+
+    samples = load_dataset("hotpotqa:dev").samples[:3]
+    pairs = [(samples[0], samples[0].answer), (samples[1], "no"), (samples[0], "wrong"), (samples[0], ""), (samples[2], "x")]
+    together = score_some([s for s, _ in pairs], [a for _, a in pairs], ["em-f1"], ScoringOptions())
+    alone = [score_one(s, a, ["em-f1"], ScoringOptions()) for s, a in pairs]
+    assert together == alone
+    assert together[0]["em-f1"]["raw"] != together[2]["em-f1"]["raw"]  # one question, two answers, two values

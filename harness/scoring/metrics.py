@@ -291,22 +291,42 @@ def _complete(fn, stored, questions, answers, order, options) -> dict[str, Any]:
 def score_one(sample: Sample, answer: Any, names: list[str], options: ScoringOptions) -> dict[str, Any]:
     """One finished sample's values of the streamable metrics among ``names``: {metric: {"raw",
     "info"}}, exactly what the batch call gives that question (its answer capped the same way)."""
-    return score_some([sample], [answer], names, options)[sample.id]
+    return score_some([sample], [answer], names, options)[0]
 
 
-def score_some(samples: list[Sample], answers: list[Any], names: list[str], options: ScoringOptions) -> dict[str, Any]:
-    """``score_one`` for several finished samples in one call per metric (spaCy lemmatizes them in one
-    batch): {sample id: {metric: {"raw", "info"}}}. Streamable metrics score each question alone,
-    so the values are those of separate calls."""
-    entries = resolve_metrics(names)
-    given, _ = cap_answers([{"id": s.id, "answer": a} for s, a in zip(samples, answers)], options.max_answer_chars)
-    out: dict[str, dict[str, Any]] = {s.id: {} for s in samples}
-    for name, entry in entries.items():
-        if getattr(entry.obj, "streamable", False):
-            result = entry.obj(samples, given, False, options=options)
-            for sample in samples:
-                out[sample.id][name] = {"raw": result["raw"][sample.id], "info": result.get("info", {})}
+def score_some(
+    samples: list[Sample], answers: list[Any], names: list[str], options: ScoringOptions
+) -> list[dict[str, Any]]:
+    """``score_one`` of each (sample, answer) pair, in the order given: [{metric: {"raw", "info"}}].
+    A pair is one (question, epoch): the same question may come several times (its epochs finishing
+    together), and each gets its own answer's values. Metrics key values by question id, so the pairs
+    go to each metric in rounds with no id twice in a round; within a round, one call per metric
+    (spaCy lemmatizes the round in one batch). Streamable metrics score each question alone, so the
+    values are those of separate calls."""
+    entries = [(name, entry.obj) for name, entry in resolve_metrics(names).items() if getattr(entry.obj, "streamable", False)]
+    out: list[dict[str, Any]] = [{} for _ in samples]
+    for positions in _rounds_without_repeats([s.id for s in samples]):
+        chosen = [samples[i] for i in positions]
+        given, _ = cap_answers([{"id": samples[i].id, "answer": answers[i]} for i in positions], options.max_answer_chars)
+        for name, fn in entries:
+            result = fn(chosen, given, False, options=options)
+            for i, sample in zip(positions, chosen):
+                out[i][name] = {"raw": result["raw"][sample.id], "info": result.get("info", {})}
     return out
+
+
+def _rounds_without_repeats(ids: list[str]) -> list[list[int]]:
+    """Positions of ``ids`` split into rounds in which no id comes twice: the k-th occurrence of an id
+    goes to round k, positions in order within a round."""
+    rounds: list[list[int]] = []
+    seen: dict[str, int] = {}
+    for position, qid in enumerate(ids):
+        k = seen.get(qid, 0)
+        seen[qid] = k + 1
+        if k == len(rounds):
+            rounds.append([])
+        rounds[k].append(position)
+    return rounds
 
 
 def cap_answers(answers: list[dict[str, Any]], max_chars: int) -> tuple[list[dict[str, Any]], dict[str, int]]:

@@ -96,9 +96,8 @@ class StreamingScorer:
                     "streaming scoring stopped (%s); the remaining samples are scored at the end", self._why(exc)
                 )
                 self._stop()  # a broken worker (a script without `if __name__ == "__main__"`) stays broken
-                result = {}
-            for sample, _, future in batch:
-                values = result.get(sample.id)
+                result = [None] * len(batch)
+            for (sample, _, future), values in zip(batch, result):  # by position: one per (question, epoch)
                 for name, value in (values or {}).items():
                     self.info.setdefault(name, value["info"])
                 if not future.done():
