@@ -1,6 +1,7 @@
 """Paired comparison of runs on the questions they share (``harness compare``, ``harness ablate``'s steps).
 
-Each later run is compared with the first (the baseline), metric leaf by metric leaf:
+Each later run is compared with the first (the baseline), leaf by leaf of every metric all the
+runs have, whichever run comes first or has more questions:
 
 * each run's value and 95% interval on the shared questions (as ``scores["uncertainty"]`` computes
   them: analytic for means, bootstrap through the metric's aggregate otherwise);
@@ -9,6 +10,14 @@ Each later run is compared with the first (the baseline), metric leaf by metric 
 * a p-value: exact McNemar for 0/1 per-question values, else a paired sign-flip permutation test
   (a mean) or a paired swap permutation of the metric's own aggregate (any other number);
 * the questions whose value changed most.
+
+How a leaf is compared is decided from each run's own aggregate and all of its own rows (a mean
+of a per-question value in every run, or not), then every number is recomputed on the shared
+questions, taken in one order (sorted ids): compare(B, A) mirrors compare(A, B). A metric is
+aggregated by the implementation its runs recorded (a plugin by its reference and sha256 or
+version), never by another metric of the same name; when that code cannot be had, or the runs
+used different ones, only its means of per-question values are compared and the rest are listed
+under ``skipped`` with the reason.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ import numpy as np
 
 from harness.errors import HarnessError
 from harness.scoring.results import metric_aggregates, upgrade
-from harness.scoring.uncertainty import _flat_leaves, collapse_repeats, leaf, plan_leaf, sums_of
+from harness.scoring.uncertainty import _flat_leaves, collapse_repeats, leaf, plan_leaf_of_runs, sums_of
 
 ALPHA = 0.05
 TOP_CHANGED = 5
@@ -60,21 +69,119 @@ def label(run: dict[str, Any]) -> str:
     return f"{text} ctx={ctx}" if ctx else text or run["path"]
 
 
-def _metric_fn(name: str):
+def _implementation(run: dict[str, Any], name: str) -> tuple[Any, str, str | None]:
+    """(the metric function that scored ``run``'s ``name``, or None; its identity; why None). Taken
+    from what the run recorded (a plugin's reference and sha256 or package version), never the
+    current registry's ``name``: a plugin may share a built-in's name and aggregate otherwise."""
+    from harness.scoring.metrics import METRICS
+
+    info = ((run["scores"].get("meta") or {}).get("metric_info") or {}).get(name) or {}
+    record = info.get("plugin") if isinstance(info, dict) else None
+    if not isinstance(record, dict):  # built-ins record no plugin
+        try:
+            entry = METRICS.resolve(name)
+        except Exception:  # noqa: BLE001 - any failure is a reason, never a crash
+            entry = None
+        if entry is None or entry.source != "builtin":
+            return None, f"unrecorded:{name}", f"{run['path']} does not record which plugin scored {name}"
+        return entry.obj, f"builtin:{name}", None
+    keys = ("sha256", "package", "version")
+    identity = {k: record[k] for k in keys if k in record}
+    ref = record.get("ref") or name
+    what = f"{name} (plugin {ref}{' sha256 ' + identity['sha256'][:12] if 'sha256' in identity else ''})"
+    # a file is its code (sha256) whatever path it was given by; anything else its reference and version
+    named = f"file:{ref.rpartition(':')[2]}" if record.get("source") == "file" else f"{record.get('source')}:{ref}"
+    ident = f"{named}:" + ",".join(f"{k}={v}" for k, v in identity.items())
     try:
-        from harness.scoring.metrics import get_metric
+        fn, found = _load_recorded(run, record, name)
+    except Exception as exc:  # noqa: BLE001 - a plugin that cannot load here is a reason, not a crash
+        return None, ident, f"{run['path']}'s {what} cannot be loaded here: {_error_line(exc)}"
+    # an in-process registration has no identity to check; anything else must match the record
+    if record.get("source") != "registered" and (not identity or any(found.get(k) != v for k, v in identity.items())):
+        return None, ident, f"{run['path']}'s {what} is not verifiably the code found now (identity differs)"
+    return fn, ident, None
 
-        return get_metric(name)
-    except Exception:  # a plugin metric that no longer resolves: its means are still compared
-        return None
+
+def _load_recorded(run: dict[str, Any], record: dict[str, Any], name: str) -> tuple[Any, dict[str, Any]]:
+    """(function, identity found) of a recorded plugin metric. A ``FILE.py`` is looked for where it
+    was given (relative to the current directory), then beside the run; it is executed only when its
+    sha256 is the recorded one."""
+    import hashlib
+
+    from harness.registry import load_reference
+    from harness.scoring.metrics import METRICS
+
+    source, ref = record.get("source"), record.get("ref") or ""
+    if source == "file":
+        given = Path(record.get("file") or ref.rpartition(":")[0])
+        run_dir = Path(run["path"]) if Path(run["path"]).is_dir() else Path(run["path"]).parent
+        places = [given] if given.is_absolute() else [given, run_dir / given, run_dir.parent / given]
+        for place in places:
+            if place.is_file() and hashlib.sha256(place.read_bytes()).hexdigest() == record.get("sha256"):
+                fn, _, identity = load_reference(f"{place}:{ref.rpartition(':')[2]}", "metric")
+                return fn, identity
+        raise HarnessError(f"no file {given} with the recorded sha256 (looked in: {', '.join(map(str, places))})")
+    if source == "module":
+        fn, _, identity = load_reference(ref, "metric")
+        return fn, identity
+    if source in ("entry-point", "registered"):  # by the name it was registered under
+        entry = METRICS.resolve(record.get("name") or name)
+        if entry.source != source:
+            raise HarnessError(f"{entry.name} is now a {entry.source} metric, not the recorded {source}")
+        return entry.obj, entry.identity
+    raise HarnessError(f"unknown plugin source {source!r}")
 
 
-def _clusters(run: dict[str, Any], ids: list[str]) -> tuple[list[Any] | None, str | None]:
-    clustering = (run["scores"].get("meta") or {}).get("clustering") or {}
-    labels = clustering.get("clusters")
-    if not clustering.get("by") or not labels:
+def metric_of_run(run: dict[str, Any], name: str) -> Any:
+    """The metric function that scored ``run``'s ``name`` (``_implementation``), None when it cannot
+    be had: then only its means of per-question values get intervals."""
+    return _implementation(run, name)[0]
+
+
+def _error_line(exc: BaseException) -> str:
+    text = str(exc) if isinstance(exc, HarnessError) else f"{type(exc).__name__}: {exc}"
+    return " ".join(text.split())[:300]
+
+
+def _metric_of_runs(runs: list[dict[str, Any]], name: str) -> tuple[Any, str | None]:
+    """(the one implementation of ``name`` every run was scored by, or None; why None)."""
+    found = [_implementation(run, name) for run in runs]
+    if len({ident for _, ident, _ in found}) > 1:  # first: no loading makes two implementations one
+        idents = "; ".join(i for _, i, _ in found)
+        return None, f"the runs were scored by different implementations of {name} ({idents})"
+    why = next((w for _, _, w in found if w), None)
+    return (None, why) if why else (found[0][0], None)
+
+
+def _clusters(runs: list[dict[str, Any]], ids: list[str]) -> tuple[list[Any] | None, str | None]:
+    """Each shared question's cluster, from every run that records a clustering (so whether the
+    comparison is clustered does not depend on which run comes first). Runs clustered differently
+    are joined: questions that share a cluster in any run share one here (coarser: never too narrow)."""
+    found = []
+    for run in runs:
+        clustering = (run["scores"].get("meta") or {}).get("clustering") or {}
+        if clustering.get("by") and clustering.get("clusters"):
+            labels = clustering["clusters"]
+            found.append((clustering["by"], [labels.get(q, f"question:{q}") for q in ids]))
+    if not found:
         return None, None
-    return [labels.get(q, f"question:{q}") for q in ids], clustering["by"]
+    by = "+".join(sorted({b for b, _ in found}))
+    if all(labels == found[0][1] for _, labels in found):
+        return found[0][1], by
+    parent = {q: q for q in ids}
+
+    def root(q: str) -> str:
+        while parent[q] != q:
+            parent[q] = parent[parent[q]]
+            q = parent[q]
+        return q
+
+    for _, labels in found:
+        first: dict[Any, str] = {}
+        for q, label in zip(ids, labels):
+            a, b = root(q), root(first.setdefault(label, q))
+            parent[max(a, b, key=str)] = min(a, b, key=str)  # the smallest id names the cluster
+    return [f"cluster:{root(q)}" for q in ids], by
 
 
 def compare_runs(
@@ -95,13 +202,16 @@ def compare_runs(
                 "--allow-mismatch compares them anyway"
             )
     rows = [{r["question_id"]: r for r in collapse_repeats(run["scores"]["raw"])} for run in runs]
-    shared = [q for q in rows[0] if all(q in other for other in rows[1:])]
+    # one order whichever run comes first: the same resamples and permutations, mirrored results
+    shared = sorted((q for q in rows[0] if all(q in other for other in rows[1:])), key=str)
     if not shared:
         raise HarnessError(f"{runs[0]['path']} and the other runs share no scored question")
     aggs = [metric_aggregates(run["scores"]) for run in runs]
     names = [m for m in aggs[0] if all(m in a for a in aggs[1:])]
+    # the leaves every run has (each run's own aggregate may have others)
+    leaves = {m: [p for p in _flat_leaves(aggs[0][m]) if all(p in _flat_leaves(a[m]) for a in aggs[1:])] for m in names}
     if metrics:
-        known = {f"{m}.{'.'.join(p)}" for m in names for p in _flat_leaves(aggs[0][m])}
+        known = {f"{m}.{'.'.join(p)}" for m in names for p in leaves[m]}
         for wanted in metrics:
             if wanted not in names and wanted not in known:
                 raise HarnessError(
@@ -109,7 +219,7 @@ def compare_runs(
                 )
     if not names:
         raise HarnessError("the runs share no metric")
-    clusters, cluster_by = _clusters(runs[0], shared)
+    clusters, cluster_by = _clusters(runs, shared)
     out: dict[str, Any] = {
         "runs": [{"path": r["path"], "label": label(r), "dataset": dataset_of(r)[0]} for r in runs],
         "baseline": runs[0]["path"],
@@ -118,37 +228,62 @@ def compare_runs(
         "clustering": {"by": cluster_by, "n_clusters": len(set(clusters))} if clusters else {"by": None},
         "alpha": ALPHA,
         "metrics": {},
+        "skipped": {},  # "METRIC[.LEAF]": why it is not compared (one line)
     }
     for name in names:
-        fn = _metric_fn(name)
+        wanted = [p for p in leaves[name] if not metrics or name in metrics or ".".join((name, *p)) in metrics]
+        if not wanted:
+            continue
         per = [[rows[i][q].get(name) for q in shared] for i in range(len(runs))]
         if any(v is None or not isinstance(v, dict) for col in per for v in col):
-            continue  # a metric with no per-question values for some shared question
-        leaves = _flat_leaves(aggs[0][name])
-        for path, value in leaves.items():
+            out["skipped"][name] = "no per-question values for some shared question"
+            continue
+        fn, why_not = _metric_of_runs(runs, name)
+        # each run's aggregate is over all its own rows: its plan is checked against those
+        full = [[r[name] for r in rows[i].values() if isinstance(r.get(name), dict)] for i in range(len(runs))]
+        declared = {
+            tuple(a.split(".")): tuple(b.split("."))
+            for a, b in (getattr(fn, "per_question_leaves", None) or {}).items()
+        }
+        for path in wanted:
             key = ".".join((name, *path))
-            if metrics and key not in metrics and name not in metrics:
-                continue
-            entry = _compare_leaf(stats, fn, path, value, per, shared, clusters, len(runs))
-            if entry is not None:
-                out["metrics"][key] = entry
+            values = [_flat_leaves(a[name])[path] for a in aggs]
+            plan = plan_leaf_of_runs(path, values, full, declared)
+            if plan is not None and plan["kind"] != "mean":
+                continue  # a count, or no value: nothing to compare
+            if plan is None:
+                reason = _no_aggregate(fn, why_not, name, path, per)
+                if reason:
+                    out["skipped"][key] = f"not a mean of per-question values, and {reason}"
+                    continue
+            out["metrics"][key] = _compare_leaf(stats, fn, path, plan, per, shared, clusters, len(runs))
     if metrics and not out["metrics"]:
-        raise HarnessError(f"no comparable number among {', '.join(metrics)}")
+        why = "".join(f" ({key}: {reason})" for key, reason in list(out["skipped"].items())[:1])
+        raise HarnessError(f"no comparable number among {', '.join(metrics)}{why}")
+    if not out["skipped"]:
+        del out["skipped"]
     return out
 
 
-def _compare_leaf(stats, fn, path, value, per, shared, clusters, k) -> dict[str, Any] | None:
-    declared = {
-        tuple(a.split(".")): tuple(b.split(".")) for a, b in (getattr(fn, "per_question_leaves", None) or {}).items()
-    }
-    # a run's own aggregate is over all its questions; on the shared ones each is recomputed
-    plan = plan_leaf(path, value, per[0], declared)
-    if plan is None and getattr(fn, "aggregate_rows", None) is None:
-        return None
-    if plan is None and any(leaf(fn.aggregate_rows(col, len(col)), path) is None for col in per):
-        return None  # rows scored before the metric kept what this number needs
-    if plan is not None and plan["kind"] != "mean":
-        return None
+def _no_aggregate(fn, why_not, name, path, per) -> str | None:
+    """Why a leaf that is no mean cannot be recomputed on the shared questions (None: it can)."""
+    if fn is None:
+        return f"{why_not}: no other implementation stands in for it"
+    if getattr(fn, "aggregate_rows", None) is None:
+        return f"{name} has no aggregate of per-question rows (aggregate_rows) to recompute it on the shared questions"
+    for col in per:
+        try:
+            value = leaf(fn.aggregate_rows(col, len(col)), path)
+        except Exception as exc:  # noqa: BLE001 - a metric's failure skips its number, not the comparison
+            return f"{name}'s aggregate of the shared rows failed: {_error_line(exc)}"
+        if value is None:
+            return "the per-question values lack what it is computed from (scored before the metric kept them)"
+    return None
+
+
+def _compare_leaf(stats, fn, path, plan, per, shared, clusters, k) -> dict[str, Any]:
+    """One leaf's entry: ``plan`` a mean (analytic, McNemar or sign-flip) or None (the metric's own
+    aggregate of the shared rows, bootstrapped and swap-tested)."""
     n = len(shared)
     entry: dict[str, Any] = {"runs": [], "diffs": []}
     if plan is not None:
@@ -283,6 +418,9 @@ def format_comparison(result: dict[str, Any], headline_only: bool = True) -> str
                     f"{c['question_id']} {_fmt(c['baseline'], 2)}->{_fmt(c['run'], 2)}" for c in d["most_changed"]
                 )
                 lines.append(f"    changed most: {moved}")
+    for key, why in (result.get("skipped") or {}).items():
+        if not headline_only or is_headline(key):
+            lines.append(f"not compared: {key}: {why}")
     return "\n".join(lines)
 
 

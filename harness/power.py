@@ -38,11 +38,11 @@ def power_analysis(
     scores = run["scores"]
     table = uncertainty_of(scores)
     if not table:  # a results file from before the error bars: computed now, not written
-        from harness.compare import _metric_fn
+        from harness.compare import metric_of_run
         from harness.scoring.results import metric_aggregates
 
         clusters = ((scores.get("meta") or {}).get("clustering") or {}).get("clusters")
-        table = compute_uncertainty({m: _metric_fn(m) for m in metric_aggregates(scores)}, scores, clusters)
+        table = compute_uncertainty({m: metric_of_run(run, m) for m in metric_aggregates(scores)}, scores, clusters)
     key = resolve_metric(metric, list(table))
     entry = table[key]
     if entry.get("stderr") is None:

@@ -1,13 +1,22 @@
 """``harness compare`` and ``harness power`` on two real local-model runs (SmolLM2-135M in process):
-closed-book vs evidence-provided on hotpotqa:dev, and a run compared with itself."""
+closed-book vs evidence-provided on hotpotqa:dev, and a run compared with itself; then, on scripted
+answers (fast), that the comparison does not depend on the runs' order or sizes and aggregates each
+metric as its run did (a plugin's own aggregate, never a built-in of the same name)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 
 import pytest
 from conftest import run_harness
+
+from harness.compare import compare_runs, load_run
+from harness.config import build_config
+from harness.datasets import load_dataset
+from harness.models.scripted import register_script, unregister_script
+from harness.runner import Run
 
 LIMIT = 4
 
@@ -100,3 +109,181 @@ def test_power_from_the_pilot(two_runs):
     assert "paired" in paired.stdout
     bad = run_harness("power", str(evidence), "--metric", "nope", "--delta", "0.05")
     assert bad.returncode == 2 and bad.stderr.startswith("error: --metric nope: not a number of this run")
+
+
+# order-free comparison and each run's own aggregation: fast, scripted answers --------------------
+HOTPOT = load_dataset("hotpotqa:dev").samples
+GOLD = {s.question: (i, s.answer) for i, s in enumerate(HOTPOT)}
+
+
+def _answers_by(shift: int):
+    """Right, half right (F1 between 0 and 1) or wrong by question index: two shifts give two runs
+    that differ question by question."""
+
+    def script(messages, tools, tool_choice, params):
+        prompt = messages[0]["content"]
+        i, gold = next(v for q, v in GOLD.items() if q in prompt)
+        kind = (i + shift) % 3
+        return gold if kind == 0 else f"{gold} and something else entirely" if kind == 1 else "no idea"
+
+    return script
+
+
+@pytest.fixture
+def scripts():
+    for name, shift in (("cmp-a", 0), ("cmp-b", 1)):
+        register_script(name, _answers_by(shift))
+    yield
+    for name in ("cmp-a", "cmp-b"):
+        unregister_script(name)
+
+
+def scripted_run(out, script, limit, metrics=None):
+    options = {"model": f"scripted/{script}", "dataset": "hotpotqa:dev", "out": str(out), "limit": limit}
+    config = build_config({**options, "cache": False, **({"metrics": metrics} if metrics else {})})
+    asyncio.run(Run(config, show_progress=False).execute())
+    return load_run(out)
+
+
+def assert_mirrored(ab, ba):
+    """compare(A, B) and compare(B, A): the same numbers compared the same way, B - A = -(A - B)."""
+    assert set(ab["metrics"]) == set(ba["metrics"])
+    for key, x in ab["metrics"].items():
+        y = ba["metrics"][key]
+        assert x["kind"] == y["kind"], key
+        assert x["diffs"][0]["test"] == y["diffs"][0]["test"], key
+        assert [r["value"] for r in x["runs"]] == pytest.approx([r["value"] for r in reversed(y["runs"])]), key
+        assert x["diffs"][0]["diff"] == pytest.approx(-y["diffs"][0]["diff"], abs=1e-12), key
+        lo, hi = y["diffs"][0]["ci95"]
+        assert x["diffs"][0]["ci95"] == pytest.approx([-hi, -lo], abs=1e-12), key
+        assert x["diffs"][0]["p"] == pytest.approx(y["diffs"][0]["p"]), key
+
+
+def test_compare_is_the_same_whichever_run_has_more_questions_or_comes_first(tmp_path, scripts):
+    big = scripted_run(tmp_path / "big", "cmp-a", 12)
+    small = scripted_run(tmp_path / "small", "cmp-b", 8)  # the first 8 of the same 12
+    ab, ba = compare_runs([big, small]), compare_runs([small, big])
+    assert ab["n_shared"] == ba["n_shared"] == 8
+    assert_mirrored(ab, ba)
+    shared = [r["question_id"] for r in small["scores"]["raw"]]
+    for run, values in ((big, ab["metrics"]["em-f1.f1"]["runs"][0]), (small, ab["metrics"]["em-f1.f1"]["runs"][1])):
+        f1 = {r["question_id"]: r["em-f1"]["f1"] for r in run["scores"]["raw"]}
+        assert values["value"] == pytest.approx(sum(f1[q] for q in shared) / len(shared))
+    # every leaf both runs have is compared: em-f1's means and FanOutQA's accuracy, as means
+    assert {"em-f1.em", "em-f1.f1", "fanoutqa-string.acc.loose", "fanoutqa-string.acc.strict"} <= set(ab["metrics"])
+    for key in ("em-f1.em", "fanoutqa-string.acc.loose", "fanoutqa-string.acc.strict"):
+        assert ab["metrics"][key]["kind"] == "mean" and ab["metrics"][key]["diffs"][0]["test"] == "McNemar exact"
+
+
+# A plugin metric under a built-in's name. Its f1 is a micro F1 (a ratio of sums, not a mean of
+# per-question values) and its rows have no "precision": the built-in quest's aggregate of them
+# would be another number, or a KeyError.
+PLUGIN = """
+from harness.scoring.metrics import streamable
+
+
+def micro(rows, n):
+    hit = sum(r["hit"] for r in rows)
+    size = sum(r["pred"] + r["gold"] for r in rows)
+    return {"f1": 2 * hit / size if size else 0.0, "pred": sum(r["pred"] for r in rows) / n if n else 0.0}
+
+
+@streamable(micro)
+def quest(questions, answers, only_answered, options=None):
+    by_id = {a["id"]: a["answer"] for a in answers}
+    raw = {}
+    for q in questions:
+        pred, gold = set(str(by_id.get(q.id) or "").lower().split()), set(str(q.answer).lower().split())
+        raw[q.id] = {"hit": len(pred & gold), "pred": len(pred), "gold": len(gold)}
+    return {"raw": raw, "aggregate": micro(list(raw.values()), len(raw)), "info": {}}
+"""
+
+
+def micro_f1(rows):
+    hit, size = sum(r["hit"] for r in rows), sum(r["pred"] + r["gold"] for r in rows)
+    return 2 * hit / size
+
+
+@pytest.fixture
+def plugin_runs(tmp_path, monkeypatch, scripts):
+    monkeypatch.chdir(tmp_path)  # the runs record the plugin as the relative FILE.py they were given
+    (tmp_path / "myquest.py").write_text(PLUGIN, encoding="utf-8")
+    metrics = ["myquest.py:quest", "em-f1"]
+    big = scripted_run(tmp_path / "big", "cmp-a", 12, metrics)
+    small = scripted_run(tmp_path / "small", "cmp-b", 8, metrics)
+    assert big["scores"]["meta"]["metric_info"]["quest"]["plugin"]["ref"] == "myquest.py:quest"
+    return tmp_path, big, small
+
+
+def test_a_plugin_metric_is_aggregated_as_its_run_did_not_as_the_built_in(plugin_runs, monkeypatch):
+    base, big, small = plugin_runs
+    ab, ba = compare_runs([big, small]), compare_runs([small, big])
+    assert_mirrored(ab, ba)
+    shared = {r["question_id"] for r in small["scores"]["raw"]}
+    f1 = ab["metrics"]["quest.f1"]
+    assert f1["kind"] == "aggregate"  # a micro F1: bootstrapped through the plugin's own aggregate
+    # the smaller run's shared questions are all of its questions: its own recorded number
+    assert f1["runs"][1]["value"] == pytest.approx(small["scores"]["quest"]["f1"])
+    on_shared = [r["quest"] for r in big["scores"]["raw"] if r["question_id"] in shared]
+    assert f1["runs"][0]["value"] == pytest.approx(micro_f1(on_shared))
+    assert ab["metrics"]["quest.pred"]["kind"] == "mean" and not ab.get("skipped")
+    monkeypatch.chdir(base / "big")  # elsewhere: the relative file is found beside the runs, by its sha256
+    assert compare_runs([big, small])["metrics"]["quest.f1"] == f1
+
+
+def test_a_plugin_that_cannot_be_loaded_compares_only_its_means(plugin_runs):
+    base, big, small = plugin_runs
+    (base / "myquest.py").unlink()  # the plugin is gone: no other quest may stand in for it
+    ab, ba = compare_runs([big, small]), compare_runs([small, big])
+    assert_mirrored(ab, ba)
+    assert "quest.f1" not in ab["metrics"] and "quest.f1" in ab["skipped"] and "myquest.py" in ab["skipped"]["quest.f1"]
+    shared = {r["question_id"] for r in small["scores"]["raw"]}
+    pred = ab["metrics"]["quest.pred"]  # a plain mean of a per-question value needs no code
+    on_shared = [r["quest"]["pred"] for r in big["scores"]["raw"] if r["question_id"] in shared]
+    assert pred["runs"][0]["value"] == pytest.approx(sum(on_shared) / len(on_shared))
+    assert "em-f1.f1" in ab["metrics"]
+
+
+def test_runs_of_two_implementations_of_one_metric_compare_only_its_means(plugin_runs):
+    base, big, _ = plugin_runs
+    # the same name from an edited file: another implementation (another sha256) for the later run
+    (base / "myquest.py").write_text(PLUGIN + "\n# edited\n", encoding="utf-8")
+    other = scripted_run(base / "other", "cmp-b", 8, ["myquest.py:quest", "em-f1"])
+    result = compare_runs([big, other])
+    assert "quest.f1" not in result["metrics"] and "differ" in result["skipped"]["quest.f1"]
+    assert result["metrics"]["quest.pred"]["kind"] == "mean"
+
+
+def test_clustering_and_aggregates_do_not_depend_on_the_order(tmp_path):
+    """TopiOCQA (clustered by conversation by default; x100 means; corpus BLEU through its summed
+    statistics): one run re-scored without clusters, one run with more turns. Either order gives
+    the same clustered comparison, mirrored."""
+    import random
+
+    from harness.scoring.metrics import ScoringOptions, score_answers
+
+    ds = load_dataset("topiocqa:dev")
+    qs = ds.samples[:60]
+
+    def answers(seed, n):
+        rnd = random.Random(seed)
+        out = []
+        for q in qs[:n]:
+            gold = q.answer if isinstance(q.answer, str) else q.answer[0]
+            r = rnd.random()
+            answer = gold if r < 0.4 else " ".join(gold.split()[:2]) if r < 0.7 else "no idea"
+            out.append({"id": q.id, "answer": answer})
+        return out
+
+    def run(path, seed, n, **options):
+        scores = score_answers(ds, qs[:n], answers(seed, n), ["topiocqa"], options=ScoringOptions(**options))
+        dataset = {"spec": ds.info.spec(), "sha256": ds.info.sha256}
+        return {"path": path, "results": {"dataset": dataset}, "scores": scores}
+
+    clustered, plain = run("a", 1, 60), run("b", 2, 45, cluster_by="none")
+    assert plain["scores"]["meta"]["clustering"] == {"by": None}
+    ab, ba = compare_runs([clustered, plain]), compare_runs([plain, clustered])
+    assert ab["clustering"] == ba["clustering"] and ab["clustering"]["by"]  # clustered in both orders
+    assert_mirrored(ab, ba)
+    assert ab["metrics"]["topiocqa.bleu_corpus"]["kind"] == "aggregate"
+    assert ab["metrics"]["topiocqa.em"]["kind"] == "mean"  # x100 the mean of 0/1, in either order

@@ -84,12 +84,38 @@ def plan_leaf(
     if isinstance(value, int):
         return {"kind": "count"}
     source = declared.get(path, path)
-    column = [leaf(r, source) for r in per_rows]
-    if column and all(isinstance(v, (bool, int, float)) and not isinstance(v, str) for v in column):
-        mean = sum(float(v) for v in column) / len(column)
-        for scale in (1.0, 100.0):
-            if _close(float(value), scale * mean):
-                return {"kind": "mean", "source": source, "scale": scale}
+    scales = _mean_scales(value, [leaf(r, source) for r in per_rows])
+    return {"kind": "mean", "source": source, "scale": scales[0]} if scales else None
+
+
+def _mean_scales(value: Any, column: list[Any]) -> list[float]:
+    """The scales (1, 100) at which ``value`` is the mean of ``column``: none when it is not."""
+    if not column or not all(isinstance(v, (bool, int, float)) for v in column):
+        return []
+    mean = sum(float(v) for v in column) / len(column)
+    return [scale for scale in (1.0, 100.0) if _close(float(value), scale * mean)]
+
+
+def plan_leaf_of_runs(
+    path: tuple[str, ...],
+    values: list[Any],
+    rows_of_runs: list[list[Any]],
+    declared: dict[tuple[str, ...], tuple[str, ...]],
+) -> dict[str, Any] | None:
+    """``plan_leaf`` for the same leaf of several runs' aggregates, each value checked against all of
+    its own run's rows (what it was computed from): a mean only when it is the mean of the same
+    per-question value at the same scale in every run, so neither a run's extra questions nor its
+    place among the runs changes how the leaf is compared."""
+    plans = [plan_leaf(path, v, rows, declared) for v, rows in zip(values, rows_of_runs)]
+    kinds = {p["kind"] if p else None for p in plans}
+    if kinds & {"count", "none"}:
+        return plans[0] if len(kinds) == 1 else {"kind": "none"}
+    if None in kinds:
+        return None
+    source = plans[0]["source"]
+    for scale in (1.0, 100.0):  # all zeros are a mean at either scale: the one every run allows
+        if all(scale in _mean_scales(v, [leaf(r, source) for r in rows]) for v, rows in zip(values, rows_of_runs)):
+            return {"kind": "mean", "source": source, "scale": scale}
     return None
 
 
