@@ -4,6 +4,8 @@ model behind a local OpenAI-protocol server."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import re
 import struct
@@ -58,6 +60,7 @@ def check_outputs(out: Path, setting: str) -> dict:
     return ablation
 
 
+@pytest.mark.slow
 def test_evidence_provided_sweep_real_model(hotpot_snapshot, tmp_path):
     out = tmp_path / "ablation"
     args = [
@@ -113,6 +116,7 @@ def test_evidence_provided_sweep_real_model(hotpot_snapshot, tmp_path):
         assert len(results["invocations"]) == 2 and results["invocations"][-1]["attempted"] == 0
 
 
+@pytest.mark.slow
 def test_open_book_sweep_with_ceiling(hotpot_snapshot, tmp_path):
     out = tmp_path / "ob"
     script = {
@@ -149,6 +153,7 @@ def test_open_book_sweep_with_ceiling(hotpot_snapshot, tmp_path):
         assert row["retrieval"]["evidence_recall_n"] == 2
 
 
+@pytest.mark.slow
 def test_bad_sweeps_are_one_line_errors(hotpot_snapshot, tmp_path):
     base = ["ablate", "--dataset", "hotpotqa:dev", "--snapshot", str(hotpot_snapshot), "--out", str(tmp_path / "x")]
     cases = [

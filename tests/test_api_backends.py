@@ -265,6 +265,7 @@ def anthropic_message(text: str) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_anthropic_against_fake_api(monkeypatch):
     """529 overloaded is retried; a model that rejects `temperature` gets requests without it;
     count_tokens uses the API."""
@@ -364,6 +365,7 @@ def vllm_handler(method, path, headers, body):
     return 404, {}, {"error": {"message": "not found"}}
 
 
+@pytest.mark.slow
 def test_vllm_attach_reads_max_model_len(monkeypatch):
     monkeypatch.setenv("VLLM_API_KEY", "vllm-secret")
     with FakeServer(vllm_handler) as server:

@@ -83,6 +83,7 @@ def direct_scores(checkpoint, references, candidates):
     return out
 
 
+@pytest.mark.slow
 def test_bleurt_with_a_checkpoint(checkpoint, dataset):
     samples = dataset.samples[:5]
     answers = answers_for(samples)
@@ -113,6 +114,7 @@ def test_bleurt_with_a_checkpoint(checkpoint, dataset):
     assert info["n_unanswered"] == 2 and info["max_length"] == 128
 
 
+@pytest.mark.slow
 def test_bleurt_only_answered(checkpoint, dataset):
     samples = dataset.samples[:5]
     answers = answers_for(samples)

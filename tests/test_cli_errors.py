@@ -92,6 +92,7 @@ def test_bad_yaml_and_unknown_option(tmp_path):
     assert_clean_error(run_harness("run", "--config", str(tmp_path / "none.yaml")), "--config", "file not found")
 
 
+@pytest.mark.slow
 def test_out_dir_of_another_configuration_is_refused(tmp_path):
     out = tmp_path / "run"
     assert run_harness("run", "--limit", "1", "--out", str(out), "--max-tokens", "8").returncode == 0

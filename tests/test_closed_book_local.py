@@ -1,5 +1,6 @@
 """End to end on the real embedded model (SmolLM2-135M GGUF in process) on real FanOutQA questions."""
 
+import pytest
 import json
 
 from conftest import run_harness
@@ -21,6 +22,7 @@ def read_samples(run_dir):
     return sorted(samples, key=lambda s: order[s["id"]])
 
 
+@pytest.mark.slow
 def test_closed_book_run_real_model(tmp_path):
     out = tmp_path / "run"
     proc = run_harness("run", "--limit", "3", "--out", str(out), "--max-tokens", "48")
@@ -64,6 +66,7 @@ def test_closed_book_run_real_model(tmp_path):
     assert results["scores"]["meta"]["metric_info"]["fanoutqa-string"]["normalizer"]["model_version"]
 
 
+@pytest.mark.slow
 def test_rescore_run_and_score_generations_file(tmp_path):
     out = tmp_path / "run"
     assert run_harness("run", "--limit", "2", "--out", str(out), "--max-tokens", "16").returncode == 0
@@ -96,6 +99,7 @@ def test_rescore_run_and_score_generations_file(tmp_path):
     assert scores["fanoutqa-string"]["acc"]["loose"] == raw[0]["acc"] / 310
 
 
+@pytest.mark.slow
 def test_closed_book_through_llamacpp_server_openai_protocol(tmp_path):
     """The OpenAI-protocol path for real: llama.cpp's server launched as a child, the openai client."""
     out = tmp_path / "run"
@@ -128,6 +132,7 @@ def test_closed_book_through_llamacpp_server_openai_protocol(tmp_path):
     assert results["scores"]["raw"] and results["counts"]["finished"] == 3
 
 
+@pytest.mark.slow
 def test_response_cache_answers_a_repeat_run(tmp_path):
     first = tmp_path / "a"
     second = tmp_path / "b"

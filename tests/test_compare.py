@@ -41,6 +41,7 @@ def per_question(run_dir, metric, leaf):
     return {r["question_id"]: r[metric][leaf] for r in scores["raw"]}
 
 
+@pytest.mark.slow
 def test_compare_two_real_runs(two_runs):
     base, closed, evidence = two_runs
     out, plot = base / "cmp.json", base / "cmp.png"
@@ -63,6 +64,7 @@ def test_compare_two_real_runs(two_runs):
     assert "em-f1.f1" in proc.stdout and "B - A" in proc.stdout and "p = " in proc.stdout
 
 
+@pytest.mark.slow
 def test_a_run_compared_with_itself(two_runs):
     base, closed, _ = two_runs
     out = base / "self.json"
@@ -76,6 +78,7 @@ def test_a_run_compared_with_itself(two_runs):
             assert d["ci95"] == [0, 0]
 
 
+@pytest.mark.slow
 def test_mismatched_datasets_are_refused_unless_allowed(two_runs, tmp_path):
     _, closed, evidence = two_runs
     other = tmp_path / "other"
@@ -89,6 +92,7 @@ def test_mismatched_datasets_are_refused_unless_allowed(two_runs, tmp_path):
     assert run_harness("compare", str(evidence), str(other), "--allow-mismatch").returncode == 0
 
 
+@pytest.mark.slow
 def test_power_from_the_pilot(two_runs):
     from harness import stats
 

@@ -1,3 +1,4 @@
+import pytest
 import json
 
 from conftest import run_harness
@@ -31,6 +32,7 @@ def test_hash_ignores_operational_knobs_only():
         assert build_config(knob).config_hash() != base.config_hash(), knob
 
 
+@pytest.mark.slow
 def test_config_file_drives_a_real_run(tmp_path):
     cfg = tmp_path / "run.yaml"
     out = tmp_path / "run"

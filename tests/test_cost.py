@@ -87,6 +87,7 @@ def lines(path):
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+@pytest.mark.slow
 def test_cost_per_sample_and_run(server, prices, tmp_path):
     out = tmp_path / "run"
     proc = run_api(server, out, "--limit", "3", "--price-table", str(prices))
@@ -112,6 +113,7 @@ def test_cost_per_sample_and_run(server, prices, tmp_path):
     assert r["cost"]["model_usd"] == pytest.approx(4 * COST) and r["cost"]["spent_usd"] == pytest.approx(4 * COST)
 
 
+@pytest.mark.slow
 def test_cached_answers_cost_nothing_to_spend(server, prices, tmp_path):
     first, second = tmp_path / "a", tmp_path / "b"
     assert run_api(server, first, "--limit", "2", "--price-table", str(prices)).returncode == 0
@@ -125,6 +127,7 @@ def test_cached_answers_cost_nothing_to_spend(server, prices, tmp_path):
     assert cost["spent_usd"] == 0 and cost["model_usd"] == pytest.approx(2 * COST)
 
 
+@pytest.mark.slow
 def test_max_cost_stops_and_a_higher_budget_resumes(server, prices, tmp_path):
     out = tmp_path / "budget"
     # worst case 0.16 per request, real 0.05015: three requests fit in 0.27, the fourth would not
@@ -160,6 +163,7 @@ def test_max_cost_stops_and_a_higher_budget_resumes(server, prices, tmp_path):
     assert r["cost"]["budget"]["stopped"] is False
 
 
+@pytest.mark.slow
 def test_unpriced_api_model(server, prices, tmp_path):
     out = tmp_path / "unpriced"
     proc = run_api(server, out, "--limit", "1", "--price-table", str(prices), model="openai/not-in-table")
@@ -184,6 +188,7 @@ def test_unpriced_api_model(server, prices, tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow
 def test_price_table_errors_are_one_line(server, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("models:\n  openai/gpt-test: {input: -1, output: 2}\n")
@@ -242,6 +247,7 @@ def judge():
     unregister_script("cost-judge")
 
 
+@pytest.mark.slow
 def test_judge_cost_is_kept_apart(server, prices, tmp_path, capsys, judge):
     """Re-scoring a run with a priced judge (in process: the judge script is registered here) adds
     the judge's cost apart from the model's, and to the total."""

@@ -87,6 +87,7 @@ def test_mode_reducer(tmp_path):
     assert results["scores"]["em-f1"]["em"] == 1.0  # right, wrong, right: the mode is right
 
 
+@pytest.mark.slow
 def test_epochs_with_the_real_local_model(tmp_path):
     """Two epochs of local/smollm2 sampling at temperature 1: two records per question, each
     question's score the mean of its two epochs' values."""

@@ -67,6 +67,7 @@ def _started(model, **options):
     return backend
 
 
+@pytest.mark.slow
 def test_openai_backend_asks_the_server_for_its_context():
     with LlamaCppShapes(n_ctx=2048) as props, LlamaCppShapes(n_ctx=None, n_ctx_train=8192) as meta:
         backend = _started("openai/m", base_url=props.url)
@@ -84,6 +85,7 @@ def test_openai_backend_asks_the_server_for_its_context():
         assert _started("openai/gpt-4o", base_url=silent.url).context_size() == 128_000
 
 
+@pytest.mark.slow
 def test_evidence_provided_packs_to_the_servers_context(tmp_path, capsys, hotpot_snapshot):
     out = tmp_path / "run"
     with FaultServer(context_size=2048) as server:
@@ -95,6 +97,7 @@ def test_evidence_provided_packs_to_the_servers_context(tmp_path, capsys, hotpot
     assert model["context_size"] == 2048 and model["context_size_source"] == "server /v1/models max_model_len"
 
 
+@pytest.mark.slow
 def test_openais_size_behind_a_silent_server_is_said_to_be_a_guess(tmp_path, capsys, hotpot_snapshot):
     """openai/gpt-4o behind --base-url: the server may serve any model under that name, so a packing
     run on OpenAI's 128k says so; with the server's own size, or a closed-book run, nothing is said."""
@@ -140,6 +143,7 @@ def _assert_no_evidence_failure(proc, out):
     assert "rerun the same command" not in proc.stderr and "a rerun cannot fix" in proc.stderr
 
 
+@pytest.mark.slow
 def test_llamacpp_server_through_openai_backend(hotpot_snapshot, tmp_path):
     with smollm2_server(tmp_path / "logs") as server:
         asyncio.run(server.start())
@@ -161,12 +165,14 @@ def test_llamacpp_server_through_openai_backend(hotpot_snapshot, tmp_path):
         _assert_no_evidence_failure(_ep(hotpot_snapshot, out, *model, *ROOM_FOR_NO_DOCUMENT), out)
 
 
+@pytest.mark.slow
 def test_local_model_no_evidence_packed(hotpot_snapshot, tmp_path):
     out = tmp_path / "local"
     proc = _ep(hotpot_snapshot, out, "--model", "local/smollm2", *ROOM_FOR_NO_DOCUMENT, "--n-threads", "1")
     _assert_no_evidence_failure(proc, out)
 
 
+@pytest.mark.slow
 def test_missing_evidence_does_not_say_rerun(hotpot_snapshot, tmp_path):
     out = tmp_path / "missing"
     proc = run_harness("run", "--setting", "evidence-provided", "--dataset", "fanoutqa:dev", "--snapshot",

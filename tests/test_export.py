@@ -53,6 +53,7 @@ def local_test_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_partial_run_is_refused_then_exported_with_allow_partial(local_test_run, tmp_path):
     out = tmp_path / "submission"
     proc = run_harness("export", "fanoutqa-submission", str(local_test_run), "--out", str(out), *IDENTITY)
@@ -118,6 +119,7 @@ def test_metadata_file_and_overrides(local_test_run, tmp_path):
     assert proc.returncode == 2 and "--context: must be >= 1" in proc.stderr
 
 
+@pytest.mark.slow
 def test_dev_and_non_fanoutqa_runs_are_refused(tmp_path):
     dev = tmp_path / "dev"
     assert run_harness("run", "--limit", "1", "--max-tokens", "8", "--out", str(dev)).returncode == 0
@@ -150,6 +152,7 @@ def test_dev_and_non_fanoutqa_runs_are_refused(tmp_path):
     assert proc.returncode == 2 and "not a run directory" in proc.stderr
 
 
+@pytest.mark.slow
 def test_whole_test_set_exports_without_allow_partial(tmp_path):
     """A scripted model answers all test questions: the export needs no --allow-partial; two runs of
     one setting, or of two models, are refused."""

@@ -37,6 +37,7 @@ def model():
 
 
 @pytest.mark.parametrize("then, error_type", [("hang", "timeout"), ("raise", "exception")])
+@pytest.mark.slow
 def test_failed_sample_keeps_its_transcript(model, hotpot_snapshot, tmp_path, then, error_type):
     BEHAVIOUR["then"] = then
     out = tmp_path / "run"

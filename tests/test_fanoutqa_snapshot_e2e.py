@@ -3,6 +3,7 @@ FanOutQA's dev format whose evidence (pageid, revid, title) the API builder fetc
 revisions from a local server answering like api.php with real article text, then evidence-provided
 with the real local model, and the ceiling."""
 
+import pytest
 import json
 
 from conftest import run_harness
@@ -23,6 +24,7 @@ QUESTION = {
 }  # fmt: skip
 
 
+@pytest.mark.slow
 def test_fanoutqa_evidence_provided_over_api_snapshot(tmp_path):
     data = tmp_path / "fanout-dev.json"
     data.write_text(json.dumps([QUESTION]))

@@ -38,6 +38,7 @@ def records(path: Path) -> list[dict]:
     ],
     ids=lambda f: "+".join(f),
 )
+@pytest.mark.slow
 def test_transient_faults_are_retried_until_an_answer(tmp_path, faults):
     with FaultServer(script=faults, hang_s=2.5) as server:
         code = run(server.url, tmp_path / "run")
@@ -60,6 +61,7 @@ def test_a_fault_that_persists_fails_the_sample_as_model_unavailable(tmp_path, f
     assert results["counts"]["failed"] == 1
 
 
+@pytest.mark.slow
 def test_retry_after_is_honoured(tmp_path):
     import time
 
@@ -71,6 +73,7 @@ def test_retry_after_is_honoured(tmp_path):
     assert waited >= 1.0  # the server's Retry-After, not the 0.05 s back-off floor
 
 
+@pytest.mark.slow
 def test_a_3mb_answer_is_scored_without_crashing_and_flagged(tmp_path, capsys):
     out = tmp_path / "run"
     with FaultServer(default="huge", huge_chars=3_000_000) as server:
@@ -109,6 +112,7 @@ def _files_text(*roots: Path) -> str:
 
 
 @pytest.mark.parametrize("backend", ["openai", "anthropic"])
+@pytest.mark.slow
 def test_a_401_that_echoes_the_key_never_prints_or_writes_it(tmp_path, backend):
     env_name = "OPENAI_API_KEY" if backend == "openai" else "ANTHROPIC_API_KEY"
     with FaultServer(default="401-echo") as server:

@@ -42,6 +42,7 @@ def small_hotpot(base: Path, questions: int) -> Path:
     return base / "small.db"
 
 
+@pytest.mark.slow
 def test_bm25_index_is_the_same_for_1_and_2_workers(tmp_path):
     snap = tmp_path / "hotpot.db"
     build_snapshot(str(HOTPOT), snap, progress=None)
@@ -69,6 +70,7 @@ def test_bm25_index_is_the_same_for_1_and_2_workers(tmp_path):
             np.testing.assert_array_equal(retriever.scores(q), want)  # bit for bit
 
 
+@pytest.mark.slow
 def test_dump_snapshot_is_the_same_for_1_and_2_workers(tmp_path):
     one = build_snapshot(str(DUMP), tmp_path / "one.db", progress=None, workers=1)
     two = build_snapshot(str(DUMP), tmp_path / "two.db", progress=None, workers=2)
@@ -98,6 +100,7 @@ def ann_snapshot(tmp_path_factory):
     return snap
 
 
+@pytest.mark.slow
 def test_dense_embeddings_are_the_same_for_1_and_2_workers(ann_snapshot):
     # 1 worker (units of 16 pages) and 2 workers (units of 64): each unit is encoded alone with
     # one torch thread, so even the floats agree
@@ -109,6 +112,7 @@ def test_dense_embeddings_are_the_same_for_1_and_2_workers(ann_snapshot):
     np.testing.assert_allclose(a, b, atol=2e-6)
 
 
+@pytest.mark.slow
 def test_ann_returns_the_exact_top1_for_a_passage_own_text(ann_snapshot):
     with Snapshot.open(ann_snapshot) as snap:
         ann = open_retriever(snap, "dense", "words100")
@@ -129,6 +133,7 @@ def test_ann_returns_the_exact_top1_for_a_passage_own_text(ann_snapshot):
         assert ann.describe()["dense"]["ann"]["factory"] == "HNSW32,Flat"
 
 
+@pytest.mark.slow
 def test_ann_parameters_are_in_the_run_key(ann_snapshot, tmp_path):
     from harness.config import RunConfig
     from harness.strategy import create_agent
@@ -158,6 +163,7 @@ def test_ann_parameters_are_in_the_run_key(ann_snapshot, tmp_path):
     assert index_identity(copy)["dense"]["ann"]["ef_search"] == 64
 
 
+@pytest.mark.slow
 def test_stale_ann_index_is_refused(ann_snapshot, tmp_path):
     copy = tmp_path / "small.db"
     shutil.copy(ann_snapshot, copy)
@@ -171,6 +177,7 @@ def test_stale_ann_index_is_refused(ann_snapshot, tmp_path):
     assert "is stale" in proc.stderr and "--kind dense" in proc.stderr
 
 
+@pytest.mark.slow
 def test_ivfpq_on_too_few_passages_is_one_line(ann_snapshot, tmp_path):
     from wiki_snapshot.index_dense import build_ann, resolve_ann
 
@@ -196,6 +203,7 @@ def test_ivfpq_on_too_few_passages_is_one_line(ann_snapshot, tmp_path):
         (("--kind", "bm25", "--workers", "0"), "--workers: must be >= 1"),
     ],
 )
+@pytest.mark.slow
 def test_bad_ann_options_are_one_line(tmp_path, args, message):
     snap = tmp_path / "s.db"
     (tmp_path / "p.json").write_text(json.dumps([{"title": "A", "text": "Some words here."}]))
@@ -206,6 +214,7 @@ def test_bad_ann_options_are_one_line(tmp_path, args, message):
     assert not Path(str(snap) + ".index").exists() or not any(Path(str(snap) + ".index").iterdir())
 
 
+@pytest.mark.slow
 def test_ivfpq_over_fetch_recovers_exact_recall(ann_snapshot, tmp_path):
     """IVF-PQ fetches ``refine`` x K candidates and keeps the K best by exact score: recall@10
     against exact search rises (real MiniLM embeddings of the HotpotQA passages, each repeated with

@@ -53,6 +53,7 @@ def results_of(path):
     return json.loads((Path(path) / "results.json").read_text())
 
 
+@pytest.mark.slow
 def test_leaderboard_rows_json_and_markdown(root, tmp_path):
     out = tmp_path / "board" / "leaderboard.json"
     proc = run_harness("leaderboard", str(root), "--out", str(out))

@@ -61,6 +61,7 @@ def llama_vocab(server):
     return Llama(str(server.path), vocab_only=True, verbose=False)
 
 
+@pytest.mark.slow
 def test_context_size_is_the_trained_length(server, llama_vocab):
     meta = llama_vocab.metadata
     trained = int(meta[f"{meta['general.architecture']}.context_length"])
@@ -72,6 +73,7 @@ def test_context_size_is_the_trained_length(server, llama_vocab):
     assert "--n_ctx" in server.launcher.argv and str(trained) in server.launcher.argv
 
 
+@pytest.mark.slow
 def test_count_tokens_matches_llama_cpp(server, llama_vocab):
     for text in ("Hello world", "The quick brown fox jumps over the lazy dog.", "<|im_start|>user"):
         expected = len(llama_vocab.tokenize(text.encode(), add_bos=False, special=True))
@@ -79,6 +81,7 @@ def test_count_tokens_matches_llama_cpp(server, llama_vocab):
     assert server.count_tokens("") == 0
 
 
+@pytest.mark.slow
 def test_greedy_answer(server):
     messages = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
     first = asyncio.run(server.generate(messages, GREEDY))
@@ -90,6 +93,7 @@ def test_greedy_answer(server):
     assert again.content == first.content  # greedy is repeatable
 
 
+@pytest.mark.slow
 def test_named_tool_choice_returns_a_tool_call(server):
     messages = [{"role": "user", "content": "What is the weather in Paris?"}]
     choice = {"type": "function", "function": {"name": "get_weather"}}
@@ -105,6 +109,7 @@ def test_named_tool_choice_returns_a_tool_call(server):
     assert answer.content is not None
 
 
+@pytest.mark.slow
 def test_describe_and_cache_identity(server):
     info = server.describe()
     assert info["base_url"] == server.launcher.base_url and info["base_url"].startswith("http://127.0.0.1:")
@@ -114,6 +119,7 @@ def test_describe_and_cache_identity(server):
     assert str(server.launcher.port) not in json.dumps(identity)
 
 
+@pytest.mark.slow
 def test_override_overflow_and_close():
     backend = create_backend("llamacpp-server/smollm2", BackendOptions(context_size=256, max_attempts=3))
     assert backend.context_size() == 256
@@ -135,6 +141,7 @@ def test_override_overflow_and_close():
     asyncio.run(backend.close())  # twice is fine
 
 
+@pytest.mark.slow
 def test_broken_model_file_fails_fast_with_log(tmp_path):
     bogus = tmp_path / "bogus.gguf"
     bogus.write_bytes(b"this is not a model" * 100)
@@ -184,6 +191,7 @@ def test_launcher_reports_early_exit_with_log_tail(tmp_path):
     assert not launcher.running()
 
 
+@pytest.mark.slow
 def test_launcher_times_out_and_kills_the_child(tmp_path):
     launcher = ServerLauncher(py("import time; time.sleep(60)"), name="silent", startup_timeout=1.0, log_dir=tmp_path)
     with pytest.raises(ModelError, match="not ready"):
@@ -258,6 +266,7 @@ def test_launcher_retries_on_a_fresh_port_when_the_port_was_taken(tmp_path):
 
 
 # --------------------------------------------------------------------------- threads, slots, two servers
+@pytest.mark.slow
 def test_threads_default_to_every_core_and_one_slot_is_recorded(server):
     from harness.models.llamacpp_server import available_cores
 
@@ -273,6 +282,7 @@ def test_threads_default_to_every_core_and_one_slot_is_recorded(server):
     assert overridden.command(8000)[-2:] == ["--n_threads", "5"] and overridden.n_threads() == 5
 
 
+@pytest.mark.slow
 def test_max_connections_above_the_slots_is_said_once_and_recorded(tmp_path):
     from conftest import run_harness
 
@@ -301,6 +311,7 @@ def _llama_server(name: str, log_dir) -> ServerLauncher:
     )
 
 
+@pytest.mark.slow
 def test_two_servers_one_killed_mid_run_every_sample_finishes_once(tmp_path):
     import subprocess
 

@@ -204,6 +204,7 @@ def test_needs_a_judge():
         get_metric("llm-judge")(QUESTIONS, [], False, options=ScoringOptions())
 
 
+@pytest.mark.slow
 def test_real_judge_smollm2(tmp_path):
     """The embedded SmolLM2-135M as judge on two FanOutQA dev questions: a weak judge, but a real one."""
     dataset = load_dataset("fanoutqa:dev")

@@ -252,6 +252,7 @@ def test_a_clean_stop_is_not_a_death(tmp_path):
 
 
 # --------------------------------------------------------------------------- the real model
+@pytest.mark.slow
 def test_real_model_answers_with_the_extra_buffers_off():
     pytest.importorskip("llama_cpp")
     backend = create_backend("local/smollm2", BackendOptions(weight_repack="off"))

@@ -19,6 +19,7 @@ def results(run_dir):
     return json.loads((run_dir / "results.json").read_text())
 
 
+@pytest.mark.slow
 def test_evidence_provided_packs_real_pages(hotpot_snapshot, tmp_path):
     out = tmp_path / "ep"
     proc = run_hotpot(hotpot_snapshot, out, "--setting", "evidence-provided", "--limit", "2", "--max-tokens", "24")
@@ -59,6 +60,7 @@ def test_evidence_provided_packs_real_pages(hotpot_snapshot, tmp_path):
     assert results(small)["retrieval"]["evidence_cut"] == 2
 
 
+@pytest.mark.slow
 def test_open_book_native_tool_calls_real_model(hotpot_snapshot, tmp_path):
     out = tmp_path / "native"
     proc = run_hotpot(
@@ -85,6 +87,7 @@ def test_open_book_native_tool_calls_real_model(hotpot_snapshot, tmp_path):
     assert r["agent"]["knobs"]["budget_fraction"] == 0.5 and r["agent"]["knobs"]["chunk_size"] == 1024
 
 
+@pytest.mark.slow
 def test_open_book_native_through_llamacpp_server(hotpot_snapshot, tmp_path):
     out = tmp_path / "server"
     proc = run_hotpot(
@@ -107,6 +110,7 @@ def test_open_book_native_through_llamacpp_server(hotpot_snapshot, tmp_path):
 
 
 @pytest.mark.parametrize("repeat", [False, True])
+@pytest.mark.slow
 def test_open_book_text_protocol_real_model(hotpot_snapshot, tmp_path, repeat):
     """Qwen2.5-Coder-0.5B follows the paper's <search> protocol (SmolLM2-135M does not)."""
     out = tmp_path / "text"
@@ -145,6 +149,7 @@ def test_open_book_text_protocol_real_model(hotpot_snapshot, tmp_path, repeat):
     assert results(out)["agent"]["knobs"]["repeat_question"] is repeat
 
 
+@pytest.mark.slow
 def test_missing_evidence_is_recorded_not_answered(hotpot_snapshot, tmp_path):
     out = tmp_path / "missing"
     proc = run_harness(
@@ -173,6 +178,7 @@ def test_open_book_needs_a_snapshot(tmp_path):
     assert "--snapshot" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_ceiling_grows_with_context(hotpot_snapshot, tmp_path):
     out = tmp_path / "ceiling.json"
     proc = run_harness(

@@ -319,6 +319,7 @@ def test_quest_title_normalization():
 # ---------------------------------------------------------------- end to end, real default model
 
 
+@pytest.mark.slow
 def test_entity_set_run_real_model(tmp_path):
     out = tmp_path / "run"
     proc = run_harness(

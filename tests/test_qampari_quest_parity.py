@@ -376,6 +376,7 @@ def erecall_samples():
     return samples
 
 
+@pytest.mark.slow
 def test_qampari_erecall_equals_official(erecall_samples):
     matches = qampari_retriever_matches(erecall_samples)
     mismatches, checked, exact_differs = [], 0, 0

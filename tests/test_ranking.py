@@ -82,6 +82,7 @@ def reference_order(corpus_tokens, query_tokens, **params) -> list[int]:
 
 
 # chunking ------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_chunk_text_equals_official_on_real_pages(articles, hotpot):
     texts = list(articles.values())
     for q in hotpot:
@@ -147,6 +148,7 @@ def test_chunk_text_long_unbroken_text_where_reference_overflows():
 
 
 # tokens ----------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_tokens_are_fanoutqa_corpus_tokens(articles, hotpot, official_nlp):
     chunks = chunk_text(articles["Alien"], 1024) + [text for _, text in paragraphs(hotpot[0])][:4]
     chunks += ["", "  ", "1,000,000 people; U.S.A. 3.5%", "Café — naïve"]
@@ -164,6 +166,7 @@ def article_chunks(articles):
     return out
 
 
+@pytest.mark.slow
 def test_order_and_scores_equal_rank_bm25_on_articles(article_chunks, hotpot):
     off_topic = [q["question"] for q in hotpot[:25]]  # questions about other pages: ties galore
     pairs = 0
@@ -179,6 +182,7 @@ def test_order_and_scores_equal_rank_bm25_on_articles(article_chunks, hotpot):
     assert pairs > 400
 
 
+@pytest.mark.slow
 def test_order_equals_rank_bm25_on_hotpot_paragraphs(hotpot):
     """Each question over its own 10 paragraphs, as whole docs (and for some as 128-character chunks)."""
     for i, q in enumerate(hotpot[:30]):
@@ -205,6 +209,7 @@ def test_ties_broken_as_numpy_argsort_does(articles):
     "params",
     [{"k1": 1.2, "b": 0.75, "delta": 1}, {"k1": 2.0, "b": 0.3, "delta": 0.5}, {"k1": 0.9, "b": 1.0, "delta": 0}],
 )
+@pytest.mark.slow
 def test_knobs_match_rank_bm25_with_same_params(article_chunks, params):
     corpus = article_chunks["Anatomy", 512]
     ranker = BM25PlusRanker(corpus, **params)
@@ -215,6 +220,7 @@ def test_knobs_match_rank_bm25_with_same_params(article_chunks, params):
         assert ranker.rank(query) == reference_order(corpus, query, **params)
 
 
+@pytest.mark.slow
 def test_repeated_queries_reuse_rows_and_stay_exact(article_chunks):
     corpus = article_chunks["Android (robot)", 1024]
     ranker, reference = BM25PlusRanker(corpus), BM25Plus(corpus)
@@ -224,6 +230,7 @@ def test_repeated_queries_reuse_rows_and_stay_exact(article_chunks):
 
 
 @pytest.mark.parametrize("dense_max", [0, 1 << 30])
+@pytest.mark.slow
 def test_lazy_and_dense_rows_agree(article_chunks, hotpot, monkeypatch, dense_max):
     """Rows made lazily (growing matrix, batch and single) or all at build: same bits."""
     monkeypatch.setattr(BM25PlusRanker, "DENSE_MAX", dense_max)
@@ -260,6 +267,7 @@ def corpus_best(monkeypatch, docs: list[tuple[str, str]], query: str, doc_len: i
     return [(r.title, r.content) for r in corpus.best(query)]
 
 
+@pytest.mark.slow
 def test_rank_documents_equals_corpus_best(monkeypatch, articles, hotpot, official_nlp):
     cases = [(paragraphs(q), q["question"], size) for q in hotpot[40:43] for size in (1024, 200)]
     cases.append(

@@ -96,6 +96,7 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow
 def test_plugins_from_files_run_end_to_end(executed):
     work, _ = executed
     run = work / "runs" / "from-files"
@@ -125,6 +126,7 @@ def test_plugins_from_files_run_end_to_end(executed):
     assert words == {s["id"]: len(s["answer"].split()) for s in samples(run)}
 
 
+@pytest.mark.slow
 def test_plugins_from_an_installed_package_run_end_to_end(executed):
     work, procs = executed
     listing = next(p.stdout for p in procs if "answer-twice" in p.stdout and "[" in p.stdout)
@@ -145,6 +147,7 @@ def test_plugins_from_an_installed_package_run_end_to_end(executed):
     ]
 
 
+@pytest.mark.slow
 def test_the_python_api_runs_and_rescores(executed):
     work, procs = executed
     r = results(work / "runs" / "from-python")

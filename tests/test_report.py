@@ -67,6 +67,7 @@ def embedded_data(html: str) -> dict:
     return json.loads(match.group(1))
 
 
+@pytest.mark.slow
 def test_report_html_is_escaped_and_self_contained(open_book_run):
     html = (open_book_run / "report.html").read_text()
     assert html.startswith("<!DOCTYPE html>")
@@ -139,6 +140,7 @@ def row_ids(driver):
     )
 
 
+@pytest.mark.slow
 def test_report_in_headless_chromium(open_book_run, browser):
     from selenium.webdriver.common.by import By
 
@@ -182,6 +184,7 @@ def test_report_in_headless_chromium(open_book_run, browser):
     assert [e for e in browser.get_log("browser") if e["level"] in ("SEVERE", "ERROR")] == []
 
 
+@pytest.mark.slow
 def test_report_of_a_run_stopped_on_budget(tmp_path):
     """Finished, failed and never-started samples all get a row; the failed one says why."""
     prices = tmp_path / "prices.yaml"

@@ -1,5 +1,6 @@
 """A killed run resumes: finished samples are neither re-run nor duplicated."""
 
+import pytest
 import json
 import signal
 import subprocess
@@ -35,6 +36,7 @@ def start_run(out, *extra):
     return subprocess.Popen(harness_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow
 def test_kill_then_rerun_continues_without_duplicates(tmp_path):
     out = tmp_path / "run"
     samples_path = out / "samples.jsonl"
@@ -74,6 +76,7 @@ def test_kill_then_rerun_continues_without_duplicates(tmp_path):
     assert len(samples_path.read_bytes().splitlines()) == 5
 
 
+@pytest.mark.slow
 def test_sigterm_writes_interrupted_results_and_resumes(tmp_path):
     out = tmp_path / "run"
     proc = start_run(out)

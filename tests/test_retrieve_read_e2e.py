@@ -64,6 +64,7 @@ def check_retrieval(s, k):
     return r["hits"]
 
 
+@pytest.mark.slow
 def test_joint_packs_the_retrieved_passages(hotpot, tmp_path):
     out = tmp_path / "joint"
     run_hotpot(hotpot, out, "--limit", "2", "--agent-arg", "retrieval_k=3")
@@ -96,6 +97,7 @@ def test_joint_packs_the_retrieved_passages(hotpot, tmp_path):
     assert ev["prompt_tokens"] <= 1024 - 520 and s["messages"][0]["content"].count("<document>") == ev["chunks_packed"]
 
 
+@pytest.mark.slow
 def test_each_reads_passages_alone_and_unions(hotpot, tmp_path):
     out = tmp_path / "each"
     run_hotpot(hotpot, out, "--agent", "retrieve-read-each", "--limit", "2", "--agent-arg", "retrieval_k=2")
@@ -123,6 +125,7 @@ def test_parse_union_judge():
     assert (judge("Yes."), judge("no, it is not"), judge("Maybe")) == (True, False, None)
 
 
+@pytest.mark.slow
 def test_classify_keeps_the_entities_judged_relevant(tmp_path):
     snap = tmp_path / "quest.db"
     ok("snapshot", "build", "--from", str(FIXTURES / "quest_train_sample_attribution_pages.jsonl"), "--out", str(snap), "--quiet")  # fmt: skip
@@ -154,6 +157,7 @@ def test_classify_keeps_the_entities_judged_relevant(tmp_path):
     assert s["extra"]["evidence_recall"]["needed"] == gold  # the QUEST docs, checked against the hits
 
 
+@pytest.mark.slow
 def test_classify_over_words_passages_ranks_entities_by_their_best_passage(hotpot, tmp_path):
     out = tmp_path / "classify-hotpot"
     run_hotpot(hotpot, out, "--agent", "retrieve-classify", "--agent-arg", "passage_kind=words100", "--limit", "1",
@@ -171,6 +175,7 @@ def test_classify_over_words_passages_ranks_entities_by_their_best_passage(hotpo
     assert s["answer"] == "\n".join(j["title"] for j in judgments if j["kept"])
 
 
+@pytest.mark.slow
 def test_rewritten_conversational_question(tmp_path):
     """TopiOCQA turn 119_10 ("which period did he exist?") over real articles: the model rewrites
     the question first; the rewrite is recorded, retrieves, and is what the reader sees."""
@@ -197,6 +202,7 @@ def test_rewritten_conversational_question(tmp_path):
     assert r["model_calls"] == 2
 
 
+@pytest.mark.slow
 def test_joint_with_the_dense_retriever(hotpot_dense_snapshot, tmp_path):
     snap = hotpot_dense_snapshot
     out = tmp_path / "dense"

@@ -92,6 +92,7 @@ def generate(backend, **params):
     return asyncio.run(go())
 
 
+@pytest.mark.slow
 def test_429_then_500_then_success_honours_retry_after(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     script = [

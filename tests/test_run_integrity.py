@@ -52,6 +52,7 @@ def test_lock_removes_what_it_created_when_nothing_was_written(tmp_path):
     assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.slow
 def test_second_run_on_the_same_directory_exits_2_naming_the_holder(tmp_path):
     out = tmp_path / "run"
     with FaultServer(default="slow", hang_s=20) as server:
@@ -73,6 +74,7 @@ def test_second_run_on_the_same_directory_exits_2_naming_the_holder(tmp_path):
             first.communicate()
 
 
+@pytest.mark.slow
 def test_kill_9_releases_the_lock_and_the_rerun_cleans_up_and_finishes_once(tmp_path):
     out = tmp_path / "run"
     with FaultServer(script=["ok"], default="slow", hang_s=30) as server:

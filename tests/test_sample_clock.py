@@ -60,6 +60,7 @@ def test_a_wait_still_in_progress_counts_and_the_clock_is_per_sample():
     assert WAIT_CLOCK.get() is None  # nothing leaks out of a sample's context
 
 
+@pytest.mark.slow
 def test_local_model_runs_samples_one_after_another(tmp_path, capsys):
     config = build_config(
         {

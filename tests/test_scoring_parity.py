@@ -78,6 +78,7 @@ def _assert_same(ours: dict, off: dict) -> None:
 
 @pytest.mark.parametrize("kind", [*bench.KINDS, "answered-only"])
 @pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.slow
 def test_parity_with_official(cases, version, kind):
     questions, answers, off = cases[version, kind]
     norm_mod.clear_cache()
@@ -87,6 +88,7 @@ def test_parity_with_official(cases, version, kind):
 
 
 @pytest.mark.parametrize("kind", ["mixed", "answered-only"])
+@pytest.mark.slow
 def test_results_keep_the_official_shape(cases, kind):
     """score_answers (what runs and `harness score` write): fanoutqa-string's namespace is the official
     {acc, rouge}, its per-question values the official raw, whatever metric is scored beside it."""
@@ -103,6 +105,7 @@ def test_results_keep_the_official_shape(cases, kind):
     _assert_same(official_fanoutqa(scores), off)
 
 
+@pytest.mark.slow
 def test_candidates_are_realistic(cases):
     _, answers, _ = cases["nov23", "chatty"]
     assert min(len(a["answer"].split()) for a in answers) >= 100
@@ -111,6 +114,7 @@ def test_candidates_are_realistic(cases):
     assert {"str", "NoneType", "dict"} <= kinds and len(answers) < 310  # some unanswered
 
 
+@pytest.mark.slow
 def test_normalize_batch_and_single_equal_official(cases, official):
     """Every string the official scorer normalized (references and candidates): same bytes, batched or not."""
     _, seen = official
@@ -161,6 +165,7 @@ def test_answer_in_text_containers():
         answer_in_text([], "anything")
 
 
+@pytest.mark.slow
 def test_answer_in_text_matches_official_on_hand_cases(official):
     import fanoutqa.eval.string as fstring
 

@@ -185,6 +185,7 @@ def test_errors_raise_and_transient_ones_are_retried(registered):
     assert len(backend.requests) == 3
 
 
+@pytest.mark.slow
 def test_cli_run_records_a_scripted_model(tmp_path):
     out = tmp_path / "run"
     argv = ["run", "--model", "scripted/answer=Pat Burrell", "--dataset", "fanoutqa:dev", "--limit", "2"]

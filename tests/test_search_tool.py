@@ -151,6 +151,7 @@ def test_titles_resolve_case_whitespace_redirects(snapshot, query, title):
     assert make_tool(snapshot, context_size=100_000)(query, "q").found_title == title
 
 
+@pytest.mark.slow
 def test_long_page_equals_reference_code(snapshot, articles, monkeypatch):
     """The FanOutQA authors' search function, run literally with fanoutqa's Corpus (official
     spaCy normalize, rank_bm25) on the same page, question, counter and budget."""
@@ -188,6 +189,7 @@ def test_long_page_equals_reference_code(snapshot, articles, monkeypatch):
 
 
 @pytest.mark.parametrize("context", [1024, 3000, 8192, 16_000])
+@pytest.mark.slow
 def test_fragments_fill_budget_exactly(snapshot, articles, context):
     tool = make_tool(snapshot, context_size=context)
     result = tool("Albert Einstein", EINSTEIN_Q)

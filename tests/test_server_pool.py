@@ -138,6 +138,7 @@ def test_pool_with_every_server_out_checks_the_one_due_first():
 
 # --------------------------------------------------------------------------- whole runs
 @pytest.mark.parametrize("fault", ["drop", "503"])
+@pytest.mark.slow
 def test_a_failing_server_is_taken_out_and_every_sample_finishes_once(tmp_path, fault):
     with FaultServer(default=fault) as bad, FaultServer(default="slow", hang_s=0.2) as good:
         code = run(f"{bad.url},{good.url}", tmp_path / "run", "--max-connections", "2", "--max-attempts", "2")
@@ -158,6 +159,7 @@ def test_a_failing_server_is_taken_out_and_every_sample_finishes_once(tmp_path, 
     assert all(s["servers"] == {good.url: 1} for s in samples)
 
 
+@pytest.mark.slow
 def test_requests_go_to_the_least_busy_server(tmp_path):
     with FaultServer(default="slow", hang_s=0.3) as a, FaultServer(default="slow", hang_s=0.3) as b:
         code = run(f"{a.url},{b.url}", tmp_path / "run", "--max-connections", "2")
@@ -179,6 +181,7 @@ def test_the_server_list_order_is_not_the_run():
     assert key(f"{a},{b}") != key(a)  # another set of servers is another run
 
 
+@pytest.mark.slow
 def test_a_server_that_recovers_is_checked_and_taken_back(tmp_path):
     # a fails its first request, then answers; b is slow, so once a's 1 s cool-down is over and
     # its health check passes, requests go to it again
@@ -199,6 +202,7 @@ def test_one_url_records_no_pool(tmp_path):
     assert "servers" not in results["model"] and results["model"]["base_url"] == server.url
 
 
+@pytest.mark.slow
 def test_429s_cut_the_requests_in_flight_then_they_climb_back(tmp_path):
     # four 429s at once (the first wave at --max-connections 4), then slow answers
     with FaultServer(script=["429"] * 4, default="slow", hang_s=0.3) as server:
@@ -255,6 +259,7 @@ def test_a_list_for_a_backend_without_one_is_refused(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_passwords_in_the_list_are_neither_shown_nor_written(tmp_path, capsys):
     with FaultServer() as a, FaultServer() as b:
         host_a, host_b = a.url.split("//", 1)[1], b.url.split("//", 1)[1]

@@ -77,6 +77,7 @@ def test_fanoutqa_items_hand_values():
     assert score(hands, {"Pat Burrell": "Right", "Mark Mulder": "Left", "Corey Patterson": "Left"})["f1"] == 1.0
 
 
+@pytest.mark.slow
 def test_score_command_set_f1_on_fanoutqa(tmp_path):
     questions = load_dataset("fanoutqa:dev").samples
     path = tmp_path / "gen.jsonl"

@@ -119,6 +119,7 @@ def snap(dump_snapshot):
 
 
 # the MediaWiki dump -----------------------------------------------------------------------
+@pytest.mark.slow
 def test_dump_counts_match_the_source(snap, dump_pages):
     main = {t: p for t, p in dump_pages.items() if p["ns"] == 0}
     articles = {t: p for t, p in main.items() if p["redirect"] is None}
@@ -534,6 +535,7 @@ def _evidence_file(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_mediawiki_api(tmp_path):
     evidence = _evidence_file(tmp_path)
     cache = tmp_path / "api-cache"
@@ -632,6 +634,7 @@ def test_interrupted_writer_leaves_no_file_and_keeps_the_old_one(tmp_path):
         assert len(s) == 1 and s.metadata["duplicates_skipped"] == 1 and s.metadata["builder_options"] == {"k": 1}
 
 
+@pytest.mark.slow
 def test_truncated_dump_fails_without_output(tmp_path):
     xml = bz2.decompress(DUMP.read_bytes())
     cut = tmp_path / "cut.xml"
@@ -680,6 +683,7 @@ def test_cli_build_records_and_overwrite(tmp_path):
     assert proc.returncode == 0 and "10 pages" in proc.stdout
 
 
+@pytest.mark.slow
 def test_cli_bad_inputs(tmp_path, dump_snapshot):
     corrupt = tmp_path / "corrupt.db"
     corrupt.write_text("these are not the bytes of a SQLite database\n" * 20, encoding="utf-8")

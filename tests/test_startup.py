@@ -5,6 +5,8 @@ scipy, which those libraries would otherwise probe for and import."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import subprocess
 import sys
@@ -37,6 +39,7 @@ def test_help_imports_no_command_and_no_library():
     assert modules == ["harness.cli", "harness.commands", "harness.errors"]
 
 
+@pytest.mark.slow
 def test_scoring_loads_no_heavy_library(tmp_path):
     """The scorer's libraries probe for torch (spaCy's thinc) and scikit-learn/scipy (nltk): hidden."""
     from harness.datasets import load_dataset
@@ -52,6 +55,7 @@ def test_scoring_loads_no_heavy_library(tmp_path):
     assert not modules & set(HEAVY)
 
 
+@pytest.mark.slow
 def test_hidden_packages_are_importable_afterwards():
     """Hiding is only for the probing import: the dense retriever can still import torch later."""
     code = (

@@ -91,6 +91,7 @@ def test_analytic_interval_covers_the_true_mean_95_percent():
     assert 0.93 <= covered / runs <= 0.97, covered
 
 
+@pytest.mark.slow
 def test_bootstrap_interval_of_a_ratio_covers_95_percent():
     """A micro-averaged ratio sum(correct) / sum(predicted): the kind of aggregate that is not a mean."""
     rng = np.random.default_rng(11)
@@ -226,6 +227,7 @@ def _topiocqa_answers(qs, seed):
     return out
 
 
+@pytest.mark.slow
 def test_corpus_bleu_from_turn_sums_is_sacrebleus_and_its_bootstrap_is_the_row_by_row_one(monkeypatch):
     """TopiOCQA's corpus BLEU, rebuilt from each turn's stored statistics, equals sacrebleu's
     corpus_score on every dev turn (streamed runs and re-scores agree); its bootstrap as one matrix

@@ -60,6 +60,7 @@ def records(run_dir: Path) -> list[dict]:
         ("quest:train-sample", "quest,set-f1"),
     ],
 )
+@pytest.mark.slow
 def test_streamed_scores_equal_batch_scores(tmp_path, hostile, dataset, metrics):
     streamed = run(tmp_path, "r", dataset=dataset, metrics=metrics)["scores"]
     recs = records(tmp_path / "r")
@@ -75,6 +76,7 @@ def test_streamed_scores_equal_batch_scores(tmp_path, hostile, dataset, metrics)
             assert by_id[r["id"]][name] == value
 
 
+@pytest.mark.slow
 def test_resumed_and_rescored_runs_mix_stored_and_new_values(tmp_path, hostile):
     run(tmp_path, "r", dataset="hotpotqa:dev", limit=6)
     first = {r["id"]: r for r in records(tmp_path / "r")}
@@ -175,6 +177,7 @@ EVERY_BUILTIN_METRIC = [  # (dataset, metrics, limit): each built-in metric that
 @pytest.mark.parametrize("stream", ["on", "off"])
 @pytest.mark.parametrize("epochs", [1, 3])
 @pytest.mark.parametrize("dataset, metrics, limit", EVERY_BUILTIN_METRIC)
+@pytest.mark.slow
 def test_a_run_s_scores_are_harness_score_s_to_the_last_bit(
     tmp_path, hostile_by_epoch, judge_by_answer, dataset, metrics, limit, epochs, stream
 ):

@@ -137,6 +137,7 @@ def _check_qwen_run(out):
     assert json.loads((out / "results.json").read_text())["retrieval"]["text_tool_calls"] == extra["text_tool_calls"]
 
 
+@pytest.mark.slow
 def test_qwen_text_calls_in_process(hotpot_snapshot, tmp_path):
     out = tmp_path / "local"
     proc = run_harness(
@@ -152,6 +153,7 @@ def qwen_server(log_dir, n_ctx: int = 4096):
     return packaged_llama_server("qwen2.5-coder-0.5b", log_dir, n_ctx=n_ctx, n_threads=2)
 
 
+@pytest.mark.slow
 def test_qwen_text_calls_through_llamacpp_server_openai_backend(hotpot_snapshot, tmp_path):
     out = tmp_path / "server"
     with qwen_server(tmp_path / "logs") as server:

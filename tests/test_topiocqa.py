@@ -202,6 +202,7 @@ def _run(tmp_path, name, *extra):
     return samples, json.loads((out / "results.json").read_text())
 
 
+@pytest.mark.slow
 def test_conversational_end_to_end_real_model(tmp_path):
     samples, results = _run(tmp_path, "all")
     by_id = {s["id"]: s for s in samples}
@@ -224,6 +225,7 @@ def test_conversational_end_to_end_real_model(tmp_path):
     assert third.endswith("[Question]: is this a movie?")
 
 
+@pytest.mark.slow
 def test_conversational_open_book_real_model(tmp_path):
     """TopiOCQA open-book: history in the first prompt, then real (forced-first) search calls."""
     import json as _json
