@@ -1,6 +1,8 @@
 """Evaluation harness for many-answer, many-document QA over Wikipedia."""
 
-__version__ = "0.1.0"
+from harness._version import __version__
+
+__all__ = ["__version__", "run", "score"]
 
 
 def run(config=None, /, **options):

@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from harness import __version__
+from harness._version import __version__
 from harness.commands import COMMANDS
 from harness.errors import USER_ERRORS, HarnessError
 

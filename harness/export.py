@@ -82,7 +82,7 @@ class RunForExport:
     def __init__(self, run_dir: Path):
         from harness.datasets import load_dataset
         from harness.records import read_json
-        from harness.runner import RESULTS_FILE, load_finished
+        from harness.records import RESULTS_FILE, load_finished
 
         self.dir = run_dir
         if not (run_dir / RESULTS_FILE).exists():

@@ -17,6 +17,15 @@ from harness.errors import HarnessError
 from harness.redact import redact_known
 
 
+# The files of a run directory
+SAMPLES_FILE = "samples.jsonl"
+FAILURES_FILE = "failures.jsonl"
+RESULTS_FILE = "results.json"
+CONFIG_FILE = "config.json"
+ERROR_LOG = "errors.log"
+LOG_DIR = "logs"  # logs of the processes a backend starts (model worker, launched server)
+
+
 def _read_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -242,3 +251,16 @@ def record_epoch(record: dict[str, Any]) -> int:
     """The epoch of a sample record (1 when it has none: runs without --epochs)."""
     epoch = record.get("epoch", 1)
     return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 1 else 1
+
+
+def load_finished(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """Finished sample records keyed by ``work_key`` (the first record of each wins)."""
+    path = run_dir / SAMPLES_FILE
+    if not path.exists():
+        return {}
+    repair_jsonl_tail(path)
+    finished: dict[str, dict[str, Any]] = {}
+    for _, record in iter_jsonl(path, strict=False):
+        if record.get("status") == "ok" and isinstance(record.get("id"), str):
+            finished.setdefault(work_key(record["id"], record_epoch(record)), record)
+    return finished

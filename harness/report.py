@@ -47,7 +47,7 @@ def _fmt(value: Any) -> str:
 
 def _load_records(run_dir: Path) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
     from harness.records import iter_jsonl
-    from harness.runner import FAILURES_FILE, load_finished
+    from harness.records import FAILURES_FILE, load_finished
 
     finished = load_finished(run_dir)
     failed: dict[str, dict[str, Any]] = {}
@@ -72,7 +72,7 @@ def _dataset_samples(results: dict[str, Any]) -> dict[str, Any]:
 
 def build_report_data(run_dir: Path) -> dict[str, Any]:
     from harness.records import read_json
-    from harness.runner import RESULTS_FILE
+    from harness.records import RESULTS_FILE
 
     if not (run_dir / RESULTS_FILE).exists():
         raise HarnessError(f"{run_dir}: not a run directory (no {RESULTS_FILE})")

@@ -21,9 +21,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import harness
 from harness.cache import ResponseCache
 from harness.config import RunConfig
+from harness._version import __version__
 from harness.cost import Budget, BudgetExhausted, load_price_table, pricing_for, run_cost, spent_in_records
 from harness.datasets import Dataset, Sample, load_dataset
 from harness.errors import (
@@ -40,12 +40,18 @@ from harness.models import create_backend
 from harness.models.base import WAIT_CLOCK, WaitClock
 from harness.models.concurrency import AdaptiveLimit
 from harness.records import (
+    CONFIG_FILE,
+    ERROR_LOG,
+    FAILURES_FILE,
+    LOG_DIR,
+    RESULTS_FILE,
+    SAMPLES_FILE,
+    JsonlAppender,
+    load_finished,
     record_epoch,
     work_key,
-    JsonlAppender,
     iter_jsonl,
     read_json,
-    repair_jsonl_tail,
     slug,
     write_json_atomic,
 )
@@ -57,12 +63,6 @@ from harness.strategy import AgentContext, create_agent, resolve_agent
 
 log = logging.getLogger(__name__)
 
-SAMPLES_FILE = "samples.jsonl"
-FAILURES_FILE = "failures.jsonl"
-RESULTS_FILE = "results.json"
-CONFIG_FILE = "config.json"
-ERROR_LOG = "errors.log"
-LOG_DIR = "logs"  # logs of the processes a backend starts (model worker, launched server)
 
 
 class RunStopped(HarnessError):
@@ -86,7 +86,7 @@ def git_commit() -> str | None:
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"],
-            cwd=Path(harness.__file__).parent,
+            cwd=Path(__file__).resolve().parent,
             capture_output=True,
             text=True,
             timeout=5,
@@ -96,7 +96,7 @@ def git_commit() -> str | None:
     if out.returncode != 0:
         return None
     dirty = subprocess.run(
-        ["git", "status", "--porcelain"], cwd=Path(harness.__file__).parent, capture_output=True, text=True
+        ["git", "status", "--porcelain"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True
     )
     return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
@@ -143,19 +143,6 @@ def check_sample_ids(dataset: Dataset, data_path: str | None) -> None:
         if sample.id in seen:
             raise ConfigError(f"{where}: duplicate sample id {sample.id!r} (sample {n})")
         seen.add(sample.id)
-
-
-def load_finished(run_dir: Path) -> dict[str, dict[str, Any]]:
-    """Finished sample records keyed by ``work_key`` (the first record of each wins)."""
-    path = run_dir / SAMPLES_FILE
-    if not path.exists():
-        return {}
-    repair_jsonl_tail(path)
-    finished: dict[str, dict[str, Any]] = {}
-    for _, record in iter_jsonl(path, strict=False):
-        if record.get("status") == "ok" and isinstance(record.get("id"), str):
-            finished.setdefault(work_key(record["id"], record_epoch(record)), record)
-    return finished
 
 
 class Run:
@@ -626,7 +613,7 @@ class Run:
             "run_id": self.run_id,
             "config_hash": self.config_hash,
             "status": status,
-            "harness": {"version": harness.__version__, "git_commit": git_commit(), "python": sys.version.split()[0]},
+            "harness": {"version": __version__, "git_commit": git_commit(), "python": sys.version.split()[0]},
             "dataset": {
                 "name": info.name,
                 "split": info.split,

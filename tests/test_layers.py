@@ -1,4 +1,4 @@
-"""One-way layers, checked over the import graph (every import statement, module level or inside a
+"""One-way layers and no import circle, checked over the import graph (every import statement, module level or inside a
 function, read with ast; nothing is imported).
 
     wiki_snapshot   a library: imports nothing of ours
@@ -77,6 +77,92 @@ def find_violations(files: list[tuple[str, Path]]) -> list[str]:
             if there not in ALLOWED[here]:
                 out.append(f"{name}:{lineno} ({here}) imports {target} ({there})")
     return out
+
+
+def module_edges(files: list[tuple[str, Path]]) -> dict[str, set[str]]:
+    """{module: the modules of ours it imports}, every import statement (function level included);
+    ``from PKG import NAME`` is an edge to ``PKG.NAME`` when that is a module, else to ``PKG``."""
+    known = {name for name, _ in files}
+    edges: dict[str, set[str]] = {name: set() for name in known}
+    for name, path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module for a in node.names]
+            else:
+                continue
+            edges[name].update(t for t in targets if t in known and t != name)
+    return edges
+
+
+def import_circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Each set of modules that import each other, directly or around a loop (Tarjan's strongly
+    connected components with more than one module), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles = []
+
+    def visit(start: str) -> None:  # iterative: deep import chains never hit the recursion limit
+        work = [(start, iter(sorted(edges[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                members = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    members.append(top)
+                    if top == node:
+                        break
+                if len(members) > 1:
+                    circles.append(sorted(members))
+
+    for module in sorted(edges):
+        if module not in index:
+            visit(module)
+    return sorted(circles)
+
+
+def test_no_import_circle_anywhere():
+    circles = import_circles(module_edges([(module_name(p), p) for p in source_files()]))
+    assert not circles, "import circles:\n" + "\n".join(" <-> ".join(c) for c in circles)
+
+
+def test_the_circle_check_catches_a_circle_through_a_function_level_import(tmp_path):
+    files = {
+        "pkg.a": "from pkg.b import helper\n",
+        "pkg.b": "def helper():\n    from pkg import c\n",  # function level, and `from PKG import MODULE`
+        "pkg.c": "import pkg.a\n",
+        "pkg.d": "import pkg.a\n",  # imports into the circle without closing one
+        "pkg": "",
+    }
+    paths = []
+    for name, text in files.items():
+        path = tmp_path / f"{name}.py"
+        path.write_text(text, encoding="utf-8")
+        paths.append((name, path))
+    edges = module_edges(paths)
+    assert edges["pkg.b"] == {"pkg.c"}
+    assert import_circles(edges) == [["pkg.a", "pkg.b", "pkg.c"]]
 
 
 def test_every_import_follows_the_layers():

@@ -380,7 +380,7 @@ def test_score_run_without_results_json(tmp_path):
 
 
 def test_central_means():
-    from harness.scoring.metrics import mean_values
+    from harness.scoring.values import mean_values
 
     rows = [
         {"f1": 1.0, "hit": True, "text": "B", "maybe": None, "nested": {"p": 1}},

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from harness.scoring.normalize import tokenize_fanoutqa
-from tools import function_schema, register_tool
+from tools.registry import function_schema, register_tool
 from wiki_snapshot.chunking import chunk_text
 from wiki_snapshot.ranking import BM25PlusRanker
 

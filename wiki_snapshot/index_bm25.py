@@ -26,7 +26,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.retrieval import Hit, Retriever, live_progress, top_k
+from wiki_snapshot.retriever import Hit, Retriever, live_progress, top_k
 
 DEFAULTS = {"method": "lucene", "k1": 0.9, "b": 0.4, "delta": 0.5, "stemmer": "porter", "stopwords": "en"}
 METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")

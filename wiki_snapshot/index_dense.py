@@ -30,7 +30,7 @@ import numpy as np
 
 from wiki_snapshot.errors import SnapshotError
 from wiki_snapshot.parallel import NpyAppender
-from wiki_snapshot.retrieval import Hit, Retriever, live_progress, top_k
+from wiki_snapshot.retriever import Hit, Retriever, live_progress, top_k
 
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 # model name -> (module carrying it, its PyPI distribution)

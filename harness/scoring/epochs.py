@@ -52,7 +52,8 @@ def reduce_epoch_scores(
 ) -> dict[str, Any]:
     """One results-format-2 scores dict from each epoch's (in epoch order, the same questions and
     metrics): per-question values reduced, aggregates and breakdown recomputed from them."""
-    from harness.scoring.metrics import _breakdown, mean_values
+    from harness.scoring.metrics import _breakdown
+    from harness.scoring.values import mean_values
 
     first = epoch_scores[0]
     names = list(first["meta"]["metrics"])

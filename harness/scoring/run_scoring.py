@@ -58,8 +58,7 @@ def score_records(
 
 def read_run_files(run_dir: str | Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """(results.json, config.json) of a run directory, each None when absent."""
-    from harness.records import read_json
-    from harness.runner import CONFIG_FILE, RESULTS_FILE
+    from harness.records import CONFIG_FILE, RESULTS_FILE, read_json
 
     run_dir = Path(run_dir)
     found = []
@@ -126,7 +125,8 @@ def score_run(
 ) -> dict[str, Any]:
     """Scores of a run directory's finished samples (results format 2). ``metrics`` and
     ``options`` default to the run's own; nothing is written."""
-    from harness.runner import load_finished, select_samples
+    from harness.records import load_finished
+    from harness.selection import select_samples
 
     run_dir = Path(run_dir)
     results, claimed = read_run_files(run_dir)
@@ -174,7 +174,7 @@ def rescore_run(
     from harness.cost import refresh_judge_cost
     from harness.records import write_json_atomic
     from harness.runlock import RunLock
-    from harness.runner import RESULTS_FILE
+    from harness.records import RESULTS_FILE
 
     run_dir = Path(run_dir)
     read_run_files(run_dir)  # not a run directory: refused before the lock file is created in it

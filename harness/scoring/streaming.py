@@ -31,10 +31,10 @@ def streamable_metrics(names: list[str]) -> list[str]:
 
 
 def fingerprint(names: list[str], options: ScoringOptions) -> str:
-    import harness
+    from harness._version import __version__
 
     canonical = json.dumps(
-        {"metrics": names, "options": options.model_dump(mode="json", exclude={"cluster_by"}), "harness": harness.__version__}, sort_keys=True
+        {"metrics": names, "options": options.model_dump(mode="json", exclude={"cluster_by"}), "harness": __version__}, sort_keys=True
     )
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 

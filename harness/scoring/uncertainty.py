@@ -59,7 +59,7 @@ def collapse_repeats(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ids = [r.get("question_id") for r in rows]
     if len(set(ids)) == len(ids):
         return rows
-    from harness.scoring.metrics import mean_values
+    from harness.scoring.values import mean_values
 
     groups: dict[Any, list[dict[str, Any]]] = {}
     for r in rows:
