@@ -35,21 +35,11 @@ def parse_sizes(text: str) -> list[int]:
 
 
 def max_supported_context(model: str) -> int | None:
-    """The longest context the model supports, where it can be known before starting it."""
-    prefix, _, name = model.partition("/")
-    if prefix in ("local", "llamacpp-server"):
-        from harness.models.llamacpp_server import gguf_trained_context, resolve_model_file
+    """The longest context the model supports, as its backend knows it before starting (None: the
+    server decides when it starts)."""
+    from harness.models import BackendOptions, create_backend
 
-        return gguf_trained_context(resolve_model_file(name))
-    if prefix == "openai":
-        from harness.models.openai_api import known_context_size
-
-        return known_context_size(name)
-    if prefix == "anthropic" and name.startswith("claude"):
-        from harness.models.anthropic_api import DEFAULT_CONTEXT
-
-        return DEFAULT_CONTEXT
-    return None  # vLLM: the server itself refuses a --max-model-len the model cannot take
+    return create_backend(model, BackendOptions()).max_context_size()
 
 
 def _row(size: int, run_dir: Path, results: dict[str, Any], ceiling_row: dict[str, Any] | None) -> dict[str, Any]:

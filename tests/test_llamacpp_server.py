@@ -16,7 +16,7 @@ from conftest import LLAMA_SERVER
 from harness.errors import ContextOverflowError, ModelError
 from harness.models import BackendOptions, GenerationParams, create_backend
 from harness.models.launcher import ServerLauncher, attach, free_port, port_is_open
-from harness.models.llamacpp_server import gguf_trained_context, read_gguf_metadata
+from harness.models.gguf import gguf_trained_context, read_gguf_metadata
 
 GREEDY = GenerationParams(temperature=0.0, max_tokens=16, seed=0)
 WEATHER_TOOL = {

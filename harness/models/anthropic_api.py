@@ -335,6 +335,9 @@ class AnthropicBackend(ModelBackend):
             return self.options.context_size
         return DEFAULT_CONTEXT if self.model.startswith("claude") else None
 
+    def max_context_size(self) -> int | None:
+        return DEFAULT_CONTEXT if self.model.startswith("claude") else None
+
     def count_tokens(self, text: str) -> int:
         """Input tokens of one user message holding ``text`` (``/v1/messages/count_tokens``)."""
         if text in self._token_cache:

@@ -274,6 +274,12 @@ class ModelBackend(ABC):
     def context_size(self) -> int | None:
         """Context window in tokens, from the server or model file when known."""
 
+    def max_context_size(self) -> int | None:
+        """The longest context this model takes, known before ``start()`` (its model file, the
+        provider's documented size); None where only a started server can tell (vLLM refuses a
+        ``--max-model-len`` its model cannot take)."""
+        return None
+
     @abstractmethod
     def count_tokens(self, text: str) -> int:
         """Tokens in ``text`` by this model's own tokenizer (or the closest documented one)."""

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ContextOverflowError, ModelError, ProcessDiedError
+from harness.models.gguf import gguf_trained_context
 from harness.models.llama_child import repack_identity
 from harness.models.base import (
     GenerationParams,
@@ -177,6 +178,9 @@ class LocalLlamaBackend(ModelBackend):
 
     def context_size(self) -> int | None:
         return self._n_ctx
+
+    def max_context_size(self) -> int | None:
+        return gguf_trained_context(self.path)
 
     def count_tokens(self, text: str) -> int:
         if self._worker is None:

@@ -110,6 +110,9 @@ class OpenAIBackend(OpenAICompatibleBackend):
     def context_size(self) -> int | None:
         return self.options.context_size or self._server_context or known_context_size(self.model)
 
+    def max_context_size(self) -> int | None:
+        return known_context_size(self.model)
+
     def context_size_source(self) -> str | None:
         if self.options.context_size:
             return "--context-size"
