@@ -1,4 +1,4 @@
-"""End to end on the real embedded model (SmolLM2-135M GGUF in process) on real FanOutQA questions."""
+"""End to end on the real embedded model (SmolLM2-135M GGUF in its worker process) on real FanOutQA questions."""
 
 import pytest
 import json
