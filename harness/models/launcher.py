@@ -169,14 +169,18 @@ class ServerLauncher:
         self._failed = True
         return ProcessDiedError(what, self.pid, self.process.returncode, str(self.log_path) if self.log_path else None)
 
-    async def wait_exit_error(self, what: str, within: float = 2.0) -> ProcessDiedError | None:
-        """``exit_error``, waiting up to ``within`` s for a process whose connections just dropped to be reaped."""
+    def exit_error_within(self, what: str, within: float = 2.0) -> ProcessDiedError | None:
+        """``exit_error``, waiting up to ``within`` s for a process whose connections just dropped to exit."""
         deadline = time.monotonic() + within
         while True:
             error = self.exit_error(what)
             if error is not None or time.monotonic() >= deadline:
                 return error
-            await asyncio.sleep(0.05)
+            time.sleep(0.05)
+
+    async def wait_exit_error(self, what: str, within: float = 2.0) -> ProcessDiedError | None:
+        """``exit_error_within`` off the event loop."""
+        return await asyncio.to_thread(self.exit_error_within, what, within)
 
     def shown_command(self) -> str:
         """The command line as printed in messages and results, secrets masked."""

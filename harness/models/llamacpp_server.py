@@ -108,7 +108,9 @@ class LlamaCppServerBackend(OpenAICompatibleBackend):
 
     def command(self, port: int) -> list[str]:
         # llama_cpp.server behind harness.models.llama_child, which applies --weight-repack to the
-        # model the server builds (llama_cpp.Llama has no parameter for it)
+        # model the server builds (llama_cpp.Llama has no parameter for it); --parent: SIGKILL with
+        # the run even when the launcher's own SIGTERM-on-parent-death is not set (started off the
+        # main thread) or is ignored
         argv = [
             sys.executable, "-m", "harness.models.llama_child", "server",
             "--weight-repack", self.options.weight_repack, "--parent", str(os.getpid()), "--",
@@ -185,22 +187,10 @@ class LlamaCppServerBackend(OpenAICompatibleBackend):
             return list(resp.json()["tokens"])
         except (httpx.HTTPError, KeyError, ValueError) as exc:
             if isinstance(exc, httpx.TransportError):
-                died = self._exit_error_soon()
+                died = self.launcher.exit_error_within(self.server_process_name())
                 if died is not None:
                     raise died from None
             raise ModelError(f"cannot tokenize with the llama.cpp server at {url}: {exc}") from None
-
-    def _exit_error_soon(self, within: float = 2.0):
-        """The server's death, when its process exits within ``within`` s of a dropped connection."""
-        import time
-
-        deadline = time.monotonic() + within
-        while self.launcher is not None:
-            died = self.launcher.exit_error(self.server_process_name())
-            if died is not None or time.monotonic() >= deadline:
-                return died
-            time.sleep(0.05)
-        return None
 
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text`` by the model's tokenizer, without the BOS/EOS the server adds."""

@@ -92,9 +92,8 @@ class StreamingScorer:
                     self._pool, score_some, samples, [a for _, a, _ in batch], self.names, self.options
                 )
             except Exception as exc:  # never lose a finished sample over its score: the end scores it
-                log.warning(
-                    "streaming scoring stopped (%s); the remaining samples are scored at the end", self._why(exc)
-                )
+                why = await asyncio.to_thread(self._why, exc)  # joins the dead worker: off the event loop
+                log.warning("streaming scoring stopped (%s); the remaining samples are scored at the end", why)
                 self._stop()  # a broken worker (a script without `if __name__ == "__main__"`) stays broken
                 result = [None] * len(batch)
             for (sample, _, future), values in zip(batch, result):  # by position: one per (question, epoch)
