@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from agents._knobs import RetrievalKnobs
 from agents._search import evidence_recall
-from harness.conversation import first_line, format_history
+from harness.datasets.conversation import first_line, format_history
 from harness.errors import ConfigError
 from harness.strategy import Agent, AgentContext
 

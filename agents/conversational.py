@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from agents._knobs import HistoryKnobs
 from agents.single_prompt import SinglePrompt
-from harness.conversation import first_line, format_history
+from harness.datasets.conversation import first_line, format_history
 
 
 def history_block(sample, representation: str) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from agents._knobs import HistoryKnobs, SearchKnobs
 from agents.conversational import history_block
 from agents.open_book_native import OpenBookNative
-from harness.conversation import first_line
+from harness.datasets.conversation import first_line
 
 
 class ConversationalOpenBook(OpenBookNative):

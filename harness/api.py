@@ -13,7 +13,7 @@ import concurrent.futures
 import sys
 from typing import Any
 
-from harness.config import RunConfig, build_config, load_yaml
+from harness.execution.config import RunConfig, build_config, load_yaml
 
 
 def build_run_config(options: dict[str, Any] | RunConfig) -> RunConfig:
@@ -27,7 +27,7 @@ def build_run_config(options: dict[str, Any] | RunConfig) -> RunConfig:
     given = {k: v for k, v in options.items() if k != "config"}
     if isinstance(flat.get("agent"), dict):
         # flags add to (and override) the YAML agent: section: its name and its knobs
-        from harness.config import parse_agent_args
+        from harness.execution.config import parse_agent_args
 
         section = {**flat["agent"], **parse_agent_args(given.pop("agent_args", None))}
         if isinstance(given.get("agent"), str):
@@ -43,7 +43,7 @@ def build_run_config(options: dict[str, Any] | RunConfig) -> RunConfig:
 
 async def run_async(config: dict[str, Any] | RunConfig | None = None, /, *, show_progress: bool = True, **options: Any):
     """Run (or resume) an evaluation; returns results.json's contents."""
-    from harness.runner import Run
+    from harness.execution.runner import Run
 
     return await Run(build_run_config(config if config is not None else options), show_progress=show_progress).execute()
 
@@ -92,7 +92,7 @@ def score(
     if run_dir:
         if generations is not None or dataset:
             raise HarnessError("a run is re-scored on its own dataset: give RUN_DIR, or --dataset and --generations")
-        from harness.scoring.run_scoring import rescore_run
+        from harness.execution.scoring import rescore_run
 
         scores, saved = rescore_run(run_dir, metrics, given, only_answered, data_path, save=save)
         if save and not saved:

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness.cache import ResponseCache, cache_key, is_cacheable
+from harness.models.cache import ResponseCache, cache_key, is_cacheable
 from harness.datasets.base import Sample
 from harness.errors import ConfigError
 from harness.models.base import GenerationParams, ModelBackend, ModelResponse, Usage
@@ -90,7 +90,7 @@ class AgentContext:
         self.model = model
         self.params = params
         self.cache = cache
-        self.budget = budget  # harness.cost.Budget (--max-cost): may refuse a request before it is sent
+        self.budget = budget  # harness.execution.cost.Budget (--max-cost): may refuse a request before it is sent
         self.model_calls = 0  # requests actually sent to the model (cache hits excluded)
         self.cache_hits = 0
         self.usage = Usage()
@@ -162,7 +162,7 @@ class Agent(ABC):
     needs_context_size: ClassVar[bool] = False  # packs pages by token budget: refused without one
 
     def __init__(self, config: Any, knobs: Knobs | None = None):
-        self.config = config  # harness.config.RunConfig: the core options
+        self.config = config  # harness.execution.config.RunConfig: the core options
         self.knobs = knobs if knobs is not None else self.Knobs()
         self.plugin: dict[str, Any] = {}  # where it came from (registry entry record)
         self.template = self.template_source = self.template_sha256 = None

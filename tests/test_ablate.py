@@ -14,8 +14,8 @@ from pathlib import Path
 from conftest import run_harness
 from fake_openai import FakeServer, scripted_search_model
 
-from harness.ablate import PLOT_DPI, PLOT_SIZE_IN
-from harness.leaderboard import is_headline
+from harness.analysis.ablate import PLOT_DPI, PLOT_SIZE_IN
+from harness.analysis.leaderboard import is_headline
 from harness.scoring.results import metric_values
 
 SIZES = [1024, 2048]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.ablate import max_supported_context
+from harness.analysis.ablate import max_supported_context
 from harness.models import BackendOptions, create_backend
 from harness.models.anthropic_api import DEFAULT_CONTEXT
 from harness.models.gguf import read_gguf_metadata

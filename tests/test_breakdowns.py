@@ -11,7 +11,7 @@ from test_report import browser, row_ids  # noqa: F401  (the Chromium fixture)
 
 from harness.cli import main
 from harness.datasets import load_dataset
-from harness.leaderboard import build_leaderboard, format_markdown
+from harness.analysis.leaderboard import build_leaderboard, format_markdown
 from harness.models.scripted import register_script, unregister_script
 
 QAMPARI = load_dataset("qampari:sample").samples[:8]

@@ -12,11 +12,11 @@ import shutil
 import pytest
 from conftest import run_harness
 
-from harness.compare import compare_runs, load_run
-from harness.config import build_config
+from harness.analysis.compare import compare_runs, load_run
+from harness.execution.config import build_config
 from harness.datasets import load_dataset
 from harness.models.scripted import register_script, unregister_script
-from harness.runner import Run
+from harness.execution.runner import Run
 
 LIMIT = 4
 
@@ -94,7 +94,7 @@ def test_mismatched_datasets_are_refused_unless_allowed(two_runs, tmp_path):
 
 @pytest.mark.slow
 def test_power_from_the_pilot(two_runs):
-    from harness import stats
+    from harness.scoring import stats
 
     _, closed, evidence = two_runs
     out = closed.parent / "power.json"

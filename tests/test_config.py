@@ -3,7 +3,7 @@ import json
 
 from conftest import run_harness
 
-from harness.config import build_config, load_yaml
+from harness.execution.config import build_config, load_yaml
 
 
 def test_yaml_then_flags_override(tmp_path):

@@ -10,7 +10,7 @@ from conftest import run_harness
 from test_api_backends import FakeServer
 
 from harness.cli import main
-from harness.cost import Budget, BudgetExhausted, load_price_table, pricing_for
+from harness.execution.cost import Budget, BudgetExhausted, load_price_table, pricing_for
 from harness.errors import ConfigError
 from harness.models.base import GenerationParams
 from harness.models.scripted import register_script, unregister_script

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from harness.config import build_config
+from harness.execution.config import build_config
 from harness.datasets import load_dataset
 from harness.models.scripted import register_script, unregister_script
-from harness.runner import Run
+from harness.execution.runner import Run
 from harness.scoring.epochs import reduce_values
-from harness.scoring.run_scoring import score_run
+from harness.execution.scoring import score_run
 
 GOLD = {s.question: s.answer for s in load_dataset("hotpotqa:dev").samples}
 
@@ -122,7 +122,7 @@ def test_epochs_with_the_real_local_model(tmp_path):
 
 def test_report_shows_every_epoch_s_answer(tmp_path):
     """A question's transcript in the report names the answers of its later epochs too."""
-    from harness.report import build_report_data, render_report
+    from harness.analysis.report import build_report_data, render_report
 
     run(tmp_path, epochs=3, cache=False)
     data = build_report_data(tmp_path / "run")

@@ -202,7 +202,7 @@ def test_failure_line_says_what_a_rerun_can_fix(types, retry, stuck):
 def test_ablation_failure_lines_come_from_each_size_s_failures():
     """A sweep's small sizes fail with no_evidence_packed by design: the console says per size that a
     rerun cannot fix those, and that the timeouts beside them may pass next time."""
-    from harness.ablate import _failure_summary
+    from harness.analysis.ablate import _failure_summary
     from harness.commands.ablate import ablation_failure_line
 
     failures = {

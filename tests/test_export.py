@@ -11,7 +11,7 @@ from conftest import run_harness
 from fake_openai import FakeServer, scripted_search_model
 
 from harness.datasets import load_dataset
-from harness.export import SubmissionMetadata
+from harness.analysis.export import SubmissionMetadata
 
 # the fields of hydrate.py's SubmissionMetadata, in the order of the official metadata files
 OFFICIAL_FIELDS = [

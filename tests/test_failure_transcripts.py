@@ -66,8 +66,8 @@ def test_failed_sample_keeps_its_transcript(model, hotpot_snapshot, tmp_path, th
 def test_a_reply_received_before_the_failure_is_kept(tmp_path):
     """A closed-book strategy that fails after its one reply (a strategy's own bug): the prompt and
     that reply are in the failure record; no searches, so no extra."""
-    from harness.config import build_config
-    from harness.runner import Run
+    from harness.execution.config import build_config
+    from harness.execution.runner import Run
 
     register_script("one-reply", lambda *a: "Pat Burrell")
     try:

@@ -135,7 +135,7 @@ def test_ann_returns_the_exact_top1_for_a_passage_own_text(ann_snapshot):
 
 @pytest.mark.slow
 def test_ann_parameters_are_in_the_run_key(ann_snapshot, tmp_path):
-    from harness.config import RunConfig
+    from harness.execution.config import RunConfig
     from harness.strategy import create_agent
 
     def index_identity(snapshot):

@@ -3,14 +3,21 @@ function, read with ast; nothing is imported).
 
     wiki_snapshot   a library: imports nothing of ours
     prompts         data: imports nothing of ours
-    harness core    errors, registry, run files, config, strategy base, models, datasets, scoring,
-                    runner, API: may use wiki_snapshot; never agents/, tools/ or the commands
+    harness core    may use wiki_snapshot; never agents/, tools/ or the commands. Inside it, from the bottom:
+        base        errors, redact, registry, records (run files), templates, argtypes, _version
+        models      harness.models (backends, the answer cache)       | each on base only
+        datasets    harness.datasets (loaders, conversation history)  |
+        strategy    harness.strategy: the strategy interface (models, datasets)
+        scoring     harness.scoring: metrics, error bars, statistics (models for the judge, datasets)
+        execution   harness.execution: config, the run loop, selection, lock, cost, re-scoring a run
+        analysis    harness.analysis: reading finished runs (compare, report, leaderboard, ...)
+        api         harness.api and the package itself: the Python entry points
     tools           may use the core and wiki_snapshot; never agents/ or the commands
     agents          strategies only: may use the core, tools and wiki_snapshot; never the commands
     commands        harness/commands/ and harness/cli.py: the top, may import anything
 
-Strategies, backends, datasets and metrics reach the core only by name through its registries
-("module:attr" references), so the core never imports agents/.
+A module imports only its own layer and those below it. Strategies, backends, datasets and metrics reach
+the core only by name through its registries ("module:attr" references), so the core never imports agents/.
 """
 
 from __future__ import annotations
@@ -31,20 +38,47 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+CORE_LAYERS = {  # harness sub-package or module -> its layer (any other harness module is base)
+    "harness.models": "models",
+    "harness.datasets": "datasets",
+    "harness.strategy": "strategy",
+    "harness.scoring": "scoring",
+    "harness.execution": "execution",
+    "harness.analysis": "analysis",
+    "harness.api": "api",
+}
+
+
 def layer(module: str) -> str:
-    if module == "harness" or module.startswith("harness."):
-        return "commands" if any(module == t or module.startswith(t + ".") for t in TOP) else "core"
+    if module == "harness":
+        return "api"  # the package's __init__ re-exports the API
+    if module.startswith("harness."):
+        if any(module == t or module.startswith(t + ".") for t in TOP):
+            return "commands"
+        for prefix, name in CORE_LAYERS.items():
+            if module == prefix or module.startswith(prefix + "."):
+                return name
+        return "base"
     return module.split(".")[0]
 
 
+CORE = ("base", "models", "datasets", "strategy", "scoring", "execution", "analysis", "api")
+_BELOW_EXECUTION = {"base", "models", "datasets", "strategy", "scoring", "wiki_snapshot"}
 # layer -> the layers it may import
 ALLOWED = {
     "wiki_snapshot": {"wiki_snapshot"},
     "prompts": set(),
-    "core": {"core", "wiki_snapshot"},
-    "tools": {"tools", "core", "wiki_snapshot"},
-    "agents": {"agents", "tools", "core", "wiki_snapshot"},
-    "commands": {"commands", "core", "agents", "tools", "wiki_snapshot", "prompts"},
+    "base": {"base", "wiki_snapshot"},
+    "models": {"base", "models", "wiki_snapshot"},
+    "datasets": {"base", "datasets", "wiki_snapshot"},
+    "strategy": {"base", "models", "datasets", "strategy", "wiki_snapshot"},
+    "scoring": {"base", "models", "datasets", "scoring", "wiki_snapshot"},
+    "execution": _BELOW_EXECUTION | {"execution"},
+    "analysis": _BELOW_EXECUTION | {"execution", "analysis"},
+    "api": {*CORE, "wiki_snapshot"},
+    "tools": {"tools", *CORE, "wiki_snapshot"},
+    "agents": {"agents", "tools", *CORE, "wiki_snapshot"},
+    "commands": {"commands", *CORE, "agents", "tools", "wiki_snapshot", "prompts"},
 }
 
 
@@ -178,8 +212,33 @@ def test_the_checker_catches_violations(tmp_path):
     lib.write_text("from harness.errors import HarnessError\n", encoding="utf-8")
     found = find_violations([("harness.probe", core), ("wiki_snapshot.probe", lib), ("harness.commands.probe", core)])
     assert found == [
-        "harness.probe:4 (core) imports agents.single_prompt (agents)",
-        "wiki_snapshot.probe:1 (wiki_snapshot) imports harness.errors (core)",
+        "harness.probe:4 (base) imports agents.single_prompt (agents)",
+        "wiki_snapshot.probe:1 (wiki_snapshot) imports harness.errors (base)",
+    ]
+
+
+def test_the_checker_catches_an_upward_import_inside_the_core(tmp_path):
+    """Scoring reaching up into the run loop, a backend into the datasets, the run loop into analysis: each
+    named; the same imports downward pass."""
+    up = tmp_path / "up.py"
+    up.write_text("def f():\n    from harness.execution.runner import Run\n", encoding="utf-8")
+    sideways = tmp_path / "sideways.py"
+    sideways.write_text("from harness.datasets.base import Sample\n", encoding="utf-8")
+    analysis = tmp_path / "analysis.py"
+    analysis.write_text("import harness.analysis.compare\n", encoding="utf-8")
+    found = find_violations(
+        [
+            ("harness.scoring.probe", up),
+            ("harness.models.probe", sideways),
+            ("harness.execution.probe", analysis),
+            ("harness.analysis.probe", up),  # downward: allowed
+            ("harness.strategy", sideways),  # downward: allowed
+        ]
+    )
+    assert found == [
+        "harness.scoring.probe:2 (scoring) imports harness.execution.runner (execution)",
+        "harness.models.probe:1 (models) imports harness.datasets.base (datasets)",
+        "harness.execution.probe:1 (execution) imports harness.analysis.compare (analysis)",
     ]
 
 
@@ -200,7 +259,7 @@ def test_core_imports_no_strategy_at_import_time():
     import sys
 
     code = (
-        "import sys, harness.runner, harness.api, harness.scoring.metrics;"
+        "import sys, harness.execution.runner, harness.api, harness.scoring.metrics;"
         "heavy = ('agents', 'tools', 'openai', 'anthropic', 'llama_cpp');"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))"
     )

@@ -12,7 +12,7 @@ import pytest
 from conftest import run_harness
 from fake_openai import FakeServer, scripted_search_model
 
-from harness.leaderboard import is_headline
+from harness.analysis.leaderboard import is_headline
 from harness.scoring.results import metric_values
 
 

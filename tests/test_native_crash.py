@@ -141,7 +141,7 @@ def test_the_launched_server_gets_the_setting():
 def test_on_and_off_are_other_runs_and_auto_keeps_the_run_key():
     """Repacked kernels round differently (Qwen2.5 Q4_K_M, greedy: 114 vs 179 tokens on 5 questions),
     so an explicit on/off is another run; auto, the default, leaves the key as it was before the knob."""
-    from harness.config import build_config
+    from harness.execution.config import build_config
 
     def config(**extra):
         return build_config({"model": "local/smollm2", **extra})

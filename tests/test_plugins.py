@@ -152,7 +152,7 @@ def test_yaml_agent_section_sets_strategy_and_knobs(plugin_dir, capsys):
 
 def test_without_setting_a_strategy_runs_in_its_own(plugin_dir, capsys):
     """--agent open-book-text alone is an open-book run (its first setting), not closed-book."""
-    from harness.config import build_config
+    from harness.execution.config import build_config
     from harness.strategy import resolve_agent
 
     entry, setting = resolve_agent("open-book-text", None)
@@ -230,7 +230,7 @@ def test_run_key_ignores_how_the_default_strategy_was_named(tmp_path):
 
 def test_export_refuses_a_strategy_outside_its_setting(tmp_path):
     from harness.errors import HarnessError
-    from harness.export import check_strategy_implements
+    from harness.analysis.export import check_strategy_implements
 
     check_strategy_implements(tmp_path, {"name": "open-book-text", "settings": ["open-book"]}, {}, "open-book")
     with pytest.raises(HarnessError, match="does not implement the open-book setting"):

@@ -11,7 +11,7 @@ from fault_server import FaultServer, run_args
 from test_hostile_server import pages_args
 
 from harness.cli import main
-from harness.config import build_config
+from harness.execution.config import build_config
 from harness.errors import ConfigError
 from harness.models import openai_api
 

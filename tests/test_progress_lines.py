@@ -10,10 +10,10 @@ import re
 
 import pytest
 
-from harness.config import build_config
+from harness.execution.config import build_config
 from harness.datasets import load_dataset
 from harness.models.scripted import register_script, unregister_script
-from harness.runner import Run, _Progress
+from harness.execution.runner import Run, _Progress
 
 
 @pytest.fixture

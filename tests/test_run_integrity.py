@@ -18,7 +18,7 @@ from conftest import harness_cmd, run_harness
 from fault_server import FaultServer
 from fault_server import run_args as fault_run_args
 
-from harness.runlock import RunDirBusy, RunLock, is_locked
+from harness.execution.lock import RunDirBusy, RunLock, is_locked
 
 
 def run_args(url: str, out: Path) -> list[str]:

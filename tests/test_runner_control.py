@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from harness.config import build_config
+from harness.execution.config import build_config
 from harness.errors import ModelError
 from harness.models.scripted import register_script, unregister_script
-from harness.runner import Run
+from harness.execution.runner import Run
 
 STATE: dict = {}  # a per-question behaviour and in-flight bookkeeping
 

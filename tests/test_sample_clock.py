@@ -7,9 +7,9 @@ from datetime import datetime
 
 import pytest
 
-from harness.config import build_config
+from harness.execution.config import build_config
 from harness.models.base import WAIT_CLOCK, WaitClock, waiting_for_turn
-from harness.runner import Run, _within_own_time
+from harness.execution.runner import Run, _within_own_time
 
 
 async def queued_then_working(turn: asyncio.Lock, work_s: float) -> str:

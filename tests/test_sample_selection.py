@@ -10,12 +10,12 @@ from collections import Counter
 import pytest
 
 from harness.cli import main
-from harness.config import build_config
+from harness.execution.config import build_config
 from harness.datasets import load_dataset
 from harness.errors import ConfigError
 from harness.models.scripted import register_script, unregister_script
-from harness.runner import Run
-from harness.selection import allocate, select_samples
+from harness.execution.runner import Run
+from harness.execution.selection import allocate, select_samples
 
 QUEST = load_dataset("quest:train-sample", None)  # 80 questions; template and domain fields
 QAMPARI = load_dataset("qampari:sample", None)  # 13 questions; type field

@@ -340,7 +340,7 @@ def test_leaderboard_reads_format1(old_runs, tmp_path):
 
 
 def test_report_reads_format1(old_runs):
-    from harness.report import build_report_data
+    from harness.analysis.report import build_report_data
 
     root, new = old_runs
     data = build_report_data(root / "hotpot")
@@ -371,7 +371,7 @@ def test_run_dir_that_is_not_a_run_is_refused_without_writing(tmp_path, capsys):
 
 def test_score_run_without_results_json(tmp_path):
     """A run killed before writing results.json: scored from config.json and its samples."""
-    from harness.scoring.run_scoring import score_run
+    from harness.execution.scoring import score_run
 
     out = tmp_path / "run"
     results = make_run(out, RUNS["hotpotqa"])

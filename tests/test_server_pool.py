@@ -12,7 +12,7 @@ import pytest
 from fault_server import FaultServer, run_args
 
 from harness.cli import main
-from harness.config import build_config
+from harness.execution.config import build_config
 from harness.errors import ConfigError, TransientModelError
 from harness.models.concurrency import AdaptiveLimit
 from harness.models.pool import ServerPool

@@ -1,4 +1,4 @@
-"""harness.stats against hand-computed values and simulated coverage; the uncertainty section of scores."""
+"""harness.scoring.stats against hand-computed values and simulated coverage; the uncertainty section of scores."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from harness import stats
+from harness.scoring import stats
 from harness.datasets import load_dataset
 from harness.scoring.metrics import score_answers
 from harness.scoring.results import SECTIONS, metric_aggregates, summary_lines
@@ -186,7 +186,7 @@ def test_repeats_of_a_question_are_averaged_first():
 def test_compare_bootstraps_a_number_that_is_not_a_mean():
     """set-f1's f1_ge_0.5 (a share at a threshold, no per-question leaf): compared through the
     metric's own aggregate on the same resamples of both runs; a run against itself: 0, p = 1."""
-    from harness.compare import compare_runs
+    from harness.analysis.compare import compare_runs
 
     ds = load_dataset("qampari:sample")
     qs = ds.samples[:30]
@@ -234,7 +234,7 @@ def test_corpus_bleu_from_turn_sums_is_sacrebleus_and_its_bootstrap_is_the_row_b
     product gives the very intervals and paired test of the row-by-row bootstrap it replaces."""
     import sacrebleu
 
-    from harness.compare import compare_runs
+    from harness.analysis.compare import compare_runs
     from harness.scoring import topiocqa_metrics as tm
 
     ds = load_dataset("topiocqa:dev")
@@ -279,7 +279,7 @@ def test_corpus_bleu_from_turn_sums_is_sacrebleus_and_its_bootstrap_is_the_row_b
 def test_rows_without_the_corpus_statistics_get_no_made_up_interval():
     """A run scored before the per-turn statistics were kept: its corpus BLEU keeps its value, the
     interval says why there is none, and compare leaves that number out instead of failing."""
-    from harness.compare import compare_runs
+    from harness.analysis.compare import compare_runs
     from harness.scoring.metrics import get_metric
     from harness.scoring.uncertainty import compute_uncertainty
 

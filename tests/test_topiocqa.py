@@ -10,7 +10,7 @@ import pytest
 import sacrebleu
 from conftest import run_harness
 
-from harness.conversation import format_history
+from harness.datasets.conversation import format_history
 from harness.datasets import load_dataset
 from harness.scoring.metrics import score_answers
 from harness.scoring.topiocqa_metrics import sentence_bleu, topiocqa

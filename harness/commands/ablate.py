@@ -1,4 +1,4 @@
-"""``harness ablate``: the context-length sweep (the logic: harness.ablate)."""
+"""``harness ablate``: the context-length sweep (the logic: harness.analysis.ablate)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.ablate import (
+from harness.analysis.ablate import (
     ABLATION_JSON,
     ABLATION_MD,
     ABLATION_PNG,
@@ -41,7 +41,7 @@ def add_parser(sub) -> None:
 
 def command(args) -> int:
     from harness.api import build_run_config
-    from harness.config import load_yaml
+    from harness.execution.config import load_yaml
     from harness.strategy import create_agent
 
     given = {k: v for k, v in vars(args).items() if k not in ("command", "verbose", "config", "context_sizes")}

@@ -36,9 +36,9 @@ def add_parser(sub) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
-    from harness.ablate import parse_sizes
-    from harness.ceiling import compute_ceiling, format_table
-    from harness.config import build_config
+    from harness.analysis.ablate import parse_sizes
+    from harness.analysis.ceiling import compute_ceiling, format_table
+    from harness.execution.config import build_config
     from harness.records import write_json_atomic
 
     flat = {k: v for k, v in vars(args).items() if k not in ("command", "verbose", "context_sizes", "out")}

@@ -1,4 +1,4 @@
-"""``harness compare RUN_A RUN_B [RUN_C ...]``: paired comparison on the shared questions (the logic: harness.compare)."""
+"""``harness compare RUN_A RUN_B [RUN_C ...]``: paired comparison on the shared questions (the logic: harness.analysis.compare)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def add_parser(sub) -> None:
 
 
 def command(args) -> int:
-    from harness.compare import compare_runs, format_comparison, load_run, plot_comparison
+    from harness.analysis.compare import compare_runs, format_comparison, load_run, plot_comparison
     from harness.errors import HarnessError
     from harness.records import check_output_path, write_json_atomic
 

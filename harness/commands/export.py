@@ -1,4 +1,4 @@
-"""``harness export fanoutqa-submission RUN_DIR... --out DIR`` (the logic: harness.export)."""
+"""``harness export fanoutqa-submission RUN_DIR... --out DIR`` (the logic: harness.analysis.export)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from harness.argtypes import number
-from harness.export import SUBMISSION_TYPES, TEMPLATE_FIELDS, export_fanoutqa_submission, load_metadata_file
+from harness.analysis.export import SUBMISSION_TYPES, TEMPLATE_FIELDS, export_fanoutqa_submission, load_metadata_file
 
 
 def add_parser(sub) -> None:

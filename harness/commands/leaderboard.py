@@ -1,10 +1,10 @@
-"""``harness leaderboard DIR``: every run under a folder in one table (the logic: harness.leaderboard)."""
+"""``harness leaderboard DIR``: every run under a folder in one table (the logic: harness.analysis.leaderboard)."""
 
 from __future__ import annotations
 
 import sys
 
-from harness.leaderboard import build_leaderboard, format_markdown
+from harness.analysis.leaderboard import build_leaderboard, format_markdown
 
 
 def add_parser(sub) -> None:

@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
 
 def command(args) -> int:
     from harness.errors import HarnessError
-    from harness.power import format_power, power_analysis
+    from harness.analysis.power import format_power, power_analysis
     from harness.records import check_output_path, write_json_atomic
 
     if args.alpha >= 1 or args.power >= 1:

@@ -1,10 +1,10 @@
-"""``harness report RUN_DIR``: a run as one static HTML page (the logic: harness.report)."""
+"""``harness report RUN_DIR``: a run as one static HTML page (the logic: harness.analysis.report)."""
 
 from __future__ import annotations
 
 import sys
 
-from harness.report import REPORT_FILE, write_report
+from harness.analysis.report import REPORT_FILE, write_report
 
 
 def add_parser(sub) -> None:

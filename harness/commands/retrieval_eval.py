@@ -1,14 +1,14 @@
 """``harness retrieval-eval``: score a passage index on a dataset's gold evidence (the logic:
-harness.retrieval_eval)."""
+harness.analysis.retrieval_eval)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from harness import retrieval_eval
+from harness.analysis import retrieval_eval
 from harness.errors import HarnessError
-from harness.retrieval_eval import DEFAULT_KS, evaluate, format_table
+from harness.analysis.retrieval_eval import DEFAULT_KS, evaluate, format_table
 
 
 def add_parser(sub) -> None:
@@ -47,10 +47,10 @@ def parse_ks(text: str) -> list[int]:
 
 
 def command(args: argparse.Namespace) -> int:
-    from harness.config import build_config
+    from harness.execution.config import build_config
     from harness.datasets import load_dataset
     from harness.records import write_json_atomic
-    from harness.runner import select_samples
+    from harness.execution.runner import select_samples
     from wiki_snapshot.retrieval import open_retriever
     from wiki_snapshot.store import Snapshot
 

@@ -29,7 +29,7 @@ class Sample:
     # Groups for score breakdowns, e.g. {"category": ["Sports", "Statistics"]} or {"template": ["_ or _"]}.
     groups: dict[str, list[str]] = field(default_factory=dict)
     # Conversations: the previous turns, question then gold answer, ``[q1, a1, q2, a2, ...]``
-    # (rendered by ``harness.conversation.format_history``); empty for single-turn datasets.
+    # (rendered by ``harness.datasets.conversation.format_history``); empty for single-turn datasets.
     history: list[str] = field(default_factory=list)
 
 

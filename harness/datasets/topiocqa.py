@@ -6,7 +6,7 @@ with ``Additional_answers``). One sample per turn, id ``"{Conversation_no}_{Turn
 
 The previous turns (``Context``: ``[q1, a1, q2, a2, ...]``) become ``Sample.history``; the question
 representations of the paper (section 5.1.2: ``original``, ``all-history``) and the official query
-formats are rendered by ``harness.conversation.format_history``.
+formats are rendered by ``harness.datasets.conversation.format_history``.
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ def judge_score(output: str | None) -> int:
 async def _judge_all(
     pairs: list[tuple[str, list[dict[str, Any]]]], options: ScoringOptions
 ) -> tuple[dict[str, ModelResponse], dict[str, Any]]:
-    from harness.cache import ResponseCache, cache_key
+    from harness.models.cache import ResponseCache, cache_key
     from harness.models import create_backend
 
     backend = create_backend(options.judge)

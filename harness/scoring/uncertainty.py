@@ -129,7 +129,7 @@ def metric_uncertainty(
 ) -> dict[str, dict[str, Any]]:
     """{"METRIC.LEAF": entry} for one metric. ``rows``: the metric's per-question values (one per
     question, scoring order); ``clusters``: their cluster labels or None."""
-    from harness import stats
+    from harness.scoring import stats
 
     out: dict[str, dict[str, Any]] = {}
     declared = {

@@ -126,7 +126,7 @@ def score_run(
     """Scores of a run directory's finished samples (results format 2). ``metrics`` and
     ``options`` default to the run's own; nothing is written."""
     from harness.records import load_finished
-    from harness.selection import select_samples
+    from harness.execution.selection import select_samples
 
     run_dir = Path(run_dir)
     results, claimed = read_run_files(run_dir)
@@ -171,9 +171,9 @@ def rescore_run(
     """``harness score RUN_DIR``: ``score_run`` with the run's options updated by ``given`` (judge,
     bleurt_checkpoint named now), written into its results.json in results format 2 whatever
     format it had. Returns (scores, whether results.json was written: a killed run has none)."""
-    from harness.cost import refresh_judge_cost
+    from harness.execution.cost import refresh_judge_cost
     from harness.records import write_json_atomic
-    from harness.runlock import RunLock
+    from harness.execution.lock import RunLock
     from harness.records import RESULTS_FILE
 
     run_dir = Path(run_dir)

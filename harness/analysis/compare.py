@@ -188,7 +188,7 @@ def compare_runs(
     runs: list[dict[str, Any]], allow_mismatch: bool = False, metrics: list[str] | None = None
 ) -> dict[str, Any]:
     """The comparison of ``runs`` (``load_run``'s) with the first; see the module docstring."""
-    from harness import stats
+    from harness.scoring import stats
 
     if len(runs) < 2:
         raise HarnessError("compare needs at least two runs")
@@ -388,7 +388,7 @@ def _ci(ci: list[float] | None) -> str:
 
 def format_comparison(result: dict[str, Any], headline_only: bool = True) -> str:
     """The console report of ``compare_runs``."""
-    from harness.leaderboard import is_headline
+    from harness.analysis.leaderboard import is_headline
 
     lines = [
         f"{result['n_shared']} shared questions (of {', '.join(str(n) for n in result['n_questions'])})"
@@ -433,7 +433,7 @@ def plot_comparison(result: dict[str, Any], path: Path) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from harness.leaderboard import is_headline
+    from harness.analysis.leaderboard import is_headline
     from harness.records import write_bytes_atomic
 
     keys = [k for k in result["metrics"] if is_headline(k)]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.leaderboard import is_headline
+from harness.analysis.leaderboard import is_headline
 from harness.records import record_epoch, write_bytes_atomic
 from harness.scoring.results import breakdown_values, count_values, per_question, scale_of, score_values
 
@@ -61,7 +61,7 @@ def _load_records(run_dir: Path) -> tuple[dict[str, dict[str, Any]], dict[str, d
 def _dataset_samples(results: dict[str, Any]) -> dict[str, Any]:
     """The run's questions by id, when its dataset can still be loaded: the question of a sample
     that never finished, and the reference answer shown in each transcript."""
-    from harness.scoring.run_scoring import load_run_dataset
+    from harness.execution.scoring import load_run_dataset
 
     try:  # as `harness score RUN_DIR` loads it: a --data-path run too, refused if the file changed
         dataset = load_run_dataset(results)

@@ -21,10 +21,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from harness.cache import ResponseCache
-from harness.config import RunConfig
+from harness.models.cache import ResponseCache
+from harness.execution.config import RunConfig
 from harness._version import __version__
-from harness.cost import Budget, BudgetExhausted, load_price_table, pricing_for, run_cost, spent_in_records
+from harness.execution.cost import Budget, BudgetExhausted, load_price_table, pricing_for, run_cost, spent_in_records
 from harness.datasets import Dataset, Sample, load_dataset
 from harness.errors import (
     ConfigError,
@@ -56,9 +56,9 @@ from harness.records import (
     write_json_atomic,
 )
 from harness.redact import redact
-from harness.runlock import RunLock
+from harness.execution.lock import RunLock
 from harness.scoring.results import RESULTS_FORMAT
-from harness.scoring.run_scoring import score_records
+from harness.execution.scoring import score_records
 from harness.strategy import AgentContext, create_agent, resolve_agent
 
 log = logging.getLogger(__name__)
@@ -127,8 +127,8 @@ async def _within_own_time(coro, timeout: float, clock: WaitClock):
 
 
 def select_samples(dataset: Dataset, config: RunConfig) -> list[Sample]:
-    """sample ids -> --sample-filter -> --shuffle / --stratify-by -> --limit (``harness.selection``)."""
-    from harness.selection import select_samples as select
+    """sample ids -> --sample-filter -> --shuffle / --stratify-by -> --limit (``harness.execution.selection``)."""
+    from harness.execution.selection import select_samples as select
 
     return select(dataset, config)
 
@@ -154,7 +154,7 @@ class Run:
         _, setting = resolve_agent(config.agent, config.setting)
         resolved: dict[str, Any] = {"setting": setting}
         if config.shuffle and config.shuffle_seed is None:  # recorded as used: --seed's value
-            from harness.selection import shuffle_seed
+            from harness.execution.selection import shuffle_seed
 
             resolved["shuffle_seed"] = shuffle_seed(config)
         self.config = config = config.model_copy(update=resolved)
@@ -435,7 +435,7 @@ class Run:
                 # the error bars' numpy, imported while the run goes (after its first request, so
                 # that is not delayed) rather than after the last answer
                 prefetched = True
-                threading.Thread(target=importlib.import_module, args=("harness.stats",), daemon=True).start()
+                threading.Thread(target=importlib.import_module, args=("harness.scoring.stats",), daemon=True).start()
             if record["status"] == "ok":
                 samples_out.append(record)
                 finished[work_key(sample.id, epoch)] = record

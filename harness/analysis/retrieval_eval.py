@@ -37,7 +37,7 @@ UNANSWERABLE = "unanswerable"
 
 
 def query_of(sample, representation: str) -> str:
-    from harness.conversation import format_history
+    from harness.datasets.conversation import format_history
 
     if representation == "all-history" and sample.history:
         return format_history(sample, "all-history", style="sep")

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.errors import ConfigError
 
-DEFAULT_PRICE_TABLE = Path(__file__).with_name("prices.yaml")
+DEFAULT_PRICE_TABLE = Path(__file__).resolve().parents[1] / "prices.yaml"
 # Backends that bill per token; every other prefix runs on the user's hardware.
 API_PREFIXES = frozenset({"openai", "anthropic"})
 LOCAL_NOTE = "runs on your own hardware: compute is not priced (cost 0)"

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ConfigError
-from harness.leaderboard import is_headline
+from harness.analysis.leaderboard import is_headline
 from harness.records import write_bytes_atomic
 from harness.scoring.results import score_values
 
@@ -80,8 +80,8 @@ def _failure_summary(results: dict[str, Any]) -> dict[str, Any] | None:
 
 def add_steps(rows: list[dict[str, Any]], results: list[dict[str, Any]]) -> None:
     """Each row's ``step``: per headline metric, the paired difference from the previous size on the
-    questions both runs scored, its interval, p-value and whether it is significant (harness.compare)."""
-    from harness.compare import compare_runs
+    questions both runs scored, its interval, p-value and whether it is significant (harness.analysis.compare)."""
+    from harness.analysis.compare import compare_runs
     from harness.errors import HarnessError
     from harness.scoring.results import upgrade
 
@@ -203,10 +203,10 @@ def _ceiling_note(setting: str, computed: bool) -> str:
 
 
 async def run_ablation(flat: dict[str, Any], sizes: list[int], out: Path) -> dict[str, Any]:
-    from harness.ceiling import compute_ceiling
-    from harness.config import build_config
+    from harness.analysis.ceiling import compute_ceiling
+    from harness.execution.config import build_config
     from harness.records import write_json_atomic
-    from harness.runner import Run
+    from harness.execution.runner import Run
 
     base = build_config(flat)
     # Every run is set up (and so checked) before the first one spends anything.
@@ -249,7 +249,7 @@ async def run_ablation(flat: dict[str, Any], sizes: list[int], out: Path) -> dic
 def ceiling_config(base, flat: dict[str, Any]):
     """The sweep's options for the ceiling: evidence-provided's packing, with those of the sweep's
     knobs that evidence-provided has (an open-book sweep's max_rounds is not one)."""
-    from harness.config import build_config
+    from harness.execution.config import build_config
     from harness.strategy import AGENTS
 
     fields = AGENTS.get("evidence-provided").Knobs.model_fields

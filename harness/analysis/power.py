@@ -29,8 +29,8 @@ def resolve_metric(name: str, available: list[str]) -> str:
 def power_analysis(
     run_path: str, metric: str, delta: float, alpha: float = 0.05, power: float = 0.8, paired_with: str | None = None
 ) -> dict[str, Any]:
-    from harness import stats
-    from harness.compare import compare_runs, load_run
+    from harness.scoring import stats
+    from harness.analysis.compare import compare_runs, load_run
     from harness.scoring.uncertainty import compute_uncertainty, uncertainty_of
 
     run = load_run(run_path)
@@ -38,7 +38,7 @@ def power_analysis(
     scores = run["scores"]
     table = uncertainty_of(scores)
     if not table:  # a results file from before the error bars: computed now, not written
-        from harness.compare import metric_of_run
+        from harness.analysis.compare import metric_of_run
         from harness.scoring.results import metric_aggregates
 
         clusters = ((scores.get("meta") or {}).get("clustering") or {}).get("clusters")

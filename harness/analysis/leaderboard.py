@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from harness.config import BACKEND_NOT_HASHED, NOT_HASHED
+from harness.execution.config import BACKEND_NOT_HASHED, NOT_HASHED
 from harness.errors import HarnessError
 from harness.scoring.results import (  # read results format 1 and 2
     breakdown_values,
@@ -33,7 +33,7 @@ is_headline = headline_of  # shown in tables and plots: F-scores and accuracies,
 def _flat_config(config: dict[str, Any]) -> dict[str, Any]:
     """Config leaves under their flag names (generation and backend knobs unnested). A knob that a
     run from an older harness did not record has its default, so it does not show as a difference."""
-    from harness.config import RunConfig
+    from harness.execution.config import RunConfig
 
     merged = RunConfig().model_dump(mode="json")
     for key, value in config.items():

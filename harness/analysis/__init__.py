@@ -1,0 +1,1 @@
+"""Reading finished runs: compare, power, ablate, ceiling, leaderboard, report, export, retrieval evaluation."""
