@@ -14,7 +14,7 @@ import re
 from typing import Any, ClassVar
 
 from agents._knobs import RetrievalKnobs
-from agents._search import evidence_recall
+from agents._search import evidence_recall, summarize_records
 from harness.datasets.conversation import first_line, format_history
 from harness.errors import ConfigError
 from harness.strategy import Agent, AgentContext
@@ -37,6 +37,9 @@ class RetrievalAgent(Agent):
             from harness.templates import load_template
 
             self.rewrite_template, self.rewrite_source, self.rewrite_sha256 = load_template("rewrite_question")
+
+    def summarize(self, extras: list[dict[str, Any]]) -> dict[str, Any] | None:
+        return summarize_records(extras)
 
     @property
     def k(self) -> int:

@@ -143,3 +143,29 @@ class ContextGuard:
 def clean(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Messages as sent (bookkeeping keys removed)."""
     return [{k: v for k, v in m.items() if not k.startswith("_")} for m in messages]
+
+
+def summarize_records(extras: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The search, retrieve-read and evidence strategies' ``summarize``: evidence recall and searches
+    (open-book, retrieve-read), tool calls that could not be read (open-book loops) and packing facts
+    (evidence-provided), over the answered samples' records."""
+    recalls = [e["evidence_recall"]["recall"] for e in extras if (e.get("evidence_recall") or {}).get("recall") is not None]
+    packed = [e["evidence"] for e in extras if e.get("evidence")]
+    looped = [e for e in extras if "malformed_tool_calls" in e]
+    if not recalls and not packed and not looped:
+        return None
+    out: dict[str, Any] = {}
+    if looped:  # open-book loops: tool calls that could not be read, and those written as text
+        out["malformed_tool_calls"] = sum(e["malformed_tool_calls"] for e in looped)
+        out["text_tool_calls"] = sum(e.get("text_tool_calls", 0) for e in looped)
+    if recalls:
+        searches = [len(e.get("searches", [])) for e in extras if "searches" in e]
+        out["evidence_recall_mean"] = sum(recalls) / len(recalls)
+        out["evidence_recall_n"] = len(recalls)
+        if searches:  # open-book agents search; retrieve-read agents query an index once
+            out["searches_mean"] = sum(searches) / len(searches)
+    if packed:
+        out["evidence_cut"] = sum(1 for p in packed if p["cut"])
+        out["chunks_packed_mean"] = sum(p["chunks_packed"] for p in packed) / len(packed)
+        out["prompt_tokens_mean"] = sum(p["prompt_tokens"] for p in packed) / len(packed)
+    return out

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from agents._knobs import SearchKnobs
-from agents._search import ContextGuard, SearchSession, build_search_tool, clean
+from agents._search import ContextGuard, SearchSession, build_search_tool, clean, summarize_records
 from agents._text_calls import read_text_tool_calls
 from harness.errors import ContextOverflowError
 from harness.models.base import ModelResponse
@@ -37,8 +37,8 @@ class ToolLoop(Agent):
         super().prepare(model, snapshot)
         self.tool = build_search_tool(self.knobs, model, snapshot)
 
-    def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "protocol": self.protocol}
+    def summarize(self, extras: list[dict[str, Any]]) -> dict[str, Any] | None:
+        return summarize_records(extras)
 
     # hooks --------------------------------------------------------------------------------
     def first_prompt(self, sample) -> str:
@@ -118,10 +118,9 @@ class ToolLoop(Agent):
                 messages.append(kept)
                 messages.append({"role": "user", "content": self.text_call_correction()})
         extra = {
-            "outcome": outcome,
             "rounds": rounds,
             **self.loop_extra(),
             "dropped_results": guard.dropped,
             **session.record(self.snapshot, sample.needed_titles),
         }
-        return SampleResult(answer=answer, messages=clean(messages), extra=extra)
+        return SampleResult(answer=answer, messages=clean(messages), extra=extra, outcome=outcome)

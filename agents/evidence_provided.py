@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from agents._knobs import RankingKnobs, ReserveKnobs
+from agents._search import summarize_records
 from harness.errors import ConfigError, MissingEvidenceError, NoEvidencePackedError
 from harness.strategy import Agent, AgentContext, SampleResult, budget_tokens
 
@@ -97,6 +98,9 @@ class EvidenceProvided(Agent):
 
     def describe(self):
         return {**super().describe(), "ranking": "BM25+ by the question"}
+
+    def summarize(self, extras: list[dict[str, Any]]) -> dict[str, Any] | None:
+        return summarize_records(extras)
 
     def check_backend(self, model) -> None:
         check_budget(model.context_size(), self.knobs.evidence_reserve)

@@ -109,6 +109,6 @@ class RetrieveReadEach(RetrievalAgent):
             "passages_read": sum(1 for r in readings if "skipped" not in r),
             "passages_skipped": sum(1 for r in readings if "skipped" in r),
             "passages_abstained": sum(1 for r in readings if r.get("abstained")),
-            "outcome": "answered" if answers else "all_abstained",
         }
-        return SampleResult(answer="\n".join(answers), messages=transcript, extra=extra)
+        outcome = "answered" if answers else "all_abstained"
+        return SampleResult(answer="\n".join(answers), messages=transcript, extra=extra, outcome=outcome)

@@ -2,7 +2,7 @@
 
 from harness._version import __version__
 
-__all__ = ["__version__", "run", "score"]
+__all__ = ["__version__", "read_results", "run", "score"]
 
 
 def run(config=None, /, **options):
@@ -20,3 +20,12 @@ def score(run_dir=None, /, **options):
     from harness.api import score as _score
 
     return _score(run_dir, **options)
+
+
+def read_results(path):
+    """A run's results (its directory or its results.json) as the typed record
+    (``harness.execution.record.RunResults``: ``.counts.finished``, ``.scores.metrics()``, ...);
+    a file that breaks the schema raises HarnessError naming the file and the field."""
+    from harness.execution.record import read_results as _read
+
+    return _read(path)

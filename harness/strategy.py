@@ -80,7 +80,8 @@ def _json(value: Any) -> Any:
 class SampleResult:
     answer: str | None
     messages: list[dict[str, Any]]
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # what the strategy records; see Agent.summarize
+    outcome: str = "answered"  # how it ended (max_rounds, context_full, all_abstained, ...): row ``outcome``
 
 
 class AgentContext:
@@ -160,6 +161,7 @@ class Agent(ABC):
     template_fields: ClassVar[tuple[str, ...]] = ()
     needs_snapshot: ClassVar[bool] = False
     needs_context_size: ClassVar[bool] = False  # packs pages by token budget: refused without one
+    protocol: ClassVar[str | None] = None  # tool-using strategies: "native" (the API's tool calls) or "text"
 
     def __init__(self, config: Any, knobs: Knobs | None = None):
         self.config = config  # harness.execution.config.RunConfig: the core options
@@ -229,7 +231,14 @@ class Agent(ABC):
         if self.template:
             out["prompt_template"] = self.template_source
             out["prompt_sha256"] = self.template_sha256
+        if self.protocol is not None:
+            out["protocol"] = self.protocol
         return out
+
+    def summarize(self, extras: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """The run-level summary of what this strategy records in each answered sample's ``extra``
+        (results.json ``retrieval``): only the strategy knows its records' shape. None: nothing to say."""
+        return None
 
     @abstractmethod
     async def solve(self, sample: Sample, ctx: AgentContext) -> SampleResult: ...

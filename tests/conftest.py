@@ -83,3 +83,30 @@ def packaged_llama_server(model: str, log_dir, n_ctx: int, n_threads: int, start
         startup_timeout=startup_timeout,
         unset_env=("HOST", "PORT", "CONFIG_FILE", "API_KEY", "MODEL"),
     )
+
+
+def loaded_run(path, scores, dataset):
+    """A run for ``compare_runs`` made from scores alone (the rest of its record minimal but valid)."""
+    from harness.analysis.compare import LoadedRun
+    from harness.execution.record import RunResults
+
+    n = len(scores.get("raw") or [])
+    results = RunResults.model_validate(
+        {
+            "run_id": str(path),
+            "config_hash": str(path),
+            "status": "complete",
+            "dataset": {
+                "name": dataset.info.name,
+                "spec": dataset.info.spec(),
+                "sha256": dataset.info.sha256,
+                "n_total": len(dataset.samples),
+                "n_selected": n,
+            },
+            "setting": "closed-book",
+            "config": {"dataset": dataset.info.spec()},
+            "counts": {"selected": n, "finished": n, "failed": 0, "pending": 0},
+            "scores": scores,
+        }
+    )
+    return LoadedRun.of(path, results)

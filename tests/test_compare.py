@@ -10,7 +10,7 @@ import json
 import shutil
 
 import pytest
-from conftest import run_harness
+from conftest import loaded_run, run_harness
 
 from harness.analysis.compare import compare_runs, load_run
 from harness.execution.config import build_config
@@ -169,9 +169,9 @@ def test_compare_is_the_same_whichever_run_has_more_questions_or_comes_first(tmp
     ab, ba = compare_runs([big, small]), compare_runs([small, big])
     assert ab["n_shared"] == ba["n_shared"] == 8
     assert_mirrored(ab, ba)
-    shared = [r["question_id"] for r in small["scores"]["raw"]]
+    shared = [r["question_id"] for r in small.scores["raw"]]
     for run, values in ((big, ab["metrics"]["em-f1.f1"]["runs"][0]), (small, ab["metrics"]["em-f1.f1"]["runs"][1])):
-        f1 = {r["question_id"]: r["em-f1"]["f1"] for r in run["scores"]["raw"]}
+        f1 = {r["question_id"]: r["em-f1"]["f1"] for r in run.scores["raw"]}
         assert values["value"] == pytest.approx(sum(f1[q] for q in shared) / len(shared))
     # every leaf both runs have is compared: em-f1's means and FanOutQA's accuracy, as means
     assert {"em-f1.em", "em-f1.f1", "fanoutqa-string.acc.loose", "fanoutqa-string.acc.strict"} <= set(ab["metrics"])
@@ -215,7 +215,7 @@ def plugin_runs(tmp_path, monkeypatch, scripts):
     metrics = ["myquest.py:quest", "em-f1"]
     big = scripted_run(tmp_path / "big", "cmp-a", 12, metrics)
     small = scripted_run(tmp_path / "small", "cmp-b", 8, metrics)
-    assert big["scores"]["meta"]["metric_info"]["quest"]["plugin"]["ref"] == "myquest.py:quest"
+    assert big.scores["meta"]["metric_info"]["quest"]["plugin"]["ref"] == "myquest.py:quest"
     return tmp_path, big, small
 
 
@@ -223,12 +223,12 @@ def test_a_plugin_metric_is_aggregated_as_its_run_did_not_as_the_built_in(plugin
     base, big, small = plugin_runs
     ab, ba = compare_runs([big, small]), compare_runs([small, big])
     assert_mirrored(ab, ba)
-    shared = {r["question_id"] for r in small["scores"]["raw"]}
+    shared = {r["question_id"] for r in small.scores["raw"]}
     f1 = ab["metrics"]["quest.f1"]
     assert f1["kind"] == "aggregate"  # a micro F1: bootstrapped through the plugin's own aggregate
     # the smaller run's shared questions are all of its questions: its own recorded number
-    assert f1["runs"][1]["value"] == pytest.approx(small["scores"]["quest"]["f1"])
-    on_shared = [r["quest"] for r in big["scores"]["raw"] if r["question_id"] in shared]
+    assert f1["runs"][1]["value"] == pytest.approx(small.scores["quest"]["f1"])
+    on_shared = [r["quest"] for r in big.scores["raw"] if r["question_id"] in shared]
     assert f1["runs"][0]["value"] == pytest.approx(micro_f1(on_shared))
     assert ab["metrics"]["quest.pred"]["kind"] == "mean" and not ab.get("skipped")
     monkeypatch.chdir(base / "big")  # elsewhere: the relative file is found beside the runs, by its sha256
@@ -241,9 +241,9 @@ def test_a_plugin_that_cannot_be_loaded_compares_only_its_means(plugin_runs):
     ab, ba = compare_runs([big, small]), compare_runs([small, big])
     assert_mirrored(ab, ba)
     assert "quest.f1" not in ab["metrics"] and "quest.f1" in ab["skipped"] and "myquest.py" in ab["skipped"]["quest.f1"]
-    shared = {r["question_id"] for r in small["scores"]["raw"]}
+    shared = {r["question_id"] for r in small.scores["raw"]}
     pred = ab["metrics"]["quest.pred"]  # a plain mean of a per-question value needs no code
-    on_shared = [r["quest"]["pred"] for r in big["scores"]["raw"] if r["question_id"] in shared]
+    on_shared = [r["quest"]["pred"] for r in big.scores["raw"] if r["question_id"] in shared]
     assert pred["runs"][0]["value"] == pytest.approx(sum(on_shared) / len(on_shared))
     assert "em-f1.f1" in ab["metrics"]
 
@@ -281,11 +281,10 @@ def test_clustering_and_aggregates_do_not_depend_on_the_order(tmp_path):
 
     def run(path, seed, n, **options):
         scores = score_answers(ds, qs[:n], answers(seed, n), ["topiocqa"], options=ScoringOptions(**options))
-        dataset = {"spec": ds.info.spec(), "sha256": ds.info.sha256}
-        return {"path": path, "results": {"dataset": dataset}, "scores": scores}
+        return loaded_run(path, scores, ds)
 
     clustered, plain = run("a", 1, 60), run("b", 2, 45, cluster_by="none")
-    assert plain["scores"]["meta"]["clustering"] == {"by": None}
+    assert plain.scores["meta"]["clustering"] == {"by": None}
     ab, ba = compare_runs([clustered, plain]), compare_runs([plain, clustered])
     assert ab["clustering"] == ba["clustering"] and ab["clustering"]["by"]  # clustered in both orders
     assert_mirrored(ab, ba)

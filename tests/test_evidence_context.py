@@ -203,6 +203,7 @@ def test_ablation_failure_lines_come_from_each_size_s_failures():
     """A sweep's small sizes fail with no_evidence_packed by design: the console says per size that a
     rerun cannot fix those, and that the timeouts beside them may pass next time."""
     from harness.analysis.ablate import _failure_summary
+    from harness.execution.record import FailureNote
     from harness.commands.ablate import ablation_failure_line
 
     failures = {
@@ -210,9 +211,9 @@ def test_ablation_failure_lines_come_from_each_size_s_failures():
         "q2": {"type": "no_evidence_packed", "error": "nothing fits"},
         "q3": {"type": "timeout", "error": "took 60 s"},
     }
-    summary = _failure_summary({"failures": failures})
+    summary = _failure_summary({k: FailureNote(**v) for k, v in failures.items()})
     assert summary == {"types": {"no_evidence_packed": 2, "timeout": 1}, "example": failures["q1"]}
-    assert _failure_summary({"failures": {}}) is None
+    assert _failure_summary({}) is None
     line = ablation_failure_line({"context_size": 512, "counts": {"failed": 3}, "failures": summary})
     assert line.startswith("3 sample(s) failed (e.g. no_evidence_packed: nothing fits); see ctx-512/failures.jsonl")
     assert "retry the other 1" in line and "2 no_evidence_packed (a rerun cannot fix" in line

@@ -232,12 +232,12 @@ def test_export_refuses_a_strategy_outside_its_setting(tmp_path):
     from harness.errors import HarnessError
     from harness.analysis.export import check_strategy_implements
 
-    check_strategy_implements(tmp_path, {"name": "open-book-text", "settings": ["open-book"]}, {}, "open-book")
+    check_strategy_implements(tmp_path, "open-book-text", ["open-book"], "open-book")
     with pytest.raises(HarnessError, match="does not implement the open-book setting"):
-        check_strategy_implements(tmp_path, {"name": "closed-book", "settings": ["closed-book"]}, {}, "open-book")
+        check_strategy_implements(tmp_path, "closed-book", ["closed-book"], "open-book")
     # a run recorded before strategies declared settings: checked against the declaration now
     with pytest.raises(HarnessError, match="agent closed-book does not implement the open-book setting"):
-        check_strategy_implements(tmp_path, {"name": "closed-book"}, {"agent": "closed-book"}, "open-book")
+        check_strategy_implements(tmp_path, "closed-book", None, "open-book")
 
 
 def test_plugins_are_listed(plugin_dir, capsys):

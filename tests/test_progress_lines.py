@@ -13,7 +13,8 @@ import pytest
 from harness.execution.config import build_config
 from harness.datasets import load_dataset
 from harness.models.scripted import register_script, unregister_script
-from harness.execution.runner import Run, _Progress
+from harness.execution.progress import Progress
+from harness.execution.runner import Run
 
 
 @pytest.fixture
@@ -64,7 +65,7 @@ def test_a_line_every_interval_while_nothing_finishes():
     stream = io.StringIO()
 
     async def main():
-        with _Progress(5, enabled=True, stream=stream, every_s=0.05) as progress:
+        with Progress(5, enabled=True, stream=stream, every_s=0.05) as progress:
             await asyncio.sleep(0.18)
             progress.advance(ok=True)
 
@@ -80,9 +81,9 @@ def test_a_terminal_keeps_the_live_display_and_quiet_prints_nothing():
         def isatty(self):
             return True
 
-    progress = _Progress(5, enabled=True, stream=Tty())
+    progress = Progress(5, enabled=True, stream=Tty())
     assert progress.enabled and not progress.lines
     stream = io.StringIO()
-    with _Progress(5, enabled=False, stream=stream) as quiet:
+    with Progress(5, enabled=False, stream=stream) as quiet:
         quiet.advance(ok=True)
     assert stream.getvalue() == ""

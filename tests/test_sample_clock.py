@@ -9,7 +9,8 @@ import pytest
 
 from harness.execution.config import build_config
 from harness.models.base import WAIT_CLOCK, WaitClock, waiting_for_turn
-from harness.execution.runner import Run, _within_own_time
+from harness.execution.attempt import within_own_time as _within_own_time
+from harness.execution.runner import Run
 
 
 async def queued_then_working(turn: asyncio.Lock, work_s: float) -> str:

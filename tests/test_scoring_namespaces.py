@@ -234,8 +234,8 @@ def test_upgrade_reads_format1(quest_case):
 
 
 def test_a_newer_results_format_is_refused():
-    with pytest.raises(HarnessError, match="results format 3"):
-        metric_values({"results_format": 3, "x": {"y": 1.0}})
+    with pytest.raises(HarnessError, match="results format 4"):
+        metric_values({"results_format": 4, "x": {"y": 1.0}})
 
 
 # --------------------------------------------------------------------------- runs and re-scoring

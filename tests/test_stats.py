@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from conftest import loaded_run
+
 from harness.scoring import stats
 from harness.datasets import load_dataset
 from harness.scoring.metrics import score_answers
@@ -196,17 +198,13 @@ def test_compare_bootstraps_a_number_that_is_not_a_mean():
             {"id": q.id, "answer": "\n".join(a["answer_text"] for a in q.answer[: k + i % 3])} for i, q in enumerate(qs)
         ]
         scores = score_answers(ds, qs, answers, ["set-f1"])
-        return {
-            "path": path,
-            "results": {"dataset": {"spec": ds.info.spec(), "sha256": ds.info.sha256}},
-            "scores": scores,
-        }
+        return loaded_run(path, scores, ds)
 
     a, b = run("a", 0), run("b", 2)
     result = compare_runs([a, b])
     e = result["metrics"]["set-f1.f1_ge_0.5"]
     assert e["kind"] == "aggregate"
-    want = b["scores"]["set-f1"]["f1_ge_0.5"] - a["scores"]["set-f1"]["f1_ge_0.5"]
+    want = b.scores["set-f1"]["f1_ge_0.5"] - a.scores["set-f1"]["f1_ge_0.5"]
     assert e["diffs"][0]["diff"] == pytest.approx(want) and want > 0
     assert e["diffs"][0]["ci95"][0] <= want <= e["diffs"][0]["ci95"][1] and 0 < e["diffs"][0]["p"] <= 1
     same = compare_runs([a, a])["metrics"]["set-f1.f1_ge_0.5"]["diffs"][0]
@@ -250,11 +248,7 @@ def test_corpus_bleu_from_turn_sums_is_sacrebleus_and_its_bootstrap_is_the_row_b
 
     def run(path, seed):
         scores = score_answers(ds, sub, _topiocqa_answers(sub, seed))
-        return {
-            "path": path,
-            "results": {"dataset": {"spec": ds.info.spec(), "sha256": ds.info.sha256}},
-            "scores": scores,
-        }
+        return loaded_run(path, scores, ds)
 
     a, b = run("a", 1), run("b", 2)
     fast_interval = a["scores"]["uncertainty"]["topiocqa.bleu_corpus"]
@@ -293,7 +287,7 @@ def test_rows_without_the_corpus_statistics_get_no_made_up_interval():
     e = old["topiocqa.bleu_corpus"]
     assert e["method"] == "none" and e["value"] == scores["topiocqa"]["bleu_corpus"] and "older version" in e["reason"]
     assert old["topiocqa.em"]["method"] == "analytic-clustered" or old["topiocqa.em"]["method"] == "analytic"
-    run = {"path": "old", "results": {"dataset": {"spec": ds.info.spec(), "sha256": ds.info.sha256}}, "scores": scores}
+    run = loaded_run("old", scores, ds)
     result = compare_runs([run, run])
     assert "topiocqa.bleu_corpus" not in result["metrics"] and "topiocqa.em" in result["metrics"]
 

@@ -87,7 +87,7 @@ def test_text_call_is_run_as_a_call_not_answered(scripted, hotpot_snapshot, tmp_
     model = scripted(f"text-call-{agent}-{form}", FORMATS[form])
     sample, results = _run(model, agent, hotpot_snapshot, tmp_path / "run")
     extra = sample["extra"]
-    assert sample["answer"] == ANSWER and extra["outcome"] == "answered" and extra["rounds"] == 2
+    assert sample["answer"] == ANSWER and sample["outcome"] == "answered" and extra["rounds"] == 2
     assert extra["text_tool_calls"] == 1 and extra["malformed_tool_calls"] == 0
     assert extra["text_tool_call_replies"] == [FORMATS[form]]
     assert [s["query"] for s in extra["searches"]] == ["Scott Derrickson"]
@@ -122,7 +122,7 @@ def test_a_model_that_only_writes_calls_ends_at_max_rounds_unanswered(scripted, 
                          "--agent-arg", "max_rounds=3")  # fmt: skip
     finally:
         unregister_script("always-calls")
-    assert sample["answer"] is None and sample["extra"]["outcome"] == "max_rounds"
+    assert sample["answer"] is None and sample["outcome"] == "max_rounds"
     assert sample["extra"]["text_tool_calls"] == 3
 
 

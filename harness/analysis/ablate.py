@@ -17,6 +17,7 @@ from typing import Any
 from harness.errors import ConfigError
 from harness.analysis.leaderboard import is_headline
 from harness.records import write_bytes_atomic
+from harness.execution.record import FailureNote, RunResults, read_results
 from harness.scoring.results import score_values
 
 SETTINGS = ("evidence-provided", "open-book")
@@ -42,52 +43,50 @@ def max_supported_context(model: str) -> int | None:
     return create_backend(model, BackendOptions()).max_context_size()
 
 
-def _row(size: int, run_dir: Path, results: dict[str, Any], ceiling_row: dict[str, Any] | None) -> dict[str, Any]:
-    cost = results.get("cost") or {}
-    metrics = score_values(results.get("scores"))  # counts (topiocqa.turns) are not plotted
-    errors = (results.get("scores") or {}).get("uncertainty") or {}
+def _row(size: int, run_dir: Path, results: RunResults, ceiling_row: dict[str, Any] | None) -> dict[str, Any]:
+    metrics = score_values(results.scores_dict())  # counts (topiocqa.turns) are not plotted
+    errors = results.scores.uncertainty if results.scores is not None else {}
     return {
         "context_size": size,
         "run_dir": str(run_dir),
-        "run_id": results.get("run_id"),
-        "status": results.get("status"),
-        "counts": results.get("counts"),
+        "run_id": results.run_id,
+        "status": results.status,
+        "counts": results.counts.model_dump(mode="json", exclude_unset=True),
         "metrics": metrics,
         "uncertainty": {
             m: {k: errors[m].get(k) for k in ("stderr", "ci95", "method")} for m in metrics if m in errors
         },
         "step": None,  # the change from the previous size, filled by add_steps
-        "tokens": results.get("tokens"),
-        "cost_usd": cost.get("total_usd"),
-        "outcomes": results.get("outcomes"),
-        "retrieval": results.get("retrieval"),
+        "tokens": results.tokens.model_dump(mode="json") if results.tokens is not None else None,
+        "cost_usd": results.cost.total_usd if results.cost is not None else None,
+        "outcomes": results.outcomes,
+        "retrieval": results.retrieval,
         "ceiling": {"loose": ceiling_row["loose"], "strict": ceiling_row["strict"]} if ceiling_row else None,
-        "failures": _failure_summary(results),
+        "failures": _failure_summary(results.failures),
     }
 
 
-def _failure_summary(results: dict[str, Any]) -> dict[str, Any] | None:
+def _failure_summary(failures_by_key: dict[str, FailureNote]) -> dict[str, Any] | None:
     """Failures by type and one example: at small sizes ``no_evidence_packed`` is expected, and the
     console says which failures a rerun can fix."""
-    failures = list((results.get("failures") or {}).values())
+    failures = list(failures_by_key.values())
     if not failures:
         return None
     types: dict[str, int] = {}
     for f in failures:
-        types[f["type"]] = types.get(f["type"], 0) + 1
-    return {"types": types, "example": failures[0]}
+        types[f.type] = types.get(f.type, 0) + 1
+    return {"types": types, "example": failures[0].model_dump(mode="json")}
 
 
-def add_steps(rows: list[dict[str, Any]], results: list[dict[str, Any]]) -> None:
+def add_steps(rows: list[dict[str, Any]], results: list[RunResults]) -> None:
     """Each row's ``step``: per headline metric, the paired difference from the previous size on the
     questions both runs scored, its interval, p-value and whether it is significant (harness.analysis.compare)."""
-    from harness.analysis.compare import compare_runs
+    from harness.analysis.compare import LoadedRun, compare_runs
     from harness.errors import HarnessError
-    from harness.scoring.results import upgrade
 
-    runs = [{"path": r["run_dir"], "results": res, "scores": upgrade(res.get("scores"))} for r, res in zip(rows, results)]
+    runs = [LoadedRun.of(r["run_dir"], res) for r, res in zip(rows, results)]
     for i in range(1, len(rows)):
-        if not (runs[i - 1]["scores"] or {}).get("raw") or not (runs[i]["scores"] or {}).get("raw"):
+        if not runs[i - 1].scores.get("raw") or not runs[i].scores.get("raw"):
             continue
         try:
             result = compare_runs([runs[i - 1], runs[i]])
@@ -211,14 +210,15 @@ async def run_ablation(flat: dict[str, Any], sizes: list[int], out: Path) -> dic
     base = build_config(flat)
     # Every run is set up (and so checked) before the first one spends anything.
     runs = {size: Run(build_config({**flat, "context_size": size, "out": str(out / f"ctx-{size}")})) for size in sizes}
-    results: dict[int, dict[str, Any]] = {}
+    results: dict[int, RunResults] = {}
     for size, run in runs.items():
         print(f"ablate: context size {size} -> {run.config.out}", file=sys.stderr)
-        results[size] = await run.execute()
+        await run.execute()
+        results[size] = read_results(run.run_dir)  # as every reader reads a run: its results.json, typed
 
     first = results[sizes[0]]
     ceiling = None
-    if first.get("scores") is not None:  # the ceiling needs reference answers
+    if first.scores is not None:  # the ceiling needs reference answers
         ceiling = await compute_ceiling(ceiling_config(base, flat), sizes)
     by_size = {r["context_size"]: r for r in (ceiling or {}).get("rows", [])}
     rows = [_row(size, out / f"ctx-{size}", results[size], by_size.get(size)) for size in sizes]
@@ -229,9 +229,9 @@ async def run_ablation(flat: dict[str, Any], sizes: list[int], out: Path) -> dic
     ablation = {
         "model": base.model,
         "setting": base.setting,
-        "agent": first.get("agent", {}).get("name"),
-        "dataset": first["dataset"]["spec"],
-        "n_samples": first["counts"]["selected"],
+        "agent": first.agent_name,
+        "dataset": first.dataset.spec,
+        "n_samples": first.counts.selected,
         "context_sizes": sizes,
         "metrics": metrics,
         "rows": rows,

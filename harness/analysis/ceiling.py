@@ -14,7 +14,8 @@ from harness.errors import ConfigError, MissingEvidenceError
 async def compute_ceiling(config: RunConfig, context_sizes: list[int]) -> dict[str, Any]:
     from harness.datasets import load_dataset
     from harness.models import create_backend
-    from harness.execution.runner import select_samples, snapshot_hash
+    from harness.execution.runner import select_samples
+    from harness.execution.summary import snapshot_hash
     from harness.scoring.fanoutqa_metrics import answer_in_text
     from harness.strategy import budget_tokens, create_agent
     from wiki_snapshot import Snapshot

@@ -22,60 +22,64 @@ under ``skipped`` with the reason.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from harness.errors import HarnessError
-from harness.scoring.results import metric_aggregates, upgrade
+from harness.execution.record import RunResults, read_results, results_path
+from harness.scoring.results import metric_aggregates
 from harness.scoring.uncertainty import _flat_leaves, collapse_repeats, leaf, plan_leaf_of_runs, sums_of
 
 ALPHA = 0.05
 TOP_CHANGED = 5
 
 
-def load_run(path: str | Path) -> dict[str, Any]:
-    """{"path", "results", "scores"} of a run directory (or its results.json); one-line errors."""
-    from harness.records import read_json
+@dataclass(frozen=True)
+class LoadedRun:
+    """A run to compare: where it is, its typed results, and its scores as the scoring functions read them."""
 
-    path = Path(path)
-    file = path / "results.json" if path.is_dir() else path
-    if not file.exists():
-        what = "no results.json in" if path.is_dir() else "no such run directory:"
-        raise HarnessError(f"{what} {path}")
-    results = read_json(file)
-    if not isinstance(results, dict):
-        raise HarnessError(f"{file}: not a harness results.json")
-    scores = upgrade(results.get("scores"))
-    if not scores or not scores.get("raw"):
-        raise HarnessError(f"{file}: no per-question scores (an unscored run: harness score {path} first)")
-    return {"path": str(path), "results": results, "scores": scores}
+    path: str
+    results: RunResults
+    scores: dict[str, Any]
+
+    @classmethod
+    def of(cls, path: str | Path, results: RunResults) -> LoadedRun:
+        return cls(str(path), results, results.scores_dict() or {})
 
 
-def dataset_of(run: dict[str, Any]) -> tuple[str | None, str | None]:
-    dataset = run["results"].get("dataset") or {}
-    meta = run["scores"].get("meta") or {}
-    return dataset.get("spec") or meta.get("dataset"), dataset.get("sha256") or meta.get("dataset_sha256")
+def load_run(path: str | Path) -> LoadedRun:
+    """A run directory (or its results.json) with per-question scores; one-line errors."""
+    run = LoadedRun.of(path, read_results(path))
+    if not run.scores.get("raw"):
+        raise HarnessError(f"{results_path(path)}: no per-question scores (an unscored run: harness score {path} first)")
+    return run
 
 
-def label(run: dict[str, Any]) -> str:
-    r = run["results"]
-    config = r.get("config") or {}
-    agent = (r.get("agent") or {}).get("name")
-    parts = [config.get("model"), r.get("setting"), agent if agent != r.get("setting") else None]
-    ctx = (r.get("model") or {}).get("context_size")
+def dataset_of(run: LoadedRun) -> tuple[str | None, str | None]:
+    meta = run.results.scores.meta if run.results.scores is not None else None
+    spec = run.results.dataset.spec or (meta.dataset if meta else None)
+    return spec, run.results.dataset.sha256 or (meta.dataset_sha256 if meta else None)
+
+
+def label(run: LoadedRun) -> str:
+    r = run.results
+    agent = r.agent_name
+    parts = [r.config.model, r.setting, agent if agent != r.setting else None]
+    ctx = r.context_size
     text = " ".join(str(p) for p in parts if p)
-    return f"{text} ctx={ctx}" if ctx else text or run["path"]
+    return f"{text} ctx={ctx}" if ctx else text or run.path
 
 
-def _implementation(run: dict[str, Any], name: str) -> tuple[Any, str, str | None]:
+def _implementation(run: LoadedRun, name: str) -> tuple[Any, str, str | None]:
     """(the metric function that scored ``run``'s ``name``, or None; its identity; why None). Taken
     from what the run recorded (a plugin's reference and sha256 or package version), never the
     current registry's ``name``: a plugin may share a built-in's name and aggregate otherwise."""
     from harness.scoring.metrics import METRICS
 
-    info = ((run["scores"].get("meta") or {}).get("metric_info") or {}).get(name) or {}
+    info = run.results.scores.meta.metric_info.get(name) or {} if run.results.scores is not None else {}
     record = info.get("plugin") if isinstance(info, dict) else None
     if not isinstance(record, dict):  # built-ins record no plugin
         try:
@@ -83,7 +87,7 @@ def _implementation(run: dict[str, Any], name: str) -> tuple[Any, str, str | Non
         except Exception:  # noqa: BLE001 - any failure is a reason, never a crash
             entry = None
         if entry is None or entry.source != "builtin":
-            return None, f"unrecorded:{name}", f"{run['path']} does not record which plugin scored {name}"
+            return None, f"unrecorded:{name}", f"{run.path} does not record which plugin scored {name}"
         return entry.obj, f"builtin:{name}", None
     keys = ("sha256", "package", "version")
     identity = {k: record[k] for k in keys if k in record}
@@ -95,14 +99,14 @@ def _implementation(run: dict[str, Any], name: str) -> tuple[Any, str, str | Non
     try:
         fn, found = _load_recorded(run, record, name)
     except Exception as exc:  # noqa: BLE001 - a plugin that cannot load here is a reason, not a crash
-        return None, ident, f"{run['path']}'s {what} cannot be loaded here: {_error_line(exc)}"
+        return None, ident, f"{run.path}'s {what} cannot be loaded here: {_error_line(exc)}"
     # an in-process registration has no identity to check; anything else must match the record
     if record.get("source") != "registered" and (not identity or any(found.get(k) != v for k, v in identity.items())):
-        return None, ident, f"{run['path']}'s {what} is not verifiably the code found now (identity differs)"
+        return None, ident, f"{run.path}'s {what} is not verifiably the code found now (identity differs)"
     return fn, ident, None
 
 
-def _load_recorded(run: dict[str, Any], record: dict[str, Any], name: str) -> tuple[Any, dict[str, Any]]:
+def _load_recorded(run: LoadedRun, record: dict[str, Any], name: str) -> tuple[Any, dict[str, Any]]:
     """(function, identity found) of a recorded plugin metric. A ``FILE.py`` is looked for where it
     was given (relative to the current directory), then beside the run; it is executed only when its
     sha256 is the recorded one."""
@@ -114,7 +118,7 @@ def _load_recorded(run: dict[str, Any], record: dict[str, Any], name: str) -> tu
     source, ref = record.get("source"), record.get("ref") or ""
     if source == "file":
         given = Path(record.get("file") or ref.rpartition(":")[0])
-        run_dir = Path(run["path"]) if Path(run["path"]).is_dir() else Path(run["path"]).parent
+        run_dir = Path(run.path) if Path(run.path).is_dir() else Path(run.path).parent
         places = [given] if given.is_absolute() else [given, run_dir / given, run_dir.parent / given]
         for place in places:
             if place.is_file() and hashlib.sha256(place.read_bytes()).hexdigest() == record.get("sha256"):
@@ -132,7 +136,7 @@ def _load_recorded(run: dict[str, Any], record: dict[str, Any], name: str) -> tu
     raise HarnessError(f"unknown plugin source {source!r}")
 
 
-def metric_of_run(run: dict[str, Any], name: str) -> Any:
+def metric_of_run(run: LoadedRun, name: str) -> Any:
     """The metric function that scored ``run``'s ``name`` (``_implementation``), None when it cannot
     be had: then only its means of per-question values get intervals."""
     return _implementation(run, name)[0]
@@ -143,7 +147,7 @@ def _error_line(exc: BaseException) -> str:
     return " ".join(text.split())[:300]
 
 
-def _metric_of_runs(runs: list[dict[str, Any]], name: str) -> tuple[Any, str | None]:
+def _metric_of_runs(runs: list[LoadedRun], name: str) -> tuple[Any, str | None]:
     """(the one implementation of ``name`` every run was scored by, or None; why None)."""
     found = [_implementation(run, name) for run in runs]
     if len({ident for _, ident, _ in found}) > 1:  # first: no loading makes two implementations one
@@ -153,13 +157,13 @@ def _metric_of_runs(runs: list[dict[str, Any]], name: str) -> tuple[Any, str | N
     return (None, why) if why else (found[0][0], None)
 
 
-def _clusters(runs: list[dict[str, Any]], ids: list[str]) -> tuple[list[Any] | None, str | None]:
+def _clusters(runs: list[LoadedRun], ids: list[str]) -> tuple[list[Any] | None, str | None]:
     """Each shared question's cluster, from every run that records a clustering (so whether the
     comparison is clustered does not depend on which run comes first). Runs clustered differently
     are joined: questions that share a cluster in any run share one here (coarser: never too narrow)."""
     found = []
     for run in runs:
-        clustering = (run["scores"].get("meta") or {}).get("clustering") or {}
+        clustering = run.results.scores.meta.clustering if run.results.scores is not None else {}
         if clustering.get("by") and clustering.get("clusters"):
             labels = clustering["clusters"]
             found.append((clustering["by"], [labels.get(q, f"question:{q}") for q in ids]))
@@ -185,7 +189,7 @@ def _clusters(runs: list[dict[str, Any]], ids: list[str]) -> tuple[list[Any] | N
 
 
 def compare_runs(
-    runs: list[dict[str, Any]], allow_mismatch: bool = False, metrics: list[str] | None = None
+    runs: list[LoadedRun], allow_mismatch: bool = False, metrics: list[str] | None = None
 ) -> dict[str, Any]:
     """The comparison of ``runs`` (``load_run``'s) with the first; see the module docstring."""
     from harness.scoring import stats
@@ -198,15 +202,15 @@ def compare_runs(
         if (spec, sha) != (base_spec, base_sha) and not allow_mismatch:
             why = f"{spec} vs {base_spec}" if spec != base_spec else f"{spec}: the dataset files differ (sha256)"
             raise HarnessError(
-                f"{run['path']} and {runs[0]['path']} score different datasets ({why}); "
+                f"{run.path} and {runs[0].path} score different datasets ({why}); "
                 "--allow-mismatch compares them anyway"
             )
-    rows = [{r["question_id"]: r for r in collapse_repeats(run["scores"]["raw"])} for run in runs]
+    rows = [{r["question_id"]: r for r in collapse_repeats(run.scores["raw"])} for run in runs]
     # one order whichever run comes first: the same resamples and permutations, mirrored results
     shared = sorted((q for q in rows[0] if all(q in other for other in rows[1:])), key=str)
     if not shared:
-        raise HarnessError(f"{runs[0]['path']} and the other runs share no scored question")
-    aggs = [metric_aggregates(run["scores"]) for run in runs]
+        raise HarnessError(f"{runs[0].path} and the other runs share no scored question")
+    aggs = [metric_aggregates(run.scores) for run in runs]
     names = [m for m in aggs[0] if all(m in a for a in aggs[1:])]
     # the leaves every run has (each run's own aggregate may have others)
     leaves = {m: [p for p in _flat_leaves(aggs[0][m]) if all(p in _flat_leaves(a[m]) for a in aggs[1:])] for m in names}
@@ -221,8 +225,8 @@ def compare_runs(
         raise HarnessError("the runs share no metric")
     clusters, cluster_by = _clusters(runs, shared)
     out: dict[str, Any] = {
-        "runs": [{"path": r["path"], "label": label(r), "dataset": dataset_of(r)[0]} for r in runs],
-        "baseline": runs[0]["path"],
+        "runs": [{"path": r.path, "label": label(r), "dataset": dataset_of(r)[0]} for r in runs],
+        "baseline": runs[0].path,
         "n_shared": len(shared),
         "n_questions": [len(r) for r in rows],
         "clustering": {"by": cluster_by, "n_clusters": len(set(clusters))} if clusters else {"by": None},

@@ -81,33 +81,30 @@ class RunForExport:
 
     def __init__(self, run_dir: Path):
         from harness.datasets import load_dataset
-        from harness.records import read_json
+        from harness.execution.record import read_results
         from harness.records import RESULTS_FILE, load_finished
 
         self.dir = run_dir
         if not (run_dir / RESULTS_FILE).exists():
             raise HarnessError(f"{run_dir}: not a run directory (no {RESULTS_FILE})")
-        self.results = results = read_json(run_dir / RESULTS_FILE)
-        try:
-            dataset, self.setting, config = results["dataset"], results["setting"], results["config"]
-        except (KeyError, TypeError):
-            raise HarnessError(f"{run_dir / RESULTS_FILE}: not a harness results file") from None
-        if dataset.get("name") != "fanoutqa":
-            raise HarnessError(f"{run_dir}: a {dataset.get('spec')} run; the FanOutQA leaderboard takes FanOutQA runs")
-        if dataset.get("split") != "test":
+        self.results = results = read_results(run_dir / RESULTS_FILE)
+        dataset, self.setting = results.dataset, results.setting
+        if dataset.name != "fanoutqa":
+            raise HarnessError(f"{run_dir}: a {dataset.spec} run; the FanOutQA leaderboard takes FanOutQA runs")
+        if dataset.split != "test":
             raise HarnessError(
-                f"{run_dir}: a {dataset.get('spec')} run; the leaderboard takes test-set generations "
+                f"{run_dir}: a {dataset.spec} run; the leaderboard takes test-set generations "
                 "(run with --dataset fanoutqa:test)"
             )
         if self.setting not in SETTING_NAMES:
             raise HarnessError(f"{run_dir}: setting {self.setting!r} is not one of the leaderboard's")
-        self.model = config.get("model")
-        self.agent = results.get("agent") or {}
-        check_strategy_implements(run_dir, self.agent, config, self.setting)
-        self.context_size = (results.get("model") or {}).get("context_size")
-        test = load_dataset(dataset["spec"], config.get("data_path"))
-        if test.info.sha256 != dataset.get("sha256"):
-            raise HarnessError(f"{run_dir}: {dataset['spec']} changed since the run (sha256 differs)")
+        self.model = results.config.model
+        check_strategy_implements(run_dir, results.agent_name, results.agent.settings if results.agent else None, self.setting)
+        self.context_size = results.context_size
+        self.native_tool_calling = results.native_tool_calling
+        test = load_dataset(dataset.spec, results.config.data_path)
+        if test.info.sha256 != dataset.sha256:
+            raise HarnessError(f"{run_dir}: {dataset.spec} changed since the run (sha256 differs)")
         finished = load_finished(run_dir)
         self.test_ids = [s.id for s in test.samples]
         # The official reader wants a string per line; a finished sample with no answer (context
@@ -116,12 +113,8 @@ class RunForExport:
             {"id": qid, "answer": _as_text(finished[qid].get("answer"))} for qid in self.test_ids if qid in finished
         ]
         self.no_answer = [qid for qid in self.test_ids if qid in finished and finished[qid].get("answer") is None]
-        self.failed = [qid for qid in (results.get("failures") or {}) if qid not in finished]
+        self.failed = [qid for qid in results.failures if qid not in finished]
         self.missing = len(self.test_ids) - len(self.answers)
-
-    @property
-    def native_tool_calling(self) -> bool:
-        return self.agent.get("protocol") == "native"
 
 
 def _as_text(answer: Any) -> str:
@@ -234,13 +227,12 @@ def export_fanoutqa_submission(
     return report
 
 
-def check_strategy_implements(run_dir, agent: dict[str, Any], config: dict[str, Any], setting: str) -> None:
+def check_strategy_implements(run_dir, name: str | None, implemented: list[str] | None, setting: str) -> None:
     """A run is exported under its setting only if its strategy implements that setting (runs made
     before strategies declared their settings are checked against the strategy's declaration now)."""
     from harness.strategy import AGENTS, SETTINGS
 
-    name = agent.get("name") or config.get("agent") or SETTINGS.get(setting)
-    implemented = agent.get("settings")
+    name = name or SETTINGS.get(setting)
     if implemented is None:
         try:
             implemented = list(AGENTS.get(name).settings)

@@ -11,9 +11,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from harness.execution.config import BACKEND_NOT_HASHED, NOT_HASHED
 from harness.errors import HarnessError
-from harness.scoring.results import (  # read results format 1 and 2
+from harness.execution.config import BACKEND_NOT_HASHED, NOT_HASHED, RunConfig
+from harness.execution.record import CostRecord, read_results
+from harness.records import RESULTS_FILE
+from harness.scoring.results import (
     breakdown_values,
     count_values,
     headline_of,
@@ -21,7 +23,6 @@ from harness.scoring.results import (  # read results format 1 and 2
     score_values,
 )
 
-RESULTS_FILE = "results.json"
 # Identity of a row (shown in its own columns, never as a knob)
 KEY_FIELDS = ("model", "dataset", "split", "version", "setting", "agent")
 NOT_KNOBS = NOT_HASHED | BACKEND_NOT_HASHED | {"model", "dataset", "setting", "agent"}
@@ -30,19 +31,12 @@ NOT_KNOBS = NOT_HASHED | BACKEND_NOT_HASHED | {"model", "dataset", "setting", "a
 is_headline = headline_of  # shown in tables and plots: F-scores and accuracies, not precision/recall
 
 
-def _flat_config(config: dict[str, Any]) -> dict[str, Any]:
+def _flat_config(config: RunConfig) -> dict[str, Any]:
     """Config leaves under their flag names (generation and backend knobs unnested). A knob that a
-    run from an older harness did not record has its default, so it does not show as a difference."""
-    from harness.execution.config import RunConfig
-
-    merged = RunConfig().model_dump(mode="json")
-    for key, value in config.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = {**merged[key], **value}
-        else:
-            merged[key] = value
+    run from an older harness did not record has its default (the typed record fills it), so it
+    does not show as a difference."""
     out: dict[str, Any] = {}
-    for key, value in merged.items():
+    for key, value in config.model_dump(mode="json").items():
         if key in ("generation", "backend") and isinstance(value, dict):
             for sub, v in value.items():
                 if sub not in NOT_KNOBS:
@@ -63,60 +57,47 @@ def find_runs(root: Path) -> list[Path]:
 
 def load_row(run_dir: Path) -> dict[str, Any]:
     """One run as a leaderboard row; HarnessError (one line) when results.json is unusable."""
-    path = run_dir / RESULTS_FILE
-    try:
-        results = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise HarnessError(f"{path}: not valid JSON ({exc})") from None
-    try:
-        dataset = results["dataset"]
-        config = results["config"]
-        counts = results["counts"]
-        model = results.get("model") or {}
-        agent = results.get("agent") or {}
-        scores = results.get("scores")
-        cost = results.get("cost") or {}
-        metrics = score_values(scores)  # METRIC.NAME scores, in either results format; counts apart
-        errors = (scores or {}).get("uncertainty") or {}  # none in results from before the error bars
-        return {
-            "model": config["model"],
-            "dataset": dataset["name"],
-            "split": dataset["split"],
-            "version": dataset["version"],
-            "setting": results["setting"],
-            "agent": agent.get("name") or config.get("agent"),
-            "knobs": {},
-            "run_id": results.get("run_id"),
-            "status": results.get("status"),
-            "n_scored": (scores or {}).get("meta", {}).get("n_questions"),
-            "n_selected": counts["selected"],
-            "n_finished": counts["finished"],
-            "n_failed": counts["failed"],
-            "metrics": metrics,
-            "score_counts": count_values(scores),  # e.g. topiocqa.turns: not a score, never a metric column
-            # {group: {value: {"n", METRIC.NAME: mean}}}: FanOutQA category, QAMPARI type, ...
-            "breakdown": breakdown_values(scores),
-            # next to each value: its standard error and 95% interval (None: no interval, e.g. a count)
-            "stderr": {m: (errors.get(m) or {}).get("stderr") for m in metrics if m in errors},
-            "ci95": {m: (errors.get(m) or {}).get("ci95") for m in metrics if m in errors},
-            "uncertainty_method": {m: errors[m].get("method") for m in metrics if m in errors},
-            "tokens": results.get("tokens"),
-            "cost_usd": cost.get("total_usd"),
-            "cost_per_sample_usd": cost.get("per_sample_usd"),
-            "spent_usd": cost.get("spent_usd"),
-            "cost_note": (cost.get("price") or {}).get("reason") or (cost.get("price") or {}).get("note"),
-            "context_size": model.get("context_size"),
-            "native_tool_calling": agent.get("protocol") == "native",
-            "backend": model.get("backend"),
-            "path": str(run_dir),
-            "config_hash": results.get("config_hash"),
-            "ended_at": results.get("ended_at"),
-            "_config": _flat_config(config),
-        }
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise HarnessError(f"{path}: not a harness results file (missing {exc})") from None
-    except HarnessError as exc:  # a results format this harness does not read
-        raise HarnessError(f"{path}: {exc}") from None
+    results = read_results(run_dir / RESULTS_FILE)
+    scores = results.scores_dict()
+    cost = results.cost or CostRecord()
+    price = cost.price or {}
+    metrics = score_values(scores)  # METRIC.NAME scores; counts apart
+    errors = results.scores.uncertainty if results.scores is not None else {}  # none before the error bars
+    return {
+        "model": results.config.model,
+        "dataset": results.dataset.name,
+        "split": results.dataset.split,
+        "version": results.dataset.version,
+        "setting": results.setting,
+        "agent": results.agent_name,
+        "knobs": {},
+        "run_id": results.run_id,
+        "status": results.status,
+        "n_scored": results.scores.meta.n_questions if results.scores is not None else None,
+        "n_selected": results.counts.selected,
+        "n_finished": results.counts.finished,
+        "n_failed": results.counts.failed,
+        "metrics": metrics,
+        "score_counts": count_values(scores),  # e.g. topiocqa.turns: not a score, never a metric column
+        # {group: {value: {"n", METRIC.NAME: mean}}}: FanOutQA category, QAMPARI type, ...
+        "breakdown": breakdown_values(scores),
+        # next to each value: its standard error and 95% interval (None: no interval, e.g. a count)
+        "stderr": {m: (errors.get(m) or {}).get("stderr") for m in metrics if m in errors},
+        "ci95": {m: (errors.get(m) or {}).get("ci95") for m in metrics if m in errors},
+        "uncertainty_method": {m: errors[m].get("method") for m in metrics if m in errors},
+        "tokens": results.tokens.model_dump(mode="json") if results.tokens is not None else None,
+        "cost_usd": cost.total_usd,
+        "cost_per_sample_usd": cost.per_sample_usd,
+        "spent_usd": cost.spent_usd,
+        "cost_note": price.get("reason") or price.get("note"),
+        "context_size": results.context_size,
+        "native_tool_calling": results.native_tool_calling,
+        "backend": results.backend,
+        "path": str(run_dir),
+        "config_hash": results.config_hash,
+        "ended_at": results.ended_at,
+        "_config": _flat_config(results.config),
+    }
 
 
 def _differing_knobs(rows: list[dict[str, Any]]) -> None:

@@ -35,13 +35,13 @@ def power_analysis(
 
     run = load_run(run_path)
     other = load_run(paired_with) if paired_with else None
-    scores = run["scores"]
+    scores = run.scores
     table = uncertainty_of(scores)
     if not table:  # a results file from before the error bars: computed now, not written
         from harness.analysis.compare import metric_of_run
         from harness.scoring.results import metric_aggregates
 
-        clusters = ((scores.get("meta") or {}).get("clustering") or {}).get("clusters")
+        clusters = run.results.scores.meta.clustering.get("clusters")
         table = compute_uncertainty({m: metric_of_run(run, m) for m in metric_aggregates(scores)}, scores, clusters)
     key = resolve_metric(metric, list(table))
     entry = table[key]
@@ -50,7 +50,7 @@ def power_analysis(
             f"--metric {key}: the run has no standard error for it (n={entry.get('n')}; {entry.get('method')})"
         )
     out: dict[str, Any] = {
-        "run": run["path"], "metric": key, "delta": delta, "alpha": alpha, "power": power,
+        "run": run.path, "metric": key, "delta": delta, "alpha": alpha, "power": power,
         "pilot": {"n": entry["n"], "value": entry["value"], "stderr": entry["stderr"], "method": entry["method"]},
     }
     if other is not None:
@@ -60,7 +60,7 @@ def power_analysis(
         diff = result["metrics"][key]["diffs"][0]
         n = result["n_shared"]
         sd = diff["stderr"] * math.sqrt(n)
-        out.update(design="paired", paired_with=other["path"], n_shared=n, sd=sd, observed_diff=diff["diff"])
+        out.update(design="paired", paired_with=other.path, n_shared=n, sd=sd, observed_diff=diff["diff"])
     else:
         n = entry["n"]
         sd = entry["stderr"] * math.sqrt(n)

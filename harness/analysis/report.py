@@ -14,9 +14,12 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from harness.errors import HarnessError
+from pydantic import ValidationError
+
 from harness.analysis.leaderboard import is_headline
-from harness.records import record_epoch, write_bytes_atomic
+from harness.errors import HarnessError
+from harness.execution.record import CostRecord, ModelRecord, RunResults, SampleRow, read_results
+from harness.records import FAILURES_FILE, iter_jsonl, load_finished, write_bytes_atomic
 from harness.scoring.results import breakdown_values, count_values, per_question, scale_of, score_values
 
 REPORT_FILE = "report.html"
@@ -45,20 +48,27 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _load_records(run_dir: Path) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
-    from harness.records import iter_jsonl
-    from harness.records import FAILURES_FILE, load_finished
-
-    finished = load_finished(run_dir)
-    failed: dict[str, dict[str, Any]] = {}
+def _load_records(run_dir: Path) -> tuple[dict[str, SampleRow], dict[str, SampleRow]]:
+    """(finished rows by work key, the last failed attempt of each question's epoch 1), typed; a row
+    this harness cannot read is skipped as a run's resume skips it."""
+    finished = {key: row for key, record in load_finished(run_dir).items() if (row := _row(record)) is not None}
+    failed: dict[str, SampleRow] = {}
     if (run_dir / FAILURES_FILE).exists():
         for _, record in iter_jsonl(run_dir / FAILURES_FILE, strict=False):
-            if isinstance(record.get("id"), str) and record.get("epoch", 1) == 1:
-                failed[record["id"]] = record  # the last attempt (epoch 1: the rows are questions)
+            row = _row(record)
+            if row is not None and row.epoch == 1:
+                failed[row.id] = row  # the last attempt (epoch 1: the rows are questions)
     return finished, failed
 
 
-def _dataset_samples(results: dict[str, Any]) -> dict[str, Any]:
+def _row(record: dict[str, Any]) -> SampleRow | None:
+    try:
+        return SampleRow.model_validate(record)
+    except ValidationError:
+        return None
+
+
+def _dataset_samples(results: RunResults) -> dict[str, Any]:
     """The run's questions by id, when its dataset can still be loaded: the question of a sample
     that never finished, and the reference answer shown in each transcript."""
     from harness.execution.scoring import load_run_dataset
@@ -71,55 +81,43 @@ def _dataset_samples(results: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_report_data(run_dir: Path) -> dict[str, Any]:
-    from harness.records import read_json
-    from harness.records import RESULTS_FILE
-
-    if not (run_dir / RESULTS_FILE).exists():
-        raise HarnessError(f"{run_dir}: not a run directory (no {RESULTS_FILE})")
-    results = read_json(run_dir / RESULTS_FILE)
-    if not isinstance(results, dict) or "counts" not in results or "dataset" not in results:
-        raise HarnessError(f"{run_dir / RESULTS_FILE}: not a harness results file")
+    results = read_results(run_dir)
     finished, failed = _load_records(run_dir)
-    try:
-        by_question = per_question(results.get("scores"))  # METRIC.NAME values, results format 1 or 2
-    except HarnessError as exc:
-        raise HarnessError(f"{run_dir / RESULTS_FILE}: {exc}") from None
+    by_question = per_question(results.scores_dict())  # METRIC.NAME values
     samples = _dataset_samples(results)
-    ids = results.get("sample_ids") or list(finished)
+    ids = results.sample_ids or list(finished)
     later_epochs: dict[str, list[tuple[int, Any]]] = {}  # --epochs: the other epochs' answers, in the transcript
-    for record in finished.values():
-        if record_epoch(record) > 1:
-            later_epochs.setdefault(record["id"], []).append((record_epoch(record), record.get("answer")))
+    for row in finished.values():
+        if row.epoch > 1:
+            later_epochs.setdefault(row.id, []).append((row.epoch, row.answer))
     rows = []
     for index, qid in enumerate(ids, 1):
         record = finished.get(qid) or failed.get(qid)
-        status = (
-            "ok" if qid in finished else (f"failed: {failed[qid].get('error_type')}" if qid in failed else "pending")
-        )
-        extra = (record or {}).get("extra") or {}
-        usage = (record or {}).get("usage") or {}
+        status = "ok" if qid in finished else (f"failed: {failed[qid].error_type}" if qid in failed else "pending")
+        extra = record.extra if record is not None else {}
+        usage = record.usage if record is not None else None
         rows.append(
             {
                 "index": index,
                 "id": qid,
                 "status": status,
-                "outcome": extra.get("outcome", "answered" if qid in finished else None),
-                "question": (record or {}).get("question") or getattr(samples.get(qid), "question", None),
-                "answer": (record or {}).get("answer"),
+                "outcome": (record.outcome or "answered") if qid in finished else None,
+                "question": (record.question if record is not None else None) or getattr(samples.get(qid), "question", None),
+                "answer": record.answer if record is not None else None,
                 "reference": getattr(samples.get(qid), "answer", None),
-                "error": (record or {}).get("error"),
+                "error": record.error if record is not None else None,
                 "scores": dict(by_question.get(qid, {})),
-                "prompt_tokens": usage.get("prompt_tokens"),
-                "completion_tokens": usage.get("completion_tokens"),
-                "tokens": (usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)) if usage else None,
-                "model_calls": (record or {}).get("model_calls"),
-                "cache_hits": (record or {}).get("cache_hits"),
-                "latency_s": (record or {}).get("latency_s"),
-                "cost_usd": (record or {}).get("cost_usd"),
+                "prompt_tokens": usage.prompt_tokens if usage else None,
+                "completion_tokens": usage.completion_tokens if usage else None,
+                "tokens": usage.prompt_tokens + usage.completion_tokens if usage else None,
+                "model_calls": record.model_calls if record is not None else None,
+                "cache_hits": record.cache_hits if record is not None else None,
+                "latency_s": record.latency_s if record is not None else None,
+                "cost_usd": record.cost_usd if record is not None else None,
                 "searches": len(extra.get("searches", [])) if "searches" in extra else None,
-                "truncated_output": (record or {}).get("truncated_output"),
+                "truncated_output": record.truncated_output if record is not None else None,
                 "epoch_answers": sorted(later_epochs.get(qid, [])),
-                "messages": (record or {}).get("messages") or [],
+                "messages": record.messages if record is not None else [],
                 "extra": extra,
                 # breakdown fields (FanOutQA category, QAMPARI type, ...): the report filters on them
                 "groups": dict(getattr(samples.get(qid), "groups", None) or {}),
@@ -221,49 +219,48 @@ def _kv_table(pairs: list[tuple[str, Any]]) -> str:
     return f'<table class="kv">{body}</table>'
 
 
-def _meta_section(results: dict[str, Any]) -> str:
-    model = results.get("model") or {}
-    agent = results.get("agent") or {}
-    cost = results.get("cost") or {}
-    tokens = results.get("tokens") or {}
-    counts = results.get("counts") or {}
-    config = results.get("config") or {}
+def _meta_section(results: RunResults) -> str:
+    model = results.model or ModelRecord()
+    cost = results.cost or CostRecord()
+    price = cost.price or {}
+    counts = results.counts
     pairs = [
-        ("run id", results.get("run_id")),
-        ("status", results.get("status")),
-        ("dataset", (results.get("dataset") or {}).get("spec")),
-        ("setting", results.get("setting")),
-        ("agent", agent.get("name")),
-        ("native tool calling", agent.get("protocol") == "native"),
-        ("model", config.get("model")),
-        ("backend", model.get("backend")),
-        ("context size", model.get("context_size")),
-        ("tokenizer", model.get("tokenizer")),
-        ("generation", json.dumps(results.get("generation"), sort_keys=True)),
-        ("selected / finished / failed / pending", "{selected} / {finished} / {failed} / {pending}".format(**counts)),
-        ("outcomes", json.dumps(results.get("outcomes"), sort_keys=True)),
-        ("tokens prompt / completion", f"{tokens.get('prompt')} / {tokens.get('completion')}"),
-        ("model calls", results.get("model_calls")),
-        ("cost USD (list price, total)", cost.get("total_usd")),
-        ("spent USD", cost.get("spent_usd")),
-        ("cost note", (cost.get("price") or {}).get("reason") or (cost.get("price") or {}).get("note")),
-        ("started / ended", f"{results.get('started_at')} / {results.get('ended_at')}"),
-        ("harness", json.dumps(results.get("harness"), sort_keys=True)),
-        ("config hash", results.get("config_hash")),
+        ("run id", results.run_id),
+        ("status", results.status),
+        ("dataset", results.dataset.spec),
+        ("setting", results.setting),
+        ("agent", results.agent_name),
+        ("native tool calling", results.native_tool_calling),
+        ("model", results.config.model),
+        ("backend", model.backend),
+        ("context size", model.context_size),
+        ("tokenizer", model.tokenizer),
+        ("generation", json.dumps(results.generation, sort_keys=True)),
+        ("selected / finished / failed / pending", f"{counts.selected} / {counts.finished} / {counts.failed} / {counts.pending}"),
+        ("outcomes", json.dumps(results.outcomes, sort_keys=True)),
+        ("tokens prompt / completion", f"{results.tokens.prompt} / {results.tokens.completion}" if results.tokens else None),
+        ("model calls", results.model_calls),
+        ("cost USD (list price, total)", cost.total_usd),
+        ("spent USD", cost.spent_usd),
+        ("cost note", price.get("reason") or price.get("note")),
+        ("started / ended", f"{results.started_at} / {results.ended_at}"),
+        ("harness", json.dumps(results.harness.model_dump(mode="json"), sort_keys=True)),
+        ("config hash", results.config_hash),
     ]
-    if results.get("retrieval"):
-        pairs.append(("retrieval", json.dumps(results["retrieval"], sort_keys=True)))
-    if results.get("scoring_note"):
-        pairs.append(("scoring", results["scoring_note"]))
+    if results.retrieval:
+        pairs.append(("retrieval", json.dumps(results.retrieval, sort_keys=True)))
+    if results.scoring_note:
+        pairs.append(("scoring", results.scoring_note))
     return f'<section id="metadata"><h2>Run</h2>{_kv_table(pairs)}</section>'
 
 
-def _scores_section(results: dict[str, Any]) -> str:
-    values = score_values(results.get("scores"))
+def _scores_section(results: RunResults) -> str:
+    scores = results.scores_dict()
+    values = score_values(scores)
     if not values:
         return '<section id="scores"><h2>Scores</h2><p class="muted">No scores (see scoring above).</p></section>'
-    errors = (results.get("scores") or {}).get("uncertainty") or {}
-    counts = count_values(results.get("scores"))
+    errors = results.scores.uncertainty
+    counts = count_values(scores)
     counted = f"<h3>Counts</h3>{_kv_table(list(counts.items()))}" if counts else ""
     if not errors:  # a results file from before the error bars: as it was (harness score RUN adds them)
         rows = [(f"{k} ({scale_of(k)})", v) for k, v in values.items()]
@@ -281,18 +278,18 @@ def _scores_section(results: dict[str, Any]) -> str:
         cells.append(method)
         label = f"{name} ({scale_of(name)})"
         body.append(f"<tr><th>{_e(label)}</th>" + "".join(f'<td class="num">{_e(c)}</td>' for c in cells) + "</tr>")
-    clustering = ((results.get("scores") or {}).get("meta") or {}).get("clustering") or {}
-    note = f'<p class="muted">errors clustered by {_e(clustering["by"])}</p>' if clustering.get("by") else ""
+    clustered_by = results.scores.meta.clustering.get("by")
+    note = f'<p class="muted">errors clustered by {_e(clustered_by)}</p>' if clustered_by else ""
     return (
         f'<section id="scores"><h2>Scores</h2><table class="kv scores">{head}{"".join(body)}</table>{note}'
         f"{counted}</section>"
     )
 
 
-def _breakdown_section(results: dict[str, Any]) -> str:
+def _breakdown_section(results: RunResults) -> str:
     """One table per breakdown group (FanOutQA category, QAMPARI type, QUEST template/domain,
     TopiOCQA turn type): each value's n and headline means."""
-    groups = breakdown_values(results.get("scores"))
+    groups = breakdown_values(results.scores_dict())
     if not groups:
         return ""
     parts = ['<section id="breakdowns"><h2>Breakdowns</h2>']
@@ -448,9 +445,9 @@ def _transcript(r: dict[str, Any]) -> str:
 
 def render_report(data: dict[str, Any]) -> str:
     results, rows = data["results"], data["rows"]
-    title = f"{(results.get('config') or {}).get('model')} · {results.get('setting')} · {(results.get('dataset') or {}).get('spec')}"
+    title = f"{results.config.model} · {results.setting} · {results.dataset.spec}"
     embedded = {
-        "run_id": results.get("run_id"),
+        "run_id": results.run_id,
         "score_columns": data["score_columns"],
         "rows": [{k: v for k, v in r.items() if k not in ("messages", "extra")} for r in rows],
     }
@@ -460,7 +457,7 @@ def render_report(data: dict[str, Any]) -> str:
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
         "script-src 'unsafe-inline'\">"
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{_e(title)} — run {_e(results.get('run_id'))}</title><style>{CSS}</style></head><body>"
+        f"<title>{_e(title)} — run {_e(results.run_id)}</title><style>{CSS}</style></head><body>"
         f"<h1>{_e(title)}</h1>"
         f"{_meta_section(results)}{_scores_section(results)}{_breakdown_section(results)}"
         f"{_question_table(rows, data['score_columns'])}"

@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "export": ("harness.commands.export", "export runs in an official submission format (fanoutqa-submission)"),
     "ablate": ("harness.commands.ablate", "context-length sweep: one run per size, the ceiling, a table and a plot"),
+    "schema": ("harness.commands.schema", "print the JSON Schema of results.json, a samples.jsonl line or the config"),
     "report": (
         "harness.commands.report",
         "write a static HTML page of a run (metadata, scores, sortable questions, transcripts)",

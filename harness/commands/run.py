@@ -8,6 +8,8 @@ import signal
 import sys
 from typing import Any
 
+from harness.execution.record import RunResults, Scores
+
 # Knobs that were global flags before strategies declared their own: `--max-rounds 3` gets a hint.
 MOVED_TO_KNOBS = frozenset(
     {
@@ -236,35 +238,46 @@ def command(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, asyncio.CancelledError):
         print("interrupted: run the same command again to resume", file=sys.stderr)
         return 130
-    print_summary(results)
-    return 0 if results["counts"]["failed"] == 0 else 1
+    record = RunResults.model_validate(results)
+    print_summary(record)
+    return 0 if record.counts.failed == 0 else 1
 
 
-def print_summary(results: dict[str, Any], file=None) -> None:
+def print_summary(results: dict[str, Any] | RunResults, file=None) -> None:
     """Counts, then one line per metric with its aggregate numbers (every metric the run scored)."""
-    from harness.scoring.results import breakdown_lines, summary_lines
-
+    record = results if isinstance(results, RunResults) else RunResults.model_validate(results)
     file = file or sys.stdout
-    c = results["counts"]
-    print(f"finished {c['finished']}/{c['selected']}, failed {c['failed']}", file=file)
-    for line in summary_lines(results.get("scores")):
-        print(f"  {line}", file=file)
-    clustering = ((results.get("scores") or {}).get("meta") or {}).get("clustering") or {}
-    if clustering.get("by"):
-        print(f"  (errors clustered by {clustering['by']}: {clustering['n_clusters']} clusters)", file=file)
-    for line in breakdown_lines(results.get("scores")):
-        print(f"  {line}", file=file)
-    cost = results.get("cost") or {}
-    if cost.get("spent_usd"):
-        print(f"cost: ${cost['spent_usd']:.6f} spent (list price of the finished samples ${cost['model_usd']:.6f})")
-    if results.get("stopped_on_budget"):
+    c = record.counts
+    print(f"finished {c.finished}/{c.selected}, failed {c.failed}", file=file)
+    print_scores(record.scores, file)
+    cost = record.cost
+    if cost is not None and cost.spent_usd:
+        print(f"cost: ${cost.spent_usd:.6f} spent (list price of the finished samples ${cost.model_usd:.6f})")
+    if record.stopped_on_budget and cost is not None:
         print(
-            f"stopped on budget: ${cost['spent_usd']:.6f} spent of --max-cost ${cost['max_cost_usd']:g}; "
-            f"{c['pending']} sample(s) not started; rerun with a higher --max-cost to resume",
+            f"stopped on budget: ${cost.spent_usd:.6f} spent of --max-cost ${cost.max_cost_usd:g}; "
+            f"{c.pending} sample(s) not started; rerun with a higher --max-cost to resume",
             file=sys.stderr,
         )
-    elif c["failed"]:
-        print(failure_line(c["failed"], list(results.get("failures", {}).values())), file=sys.stderr)
+    elif c.failed:
+        failures = [f.model_dump(mode="json") for f in record.failures.values()]
+        print(failure_line(c.failed, failures), file=sys.stderr)
+
+
+def print_scores(scores: Scores | None, file) -> None:
+    """One line per metric, the clustering of the error bars, the breakdowns."""
+    from harness.scoring.results import breakdown_lines, summary_lines
+
+    if scores is None:
+        return
+    as_dict = scores.as_dict()
+    for line in summary_lines(as_dict):
+        print(f"  {line}", file=file)
+    clustering = scores.meta.clustering
+    if clustering.get("by"):
+        print(f"  (errors clustered by {clustering['by']}: {clustering['n_clusters']} clusters)", file=file)
+    for line in breakdown_lines(as_dict):
+        print(f"  {line}", file=file)
 
 
 # failures a rerun of the same command cannot fix, and what can

@@ -42,7 +42,8 @@ def add_parser(sub) -> None:
 
 def command(args: argparse.Namespace) -> int:
     from harness.api import score
-    from harness.commands.run import print_summary
+    from harness.commands.run import print_scores
+    from harness.execution.record import Scores
     from harness.records import write_json_atomic
 
     scores = score(
@@ -61,9 +62,8 @@ def command(args: argparse.Namespace) -> int:
         print(f"wrote {args.out}", file=sys.stderr)
     else:
         print(json.dumps(scores, indent=2))
-    summary = {
-        "counts": {"finished": scores["meta"]["n_answered"], "selected": scores["meta"]["n_questions"], "failed": 0},
-        "scores": scores,
-    }
-    print_summary(summary, file=sys.stdout if args.out else sys.stderr)  # stdout stays JSON when it is JSON
+    typed = Scores.model_validate(scores)
+    where = sys.stdout if args.out else sys.stderr  # stdout stays JSON when it is JSON
+    print(f"scored {typed.meta.n_answered}/{typed.meta.n_questions}", file=where)
+    print_scores(typed, where)
     return 0

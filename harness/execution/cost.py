@@ -241,15 +241,16 @@ def judge_cost(scores: dict[str, Any] | None, table: PriceTable) -> dict[str, An
     }
 
 
-def refresh_judge_cost(results: dict[str, Any]) -> None:
+def refresh_judge_cost(cost: dict[str, Any], price_table: str | None, scores: dict[str, Any] | None) -> dict[str, Any]:
     """After ``harness score RUN_DIR`` re-scored a run: the judge's cost and the total follow."""
-    cost = results["cost"]
-    table = load_price_table((results.get("config") or {}).get("price_table"))
-    cost["judge"] = judge_cost(results.get("scores"), table)
+    cost = dict(cost)
+    table = load_price_table(price_table)
+    cost["judge"] = judge_cost(scores, table)
     cost["judge_usd"] = cost["judge"]["usd"] if cost["judge"] else None
     judge_usd = cost["judge_usd"] if cost["judge"] else 0.0
     model_usd = cost.get("model_usd")
     cost["total_usd"] = None if model_usd is None or judge_usd is None else model_usd + judge_usd
+    return cost
 
 
 def run_cost(

@@ -10,56 +10,41 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
-import math
 import shutil
-import subprocess
 import sys
 import threading
-import time
-import traceback
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from harness.models.cache import ResponseCache
-from harness.execution.config import RunConfig
-from harness._version import __version__
-from harness.execution.cost import Budget, BudgetExhausted, load_price_table, pricing_for, run_cost, spent_in_records
 from harness.datasets import Dataset, Sample, load_dataset
-from harness.errors import (
-    ConfigError,
-    HarnessError,
-    ContextOverflowError,
-    MissingEvidenceError,
-    ModelError,
-    ProcessDiedError,
-    SampleFailure,
-    TransientModelError,
-)
+from harness.errors import ConfigError, HarnessError, ProcessDiedError
+from harness.execution.attempt import SampleAttempts
+from harness.execution.config import RunConfig
+from harness.execution.cost import Budget, load_price_table, pricing_for, run_cost, spent_in_records
+from harness.execution.lock import RunLock
+from harness.execution.progress import Progress
+from harness.execution.record import RunResults, read_results
+from harness.execution.scoring import score_records
+from harness.execution.summary import build_results, now_iso, snapshot_hash
 from harness.models import create_backend
-from harness.models.base import WAIT_CLOCK, WaitClock
+from harness.models.cache import ResponseCache
 from harness.models.concurrency import AdaptiveLimit
 from harness.records import (
     CONFIG_FILE,
-    ERROR_LOG,
     FAILURES_FILE,
     LOG_DIR,
     RESULTS_FILE,
     SAMPLES_FILE,
     JsonlAppender,
-    load_finished,
-    record_epoch,
-    work_key,
     iter_jsonl,
+    load_finished,
     read_json,
+    record_epoch,
     slug,
+    work_key,
     write_json_atomic,
 )
-from harness.redact import redact
-from harness.execution.lock import RunLock
-from harness.scoring.results import RESULTS_FORMAT
-from harness.execution.scoring import score_records
-from harness.strategy import AgentContext, create_agent, resolve_agent
+from harness.strategy import create_agent, resolve_agent
 
 log = logging.getLogger(__name__)
 
@@ -76,54 +61,6 @@ class RunStopped(HarnessError):
             f"{died.describe()}. {finished} of {total} samples are finished and kept in {run_dir}; run the same "
             "command again to resume (a crash that repeats: see README, Local models and crashes)"
         )
-
-
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def git_commit() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if out.returncode != 0:
-        return None
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True
-    )
-    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-
-
-async def _within_own_time(coro, timeout: float, clock: WaitClock):
-    """``coro``'s result, or TimeoutError once it has run ``timeout`` seconds of its own: time its
-    requests spent queued for a turn (counted on ``clock``) extends the deadline."""
-    token = WAIT_CLOCK.set(clock)
-    try:
-        task = asyncio.ensure_future(coro)  # copies the context: the sample's requests see ``clock``
-    finally:
-        WAIT_CLOCK.reset(token)
-    started = time.monotonic()
-    try:
-        while True:
-            left = timeout - (time.monotonic() - started - clock.waited_s())
-            if left <= 0:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-                raise asyncio.TimeoutError
-            done, _ = await asyncio.wait({task}, timeout=left)
-            if done:
-                return task.result()
-    except asyncio.CancelledError:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        raise
 
 
 def select_samples(dataset: Dataset, config: RunConfig) -> list[Sample]:
@@ -202,7 +139,7 @@ class Run:
         self.max_answer_chars = self.scoring_options.max_answer_chars
         self.metric_names = list(config.metrics or self.dataset.metrics)
         self.scorer = None  # StreamingScorer while samples are being solved
-        self._died: ProcessDiedError | None = None  # the model's process died: the run stops
+        self.attempts: SampleAttempts | None = None  # this invocation's, while samples are solved
         self._preflight()
 
     # checks before anything is spent ------------------------------------------------
@@ -269,7 +206,7 @@ class Run:
         return Snapshot.open(self.config.snapshot)
 
     # run directory ---------------------------------------------------------------
-    def _check_run_dir(self) -> dict[str, Any] | None:
+    def _check_run_dir(self) -> RunResults | None:
         """Refuse a directory that holds another configuration's run; return its old results."""
         cfg_path = self.run_dir / CONFIG_FILE
         if cfg_path.exists():
@@ -282,7 +219,7 @@ class Run:
         elif (self.run_dir / SAMPLES_FILE).exists():
             raise ConfigError(f"{self.run_dir} has samples but no {CONFIG_FILE}; choose another --out")
         results = self.run_dir / RESULTS_FILE
-        return read_json(results) if results.exists() else None
+        return read_results(results) if results.exists() else None
 
     def _claim_run_dir(self) -> None:
         cfg_path = self.run_dir / CONFIG_FILE
@@ -317,7 +254,7 @@ class Run:
             todo = self._only_failed(todo, previous)
         if self.config.max_cost is not None:  # the budget covers every invocation of the run
             self.budget = Budget(self.config.max_cost, self.pricing, spent_in_records(self._attempt_records()))
-        invocations = list((previous or {}).get("invocations", []))
+        invocations = [i.model_dump(mode="json", exclude_unset=True) for i in previous.invocations] if previous else []
         self.invocation = {
             "number": len(invocations) + 1,
             "started_at": now_iso(),
@@ -330,7 +267,7 @@ class Run:
             "attempted_ids": [work_key(s.id, e) for s, e in todo],
         }
         status = "complete"
-        model_info = (previous or {}).get("model")
+        model_info = previous.model.model_dump(mode="json", exclude_unset=True) if previous and previous.model else None
         failures: dict[str, dict[str, Any]] = {}
         died: ProcessDiedError | None = None
         self.backend.log_dir = self.run_dir / LOG_DIR  # a worker's or server's log, kept with the run
@@ -374,7 +311,8 @@ class Run:
                 self.invocation["ended_at"] = now_iso()
                 self.invocation["status"] = status
                 invocations.append(self.invocation)
-                results = self._results(finished, failures, status, model_info, invocations, previous)
+                record = self._results(finished, failures, status, model_info, invocations, previous)
+                results = record.model_dump(mode="json", exclude_unset=True)
                 write_json_atomic(self.run_dir / RESULTS_FILE, results)
         if died is not None:
             raise RunStopped(died, self.run_dir, len(finished), len(self.samples) * self.config.epochs)
@@ -412,7 +350,18 @@ class Run:
         # requests in flight: --max-connections, fewer while the provider answers 429
         limiter = AdaptiveLimit(self.config.max_connections)
         self.backend.limiter = limiter
-        progress = _Progress(len(todo), enabled=self.show_progress)
+        progress = Progress(len(todo), enabled=self.show_progress)
+        self.attempts = attempts = SampleAttempts(
+            self.agent,
+            self.backend,
+            pricing=self.pricing,
+            budget=self.budget,
+            run_dir=self.run_dir,
+            sample_timeout=self.config.sample_timeout,
+            epochs=self.config.epochs,
+            max_answer_chars=self.max_answer_chars,
+            invocation=self.invocation,
+        )
         if self.dataset.info.has_answers and self._stream_scoring(len(todo)):
             from harness.scoring.streaming import StreamingScorer
 
@@ -424,7 +373,7 @@ class Run:
             async with semaphore:
                 if self.budget is not None and self.budget.exhausted:
                     return  # over budget: not started, left pending for a rerun with a higher --max-cost
-                record = await self._solve_one(sample, cache, epoch)
+                record = await attempts.attempt(sample, cache, epoch, self._epoch_params(epoch))
             if record["status"] == "ok" and self.scorer is not None and self.scorer.active:
                 # scored in the worker, outside the semaphore: the next request is already on its way
                 scores = await self.scorer.score(sample, record["answer"])
@@ -444,8 +393,8 @@ class Run:
                 failures_out.append(record)
                 failures[work_key(sample.id, epoch)] = record
                 progress.advance(ok=False)
-            if self._died is not None:
-                raise self._died
+            if attempts.died is not None:
+                raise attempts.died
 
         try:
             with progress:
@@ -483,87 +432,6 @@ class Run:
             return params
         return params.model_copy(update={"seed": (params.seed + epoch - 1) % 2**32})
 
-    async def _solve_one(self, sample: Sample, cache: ResponseCache | None, epoch: int = 1) -> dict[str, Any]:
-        ctx = AgentContext(self.backend, self._epoch_params(epoch), cache, self.budget)
-        started = time.monotonic()
-        started_at = now_iso()
-        self.invocation["attempted"] += 1
-        error_type = error = None
-        missing_titles = None
-        result = None
-        clock = WaitClock()
-        try:
-            result = await _within_own_time(self.agent.solve(sample, ctx), self.config.sample_timeout, clock)
-        except asyncio.TimeoutError:
-            error_type, error = "timeout", f"no answer within {self.config.sample_timeout:g} s"
-        except ContextOverflowError as exc:
-            error_type, error = "context_overflow", str(exc)
-        except MissingEvidenceError as exc:
-            error_type, error = "missing_evidence", str(exc)
-            missing_titles = exc.titles
-        except TransientModelError as exc:
-            error_type, error = "model_unavailable", f"gave up after retries: {exc}"
-        except BudgetExhausted as exc:
-            error_type, error = "budget_exhausted", str(exc)
-        except SampleFailure as exc:  # a strategy's own verdict (no_evidence_packed): recorded, not answered
-            error_type, error = exc.error_type, str(exc)
-        except ProcessDiedError as exc:  # recorded as this sample's failure, then the run stops
-            exc.sample_id = work_key(sample.id, epoch)
-            error_type, error = "process_died", str(exc.describe())
-            self._died = exc
-        except ModelError:
-            raise  # a broken backend (bad key, server gone) fails every sample: stop the run
-        except Exception as exc:  # a bug or malformed response must not sink the whole run
-            error_type, error = "exception", f"{type(exc).__name__}: {exc}"
-            with open(self.run_dir / ERROR_LOG, "a", encoding="utf-8") as f:
-                f.write(f"--- {now_iso()} sample {sample.id}\n{redact(traceback.format_exc())}\n")
-        finally:
-            self.invocation["model_calls"] += ctx.model_calls
-            self.invocation["cache_hits"] += ctx.cache_hits
-        common = {
-            "id": sample.id,
-            **({"epoch": epoch} if self.config.epochs > 1 or epoch > 1 else {}),
-            "invocation": self.invocation["number"],
-            "started_at": started_at,
-            "finished_at": now_iso(),
-            "latency_s": round(time.monotonic() - started, 3),
-            # of which queued for a turn (a request slot, the one local model): not on the sample's clock
-            "waited_s": round(clock.waited_s(), 3),
-            "model_calls": ctx.model_calls,
-            "cache_hits": ctx.cache_hits,
-            **({"servers": ctx.servers} if ctx.servers else {}),
-            "usage": ctx.usage.model_dump(),
-            # list price of the sample's tokens, and money actually spent (requests sent); None: unpriced
-            "cost_usd": self.pricing.usage_cost(ctx.usage),
-            "spent_usd": self.pricing.usage_cost(ctx.sent_usage),
-        }
-        if error_type is not None:
-            self.invocation["failed"] += 1
-            record = {**common, "status": "error", "error_type": error_type, "error": redact(error)}
-            if missing_titles is not None:
-                record["missing_titles"] = missing_titles
-            # the transcript up to the failure: the last request and the reply it got (if any), and
-            # what the strategy recorded so far (its searches); secrets masked as in every record
-            record["messages"] = ctx.transcript
-            if ctx.partial:
-                record["extra"] = dict(ctx.partial)
-            return record
-        self.invocation["finished"] += 1
-        last_finish = ctx.finish_reasons[-1] if ctx.finish_reasons else None
-        return {
-            **common,
-            "status": "ok",
-            "question": sample.question,
-            "answer": result.answer,
-            "finish_reason": last_finish,
-            # The answer hit max_tokens: kept, but flagged rather than passed off as complete.
-            "truncated_output": last_finish == "length",
-            # longer than scoring reads (ScoringOptions.max_answer_chars): kept whole, scored on its start
-            "oversized_answer": isinstance(result.answer, str) and len(result.answer) > self.max_answer_chars,
-            "messages": result.messages,
-            "extra": result.extra,
-        }
-
     def _attempt_records(self):
         """Every attempt recorded so far: finished samples and failed attempts."""
         for name in (SAMPLES_FILE, FAILURES_FILE):
@@ -573,7 +441,7 @@ class Run:
                     yield record
 
     # results ---------------------------------------------------------------------
-    def _results(self, finished, failures, status, model_info, invocations, previous) -> dict[str, Any]:
+    def _results(self, finished, failures, status, model_info, invocations, previous: RunResults | None) -> RunResults:
         selected = self.samples
         keys = [work_key(s.id, e) for e in self._epochs() for s in selected]
         done = [finished[k] for k in keys if k in finished]
@@ -605,50 +473,21 @@ class Run:
             )
         else:
             scoring_note = f"{self.dataset.info.spec()} has no reference answers; export the generations to score them"
-        tokens_prompt = sum(r["usage"]["prompt_tokens"] for r in done)
-        tokens_completion = sum(r["usage"]["completion_tokens"] for r in done)
-        info = self.dataset.info
-        return {
-            "results_format": RESULTS_FORMAT,
-            "run_id": self.run_id,
-            "config_hash": self.config_hash,
-            "status": status,
-            "harness": {"version": __version__, "git_commit": git_commit(), "python": sys.version.split()[0]},
-            "dataset": {
-                "name": info.name,
-                "split": info.split,
-                "version": info.version,
-                "spec": info.spec(),
-                "path": info.path,
-                "sha256": info.sha256,
-                "license": info.license,
-                **({"plugin": info.plugin} if info.plugin.get("source") not in (None, "builtin") else {}),
-                "n_total": len(self.dataset.samples),
-                "n_selected": len(selected),
-            },
-            "setting": self.config.setting,
-            "agent": self.agent.describe(),
-            "model": model_info,
-            "generation": self.config.generation.model_dump(),
-            "config": self.config.model_dump(mode="json"),
-            "started_at": (previous or {}).get("started_at") or invocations[0]["started_at"],
-            "ended_at": now_iso(),
-            "counts": {
-                # with --epochs, samples are question x epoch
-                "selected": len(keys),
-                **({"questions": len(selected), "epochs": self.config.epochs} if self.config.epochs > 1 else {}),
-                "finished": len(done),
-                "failed": len(failed_now),
-                "pending": len(keys) - len(done) - len(failed_now),
-                "truncated_output": sum(1 for r in done if r.get("truncated_output")),
-            },
-            "tokens": {
-                "prompt": tokens_prompt,
-                "completion": tokens_completion,
-                "total": tokens_prompt + tokens_completion,
-            },
-            "model_calls": sum(r.get("model_calls", 0) for r in done),
-            "cost": run_cost(
+        return build_results(
+            run_id=self.run_id,
+            config_hash=self.config_hash,
+            status=status,
+            config=self.config,
+            dataset=self.dataset,
+            selected=selected,
+            keys=keys,
+            done=done,
+            failed={k: failures[k] for k in failed_now},
+            agent=self.agent,
+            model_info=model_info,
+            invocations=invocations,
+            started_at=(previous.started_at if previous else None) or invocations[0]["started_at"],
+            cost=run_cost(
                 self.pricing,
                 self.price_table,
                 done,
@@ -657,228 +496,8 @@ class Run:
                 self.budget,
                 self.config.max_cost,
             ),
-            "stopped_on_budget": bool(self.budget is not None and self.budget.exhausted),
-            "failures": {
-                sid: {"type": failures[sid]["error_type"], "error": failures[sid]["error"]} for sid in failed_now
-            },
-            "sample_ids": [s.id for s in selected],
-            "outcomes": _outcomes(done),
-            "retrieval": _retrieval_summary(done),
-            "snapshot": _snapshot_info(self.snapshot),
-            "invocations": invocations,
-            "scores": scores,
-            "scoring_note": scoring_note,
-            "files": {"samples": SAMPLES_FILE, "failures": FAILURES_FILE, "config": CONFIG_FILE},
-        }
-
-
-def snapshot_hash(snapshot) -> str:
-    meta = snapshot.metadata
-    return str(meta.get("content_hash") or meta.get("content_sha256") or meta.get("hash"))
-
-
-def _snapshot_info(snapshot) -> dict[str, Any] | None:
-    if snapshot is None:
-        return None
-    return {
-        "path": str(getattr(snapshot, "path", "")),
-        "content_hash": snapshot_hash(snapshot),
-        "metadata": snapshot.metadata,
-    }
-
-
-def _outcomes(done: list[dict[str, Any]]) -> dict[str, int]:
-    """How finished samples ended (answered, max_rounds, context_full, ...); closed-book: answered."""
-    counts: dict[str, int] = {}
-    for r in done:
-        outcome = (r.get("extra") or {}).get("outcome", "answered")
-        counts[outcome] = counts.get(outcome, 0) + 1
-    return counts
-
-
-def _retrieval_summary(done: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Agent evidence recall (open-book) and packing facts (evidence-provided), averaged."""
-    recalls = [
-        r["extra"]["evidence_recall"]["recall"]
-        for r in done
-        if (r.get("extra") or {}).get("evidence_recall", {}).get("recall") is not None
-    ]
-    packed = [r["extra"]["evidence"] for r in done if (r.get("extra") or {}).get("evidence")]
-    looped = [r["extra"] for r in done if "malformed_tool_calls" in (r.get("extra") or {})]
-    if not recalls and not packed and not looped:
-        return None
-    out: dict[str, Any] = {}
-    if looped:  # open-book loops: tool calls that could not be read, and those written as text
-        out["malformed_tool_calls"] = sum(e["malformed_tool_calls"] for e in looped)
-        out["text_tool_calls"] = sum(e.get("text_tool_calls", 0) for e in looped)
-    if recalls:
-        searches = [len(r["extra"].get("searches", [])) for r in done if "searches" in (r.get("extra") or {})]
-        out["evidence_recall_mean"] = sum(recalls) / len(recalls)
-        out["evidence_recall_n"] = len(recalls)
-        if searches:  # open-book agents search; retrieve-read agents query an index once
-            out["searches_mean"] = sum(searches) / len(searches)
-    if packed:
-        out["evidence_cut"] = sum(1 for p in packed if p["cut"])
-        out["chunks_packed_mean"] = sum(p["chunks_packed"] for p in packed) / len(packed)
-        out["prompt_tokens_mean"] = sum(p["prompt_tokens"] for p in packed) / len(packed)
-    return out
-
-
-class _Progress:
-    """done/failed/ETA on stderr: a live display (rich) on a terminal; otherwise (logs, nohup, CI) one
-    line every ``EVERY_S`` seconds or ``EVERY_SHARE`` of the samples, whichever comes first, and one
-    at the end, with the running headline score when samples are scored as they finish."""
-
-    EVERY_S = 30.0
-    EVERY_SHARE = 0.1
-
-    def __init__(self, total: int, enabled: bool, stream=None, every_s: float | None = None):
-        self.total = total
-        self.ok = 0
-        self.failed = 0
-        self.stream = stream if stream is not None else sys.stderr
-        tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.enabled = enabled and tty
-        self.lines = enabled and not tty
-        self.every_s = self.EVERY_S if every_s is None else every_s
-        self.every_n = max(1, math.ceil(total * self.EVERY_SHARE))
-        self._progress = None
-        self._started = self._last_line = time.monotonic()
-        self._done_at_line = 0
-        self._timer = None
-        self._headline: str | None = None  # "METRIC.VALUE" of the first scored sample
-        self._score_sum = 0.0
-        self._scored = 0
-
-    def __enter__(self):
-        if self.enabled:
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
-            self._progress = Progress(
-                TextColumn("[bold]samples"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("failed {task.fields[failed]}"),
-                TimeElapsedColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
-                console=Console(stderr=True),
-            )
-            self._progress.start()
-            self._task = self._progress.add_task("run", total=self.total, failed=0)
-        if self.lines:
-            self._schedule()
-        return self
-
-    def advance(self, ok: bool, scores: dict[str, Any] | None = None) -> None:
-        if ok:
-            self.ok += 1
-        else:
-            self.failed += 1
-        if scores:
-            self._add_score(scores)
-        if self._progress is not None:
-            self._progress.update(self._task, advance=1, failed=self.failed)
-        if self.lines:
-            done = self.ok + self.failed
-            if done - self._done_at_line >= self.every_n or time.monotonic() - self._last_line >= self.every_s:
-                self._line()
-
-    def _add_score(self, scores: dict[str, Any]) -> None:
-        """Sums the headline value (the first metric's first number that is not a precision, a recall or
-        a count: FanOutQA acc, set-F1 f1, EM) of each sample scored as it finished."""
-        if self._headline is None:
-            for metric, value in scores.items():
-                leaf = _first_headline_leaf(value)
-                if leaf is not None:
-                    self._headline = f"{metric}.{'.'.join(leaf)}"
-                    break
-            else:
-                return
-        metric, *path = self._headline.split(".")
-        value: Any = scores.get(metric)  # a record's scores: {metric: its per-question values}
-        for key in path:
-            value = value.get(key) if isinstance(value, dict) else None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            self._score_sum += value
-            self._scored += 1
-
-    def line(self) -> str:
-        done = self.ok + self.failed
-        elapsed = max(time.monotonic() - self._started, 1e-9)
-        rate = done / elapsed
-        parts = [f"progress: {done}/{self.total} samples done, {self.failed} failed"]
-        parts.append(f"{rate:.2f}/s" if rate >= 1 else f"{rate * 60:.1f}/min")
-        if done >= self.total:
-            parts.append(f"took {_duration(elapsed)}")
-        elif rate > 0:
-            parts.append(f"ETA {_duration((self.total - done) / rate)}")
-        else:
-            parts.append("ETA unknown")
-        if self._scored:
-            parts.append(f"{self._headline} {self._score_sum / self._scored:.3f} (mean of {self._scored} scored)")
-        return ", ".join(parts)
-
-    def _line(self) -> None:
-        print(self.line(), file=self.stream, flush=True)
-        self._last_line = time.monotonic()
-        self._done_at_line = self.ok + self.failed
-
-    def _tick(self) -> None:
-        """A line every ``every_s`` even while no sample finishes (a slow model, a hang)."""
-        if time.monotonic() - self._last_line >= self.every_s * 0.999:
-            self._line()
-        self._schedule()
-
-    def _schedule(self) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        wait = max(0.01, self.every_s - (time.monotonic() - self._last_line))
-        self._timer = loop.call_later(wait, self._tick)
-
-    def __exit__(self, *exc):
-        if self._progress is not None:
-            self._progress.stop()
-        if self._timer is not None:
-            self._timer.cancel()
-        if self.lines and self.ok + self.failed > self._done_at_line:
-            self._line()
-        return False
-
-
-def _first_headline_leaf(raw: Any, path: tuple[str, ...] = ()) -> tuple[str, ...] | None:
-    """Path of the first number in ``raw`` that is a headline value (not a precision, a recall or an
-    ``n_`` count), depth first in its order."""
-    if isinstance(raw, dict):
-        for key, value in raw.items():
-            name = str(key)
-            if name.startswith("n_") or name.endswith(("precision", "recall")):
-                continue
-            found = _first_headline_leaf(value, (*path, name))
-            if found is not None:
-                return found
-        return None
-    if isinstance(raw, (int, float)) and not isinstance(raw, bool) and path:
-        return path
-    return None
-
-
-def _duration(seconds: float) -> str:
-    seconds = round(seconds)
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m{seconds:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
+            stopped_on_budget=bool(self.budget is not None and self.budget.exhausted),
+            snapshot=self.snapshot,
+            scores=scores,
+            scoring_note=scoring_note,
+        )

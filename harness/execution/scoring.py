@@ -7,12 +7,13 @@ selected questions, finished answers, metrics and scoring options, and goes thro
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from harness.datasets import Dataset, Sample, load_dataset
 from harness.errors import DatasetError, HarnessError
-from harness.records import record_epoch, work_key
+from harness.execution.config import RunConfig
+from harness.execution.record import RunClaim, RunResults, parse_results, read_claim, read_results
+from harness.records import CONFIG_FILE, RESULTS_FILE, record_epoch, work_key
 from harness.scoring.metrics import ScoringOptions, score_answers
 from harness.scoring.results import RESULTS_FORMAT
 
@@ -56,43 +57,33 @@ def score_records(
     return reduce_epoch_scores(per_epoch, reducer, questions, fns)
 
 
-def read_run_files(run_dir: str | Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """(results.json, config.json) of a run directory, each None when absent."""
-    from harness.records import CONFIG_FILE, RESULTS_FILE, read_json
-
+def read_run_files(run_dir: str | Path) -> tuple[RunResults | None, RunClaim | None]:
+    """(results.json, config.json) of a run directory, typed, each None when absent."""
     run_dir = Path(run_dir)
-    found = []
-    for name in (RESULTS_FILE, CONFIG_FILE):
-        path = run_dir / name
-        if not path.exists():
-            found.append(None)
-            continue
-        data = read_json(path)  # HarnessError, one line, when unreadable
-        if not isinstance(data, dict):
-            raise HarnessError(f"{path}: not a harness {name}")
-        found.append(data)
-    if found == [None, None]:
+    results_file, claim_file = run_dir / RESULTS_FILE, run_dir / CONFIG_FILE
+    if not results_file.exists() and not claim_file.exists():
         raise HarnessError(f"{run_dir}: not a run directory (no {RESULTS_FILE} or {CONFIG_FILE})")
-    return found[0], found[1]
+    results = read_results(results_file) if results_file.exists() else None
+    claim = read_claim(claim_file) if claim_file.exists() else None
+    return results, claim
 
 
-def run_config(results: dict[str, Any] | None, claimed: dict[str, Any] | None) -> dict[str, Any]:
-    return (results or {}).get("config") or (claimed or {}).get("config") or {}
+def run_config(results: RunResults | None, claim: RunClaim | None) -> RunConfig:
+    if results is not None:
+        return results.config
+    if claim is not None:
+        return claim.config
+    raise HarnessError("the run records no configuration")
 
 
-def load_run_dataset(
-    results: dict[str, Any] | None, claimed: dict[str, Any] | None = None, data_path: str | None = None
-) -> Dataset:
+def load_run_dataset(results: RunResults | None, claim: RunClaim | None = None, data_path: str | None = None) -> Dataset:
     """The dataset a run read, loaded again: its recorded spec (``NAME:SPLIT@VERSION[+file]``) and
     ``--data-path`` file (``data_path`` overrides the recorded one, e.g. after a move), refused
     unless its sha256 is the one recorded."""
-    config = run_config(results, claimed)
-    recorded = (results or {}).get("dataset") or {}
-    spec = recorded.get("spec") or (claimed or {}).get("dataset_resolved") or config.get("dataset")
-    sha256 = recorded.get("sha256") or (claimed or {}).get("dataset_sha256")
-    if not spec:
-        raise HarnessError("the run does not record its dataset")
-    path = data_path or config.get("data_path")
+    config = run_config(results, claim)
+    spec = (results.dataset.spec if results else None) or (claim.dataset_resolved if claim else None) or config.dataset
+    sha256 = (results.dataset.sha256 if results else None) or (claim.dataset_sha256 if claim else None)
+    path = data_path or config.data_path
     try:
         dataset = load_dataset(spec, path)
     except DatasetError as exc:
@@ -106,14 +97,9 @@ def load_run_dataset(
     return dataset
 
 
-def recorded_options(config: dict[str, Any]) -> ScoringOptions:
+def recorded_options(config: RunConfig) -> ScoringOptions:
     """The scoring options the run was made with (judge, BLEURT checkpoint, response cache)."""
-    return ScoringOptions(
-        judge=config.get("judge"),
-        bleurt_checkpoint=config.get("bleurt_checkpoint"),
-        cache_path=config.get("cache_path"),
-        cluster_by=config.get("cluster_by"),
-    )
+    return config.scoring_options()
 
 
 def score_run(
@@ -134,29 +120,27 @@ def score_run(
     dataset = load_run_dataset(results, claimed, data_path)
     if not dataset.info.has_answers:
         raise HarnessError(f"{dataset.info.spec()} has no reference answers; export the generations to score them")
-    if results is not None and results.get("sample_ids") is not None:
-        ids = list(results["sample_ids"])
+    if results is not None and "sample_ids" in results.model_fields_set:
+        ids = list(results.sample_ids)
     else:  # killed before its results.json: select as the run did
-        keys = ("sample_ids", "sample_filter", "shuffle", "shuffle_seed", "stratify_by", "limit")
-        selection = SimpleNamespace(**{k: config.get(k) for k in keys})
-        ids = [s.id for s in select_samples(dataset, selection)]
+        ids = [s.id for s in select_samples(dataset, config)]
     by_id = dataset.by_id()
     unknown = [i for i in ids if i not in by_id]
     if unknown:
         raise HarnessError(f"{run_dir}: sample id(s) not in {dataset.info.spec()}: {', '.join(unknown[:5])}")
     finished = load_finished(run_dir)
     questions = [by_id[i] for i in ids]
-    epochs = max([int(config.get("epochs") or 1), *(record_epoch(r) for r in finished.values())])
+    epochs = max([config.epochs, *(record_epoch(r) for r in finished.values())])
     records = [finished[work_key(i, e)] for e in range(1, epochs + 1) for i in ids if work_key(i, e) in finished]
     return score_records(
         dataset,
         questions,
         records,
-        metrics or config.get("metrics"),
+        metrics or config.metrics,
         options or recorded_options(config),
         only_answered,
         epochs=epochs,
-        reducer=config.get("epoch_reducer") or "mean",
+        reducer=config.epoch_reducer,
     )
 
 
@@ -172,9 +156,8 @@ def rescore_run(
     bleurt_checkpoint named now), written into its results.json in results format 2 whatever
     format it had. Returns (scores, whether results.json was written: a killed run has none)."""
     from harness.execution.cost import refresh_judge_cost
-    from harness.records import write_json_atomic
     from harness.execution.lock import RunLock
-    from harness.records import RESULTS_FILE
+    from harness.records import write_json_atomic
 
     run_dir = Path(run_dir)
     read_run_files(run_dir)  # not a run directory: refused before the lock file is created in it
@@ -184,9 +167,10 @@ def rescore_run(
         scores = score_run(run_dir, metrics, options, only_answered, data_path=data_path)
         if results is None or not save:
             return scores, False
-        results = {"results_format": RESULTS_FORMAT, **{k: v for k, v in results.items() if k != "results_format"}}
-        results["scores"] = scores
-        if results.get("cost"):  # a judge named now has a cost of its own
-            refresh_judge_cost(results)
-        write_json_atomic(run_dir / RESULTS_FILE, results)
+        data = results.model_dump(mode="json", exclude_unset=True)
+        data.update(results_format=RESULTS_FORMAT, scores=scores)  # written in this harness's format
+        if results.cost is not None:  # a judge named now has a cost of its own
+            data["cost"] = refresh_judge_cost(data["cost"], results.config.price_table, scores)
+        record = parse_results(data, run_dir / RESULTS_FILE)  # what is written validates
+        write_json_atomic(run_dir / RESULTS_FILE, record.model_dump(mode="json", exclude_unset=True))
     return scores, True

@@ -22,7 +22,7 @@ from typing import Any
 
 from harness.errors import HarnessError
 
-RESULTS_FORMAT = 2
+RESULTS_FORMAT = 3  # 3: the typed run record (harness.execution.record); its scores are shaped as in 2
 # the keys of a scores dict that are not metrics (uncertainty: error bars, harness.scoring.uncertainty;
 # epochs: harness.scoring.epochs)
 SECTIONS = ("results_format", "raw", "breakdown", "uncertainty", "epochs", "meta")
@@ -45,14 +45,14 @@ UNATTRIBUTED = "unattributed"  # format-1 keys no known metric wrote
 
 def results_format(scores: dict[str, Any]) -> int:
     version = scores.get("results_format", 1)
-    if version not in (1, RESULTS_FORMAT):
-        raise HarnessError(f"scores in results format {version!r}; this harness reads formats 1 and {RESULTS_FORMAT}")
+    if version not in (1, 2, RESULTS_FORMAT):
+        raise HarnessError(f"scores in results format {version!r}; this harness reads formats 1 to {RESULTS_FORMAT}")
     return version
 
 
 def upgrade(scores: dict[str, Any] | None) -> dict[str, Any] | None:
     """``scores`` in format 2 (a format-2 dict is returned as it is, a format-1 one converted)."""
-    if not scores or results_format(scores) == RESULTS_FORMAT:
+    if not scores or results_format(scores) != 1:  # 2 and 3 share one shape
         return scores
     meta = scores.get("meta") or {}
     names = list(meta.get("metrics") or [])

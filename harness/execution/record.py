@@ -1,0 +1,378 @@
+"""The run record, typed: what ``results.json`` holds (``RunResults``), one line of ``samples.jsonl``
+(``SampleRow``) and the run's configuration (``RunConfig``). The runner builds a ``RunResults`` and
+writes it; every reader (score, report, compare, leaderboard, export, ablate, ceiling, power) goes
+through ``read_results``, so a field is named in one place and a broken file is refused in one line.
+
+``results_format`` 3 is this typed record. Formats 1 and 2 (harness before it) still read: their
+scores are upgraded (``harness.scoring.results.upgrade``), and a configuration field a later harness
+dropped is kept aside in ``legacy_config`` instead of failing the file. ``harness schema results``
+prints the JSON Schema (draft 2020-12) a format-3 file validates against.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from harness.errors import HarnessError
+from harness.execution.config import RunConfig
+from harness.records import CONFIG_FILE, RESULTS_FILE, read_json
+from harness.scoring.results import RESULTS_FORMAT, SECTIONS, upgrade
+
+JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+RunStatus = Literal["complete", "incomplete", "interrupted", "error", "budget_exhausted", "running"]
+
+
+class _Open(BaseModel):
+    """A section whose producer (a backend, a strategy, a plugin) may add facts of its own: the
+    fields named here are typed and checked, others are kept as they are."""
+
+    model_config = ConfigDict(extra="allow", protected_namespaces=())
+
+
+class _Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+
+class HarnessInfo(_Open):
+    version: str | None = None
+    git_commit: str | None = None
+    python: str | None = None
+
+
+class DatasetRecord(_Open):
+    name: str
+    split: str | None = None
+    version: str | None = None
+    spec: str
+    path: str | None = None
+    sha256: str | None = None
+    license: str | None = None
+    plugin: dict[str, Any] | None = None
+    n_total: int = Field(ge=0)
+    n_selected: int = Field(ge=0)
+
+
+class AgentRecord(_Open):
+    name: str
+    settings: list[str] | None = Field(None, description="the settings it implements (None: a run from before they were recorded)")
+    knobs: dict[str, Any] = {}
+    plugin: dict[str, Any] | None = None
+    prompt_template: str | None = None
+    prompt_sha256: str | None = None
+    protocol: Literal["native", "text"] | None = Field(
+        None, description="how a tool-using strategy calls its tools: the API's tool calls or tags in text"
+    )
+
+
+class ModelRecord(_Open):
+    """The backend's ``describe()`` (with its usage facts): backend name and context size typed."""
+
+    backend: str | None = None
+    model: str | None = None
+    context_size: int | None = Field(None, ge=1)
+    tokenizer: str | None = None
+
+
+class Counts(_Open):
+    selected: int = Field(ge=0, description="samples selected: questions x epochs")
+    questions: int | None = Field(None, ge=0, description="with --epochs: the questions")
+    epochs: int | None = Field(None, ge=1)
+    finished: int = Field(ge=0)
+    failed: int = Field(ge=0)
+    pending: int = Field(ge=0)
+    truncated_output: int = Field(0, ge=0)
+
+
+class Tokens(_Closed):
+    prompt: int = Field(ge=0)
+    completion: int = Field(ge=0)
+    total: int = Field(ge=0)
+
+
+class FailureNote(_Open):
+    type: str
+    error: str | None = None
+
+
+class CostRecord(_Open):
+    currency: str = "USD"
+    price: dict[str, Any] | None = None
+    model_usd: float | None = None
+    per_sample_usd: float | None = None
+    spent_usd: float | None = None
+    judge_usd: float | None = None
+    total_usd: float | None = None
+    max_cost_usd: float | None = None
+
+
+class Invocation(_Open):
+    number: int = Field(ge=1)
+    started_at: str
+    ended_at: str | None = None
+    status: str | None = None
+    already_finished: int = 0
+    attempted: int = 0
+    finished: int = 0
+    failed: int = 0
+    model_calls: int = 0
+    cache_hits: int = 0
+    attempted_ids: list[str] = []
+    error: str | None = None
+
+
+class SnapshotRecord(_Open):
+    path: str
+    content_hash: str
+    metadata: dict[str, Any] = {}
+
+
+class ScoresMeta(_Open):
+    metrics: list[str] = []
+    n_questions: int | None = Field(None, ge=0)
+    n_answered: int | None = Field(None, ge=0)
+    dataset: str | None = None
+    dataset_sha256: str | None = None
+    metric_info: dict[str, Any] = {}
+    aggregation: dict[str, Any] = {}
+    options: dict[str, Any] = {}
+    clustering: dict[str, Any] = {}
+
+
+class Scores(BaseModel):
+    """``scores``: one namespace per metric (its aggregate, any keys the metric writes) and the
+    sections ``raw`` (per question), ``breakdown``, ``uncertainty``, ``epochs`` and ``meta``."""
+
+    model_config = ConfigDict(extra="allow")
+    __pydantic_extra__: dict[str, dict[str, Any]] = Field(init=False)  # metric name -> its aggregate
+
+    results_format: Literal[1, 2, 3] = RESULTS_FORMAT
+    raw: list[dict[str, Any]] = []
+    breakdown: dict[str, dict[str, dict[str, Any]]] = {}
+    uncertainty: dict[str, dict[str, Any]] = {}
+    epochs: dict[str, Any] | None = None
+    meta: ScoresMeta = Field(default_factory=ScoresMeta)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: Any) -> Any:
+        return upgrade(data) if isinstance(data, dict) else data
+
+    def metrics(self) -> dict[str, dict[str, Any]]:
+        """{metric: its aggregate}, in scoring order."""
+        return dict(self.__pydantic_extra__ or {})
+
+    def as_dict(self) -> dict[str, Any]:
+        """The scores as written (the shape the scoring functions read)."""
+        return self.model_dump(mode="json")
+
+
+class RunResults(BaseModel):
+    """``results.json``."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), json_schema_extra={"$schema": JSON_SCHEMA_DIALECT})
+
+    results_format: Literal[1, 2, 3] = RESULTS_FORMAT
+    run_id: str
+    config_hash: str
+    status: RunStatus
+    harness: HarnessInfo = Field(default_factory=HarnessInfo)
+    dataset: DatasetRecord
+    setting: str
+    agent: AgentRecord | None = None
+    model: ModelRecord | None = None
+    generation: dict[str, Any] = {}
+    config: RunConfig
+    legacy_config: dict[str, Any] = Field(
+        {}, description="fields of a format 1/2 file's config that this harness no longer has (kept, unused)"
+    )
+    started_at: str | None = None
+    ended_at: str | None = None
+    counts: Counts
+    tokens: Tokens | None = None
+    model_calls: int = Field(0, ge=0)
+    cost: CostRecord | None = None
+    stopped_on_budget: bool = False
+    failures: dict[str, FailureNote] = {}
+    sample_ids: list[str] = []
+    outcomes: dict[str, int] = {}
+    retrieval: dict[str, Any] | None = Field(None, description="the strategy's summary of what it recorded")
+    snapshot: SnapshotRecord | None = None
+    invocations: list[Invocation] = []
+    scores: Scores | None = None
+    scoring_note: str | None = None
+    files: dict[str, str] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_older_formats(cls, data: Any) -> Any:
+        """Formats 1 and 2: config fields since dropped move to ``legacy_config``; keys a format-3
+        file never has are dropped with them rather than refusing a file the harness itself wrote."""
+        if not isinstance(data, dict) or data.get("results_format") == RESULTS_FORMAT:
+            return data
+        data = {"results_format": 1, **data}  # format 1 did not say so
+        config = data.get("config")
+        if isinstance(config, dict):
+            known = set(RunConfig.model_fields)
+            data["config"] = {k: v for k, v in config.items() if k in known}
+            data["legacy_config"] = {k: v for k, v in config.items() if k not in known}
+        for key in list(data):
+            if key not in cls.model_fields:
+                data.setdefault("legacy_config", {})[key] = data.pop(key)
+        return data
+
+    # facts read in several places, named once ------------------------------------------------
+    @property
+    def context_size(self) -> int | None:
+        return self.model.context_size if self.model is not None else None
+
+    @property
+    def agent_name(self) -> str | None:
+        return self.agent.name if self.agent is not None else self.config.agent
+
+    @property
+    def native_tool_calling(self) -> bool:
+        return self.agent is not None and self.agent.protocol == "native"
+
+    @property
+    def backend(self) -> str | None:
+        return self.model.backend if self.model is not None else None
+
+    def scores_dict(self) -> dict[str, Any] | None:
+        """The scores in the shape the scoring functions read (format 2/3 namespaces)."""
+        return self.scores.as_dict() if self.scores is not None else None
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude={"legacy_config"} if not self.legacy_config else None)
+
+
+class Usage(_Open):
+    prompt_tokens: int = Field(0, ge=0)
+    completion_tokens: int = Field(0, ge=0)
+
+
+class SampleRow(_Open):
+    """One line of ``samples.jsonl`` (``status: ok``) or ``failures.jsonl`` (``status: error``)."""
+
+    id: str
+    epoch: int = Field(1, ge=1)
+    invocation: int | None = None
+    status: Literal["ok", "error"]
+    started_at: str | None = None
+    finished_at: str | None = None
+    latency_s: float | None = None
+    waited_s: float | None = None
+    model_calls: int = 0
+    cache_hits: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float | None = None
+    spent_usd: float | None = None
+    question: Any = None
+    answer: Any = None
+    outcome: str | None = Field(None, description="how the strategy ended: answered, max_rounds, context_full, ...")
+    finish_reason: str | None = None
+    truncated_output: bool = False
+    oversized_answer: bool = False
+    messages: list[Any] = []
+    extra: dict[str, Any] = Field({}, description="what the strategy recorded (its searches, evidence, ...)")
+    scores: dict[str, Any] | None = None
+    scored_with: str | None = None
+    error_type: str | None = None
+    error: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _outcome_from_extra(cls, data: Any) -> Any:
+        """Rows written before ``outcome`` was a field kept it in ``extra``."""
+        if isinstance(data, dict) and data.get("outcome") is None and isinstance(data.get("extra"), dict):
+            if "outcome" in data["extra"]:
+                data = {**data, "outcome": data["extra"]["outcome"]}
+        return data
+
+
+class RunClaim(BaseModel):
+    """``config.json``: written when a run directory is claimed, before the first sample; the
+    configuration and the resolved facts (dataset sha256, the strategy's identity, ...) in its key."""
+
+    model_config = ConfigDict(extra="allow", protected_namespaces=())
+
+    config_hash: str
+    config: RunConfig
+    dataset_resolved: str | None = None
+    dataset_sha256: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_retired_fields(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("config"), dict):
+            data = {**data, "config": {k: v for k, v in data["config"].items() if k in RunConfig.model_fields}}
+        return data
+
+
+SCHEMAS = {"results": RunResults, "samples": SampleRow, "config": RunConfig}
+
+
+def json_schema(name: str) -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of ``results``, ``samples`` (one row) or ``config``."""
+    schema = SCHEMAS[name].model_json_schema(mode="serialization" if name != "config" else "validation")
+    return {"$schema": JSON_SCHEMA_DIALECT, **{k: v for k, v in schema.items() if k != "$schema"}}
+
+
+def _where(error: dict[str, Any]) -> str:
+    return ".".join(str(p) for p in error["loc"]) or "(top level)"
+
+
+def parse_results(data: Any, file: str | Path) -> RunResults:
+    """A results.json's parsed JSON as a ``RunResults``; one line naming the file and the field otherwise."""
+    if not isinstance(data, dict) or "run_id" not in data and "config_hash" not in data:
+        raise HarnessError(f"{file}: not a harness results file")
+    version = data.get("results_format", 1)
+    if version not in (1, 2, RESULTS_FORMAT):
+        raise HarnessError(f"{file}: results format {version!r}; this harness reads formats 1 to {RESULTS_FORMAT}")
+    try:
+        return RunResults.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        got = first.get("input")
+        shown = f" (got {got!r})" if isinstance(got, (int, float, str, bool)) and len(repr(got)) < 60 else ""
+        more = f"; {exc.error_count() - 1} more" if exc.error_count() > 1 else ""
+        raise HarnessError(f"{file}: field {_where(first)}: {first['msg'].lower()}{shown}{more}") from None
+    except HarnessError as exc:  # a scores format this harness cannot read
+        raise HarnessError(f"{file}: {exc}") from None
+
+
+def read_claim(file: str | Path) -> RunClaim:
+    """A run directory's config.json, typed; one line naming the file and the field otherwise."""
+    data = read_json(file)
+    if not isinstance(data, dict):
+        raise HarnessError(f"{file}: not a harness {CONFIG_FILE}")
+    try:
+        return RunClaim.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise HarnessError(f"{file}: field {_where(first)}: {first['msg'].lower()}") from None
+
+
+def results_path(path: str | Path) -> Path:
+    """A run directory's results.json, or the file itself."""
+    path = Path(path)
+    return path / RESULTS_FILE if path.is_dir() else path
+
+
+def read_results(path: str | Path) -> RunResults:
+    """A run's results (its directory or its results.json), typed; a missing, unreadable or
+    invalid file is one line naming it (and the field), exit 2."""
+    path = Path(path)
+    file = results_path(path)
+    if not file.exists():
+        if path.is_dir():
+            raise HarnessError(f"{path}: not a run directory (no {RESULTS_FILE})")
+        raise HarnessError(f"{path}: no such run directory or results file")
+    return parse_results(read_json(file), file)
+
+
+def metric_names_of(scores: Scores | None) -> list[str]:
+    return [k for k in (scores.metrics() if scores is not None else {}) if k not in SECTIONS]

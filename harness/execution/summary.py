@@ -1,0 +1,139 @@
+"""What a run's results.json says besides its scores, assembled into the typed record
+(``harness.execution.record.RunResults``): provenance, dataset, counts, tokens, cost, outcomes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from harness._version import __version__
+from harness.execution.record import RunResults
+from harness.records import CONFIG_FILE, FAILURES_FILE, SAMPLES_FILE
+from harness.scoring.results import RESULTS_FORMAT
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True
+    )
+    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def snapshot_hash(snapshot) -> str:
+    meta = snapshot.metadata
+    return str(meta.get("content_hash") or meta.get("content_sha256") or meta.get("hash"))
+
+
+def snapshot_info(snapshot) -> dict[str, Any] | None:
+    if snapshot is None:
+        return None
+    return {
+        "path": str(getattr(snapshot, "path", "")),
+        "content_hash": snapshot_hash(snapshot),
+        "metadata": snapshot.metadata,
+    }
+
+
+def outcome_counts(done: list[dict[str, Any]]) -> dict[str, int]:
+    """How finished samples ended (answered, max_rounds, context_full, ...), from each row's ``outcome``
+    (rows written before it was a field kept it in ``extra``)."""
+    counts: dict[str, int] = {}
+    for r in done:
+        outcome = r.get("outcome") or (r.get("extra") or {}).get("outcome") or "answered"
+        counts[outcome] = counts.get(outcome, 0) + 1
+    return counts
+
+
+def build_results(
+    *,
+    run_id: str,
+    config_hash: str,
+    status: str,
+    config,  # RunConfig
+    dataset,  # harness.datasets.Dataset
+    selected: list,  # the selected samples
+    keys: list[str],  # their work keys (question x epoch)
+    done: list[dict[str, Any]],
+    failed: dict[str, dict[str, Any]],  # work key -> its last failure row, for keys not finished
+    agent,  # harness.strategy.Agent
+    model_info: dict[str, Any] | None,
+    invocations: list[dict[str, Any]],
+    started_at: str,
+    cost: dict[str, Any],
+    stopped_on_budget: bool,
+    snapshot,
+    scores: dict[str, Any] | None,
+    scoring_note: str | None,
+) -> RunResults:
+    info = dataset.info
+    tokens_prompt = sum(r["usage"]["prompt_tokens"] for r in done)
+    tokens_completion = sum(r["usage"]["completion_tokens"] for r in done)
+    data = {
+        "results_format": RESULTS_FORMAT,
+        "run_id": run_id,
+        "config_hash": config_hash,
+        "status": status,
+        "harness": {"version": __version__, "git_commit": git_commit(), "python": sys.version.split()[0]},
+        "dataset": {
+            "name": info.name,
+            "split": info.split,
+            "version": info.version,
+            "spec": info.spec(),
+            "path": info.path,
+            "sha256": info.sha256,
+            "license": info.license,
+            **({"plugin": info.plugin} if info.plugin.get("source") not in (None, "builtin") else {}),
+            "n_total": len(dataset.samples),
+            "n_selected": len(selected),
+        },
+        "setting": config.setting,
+        "agent": agent.describe(),
+        "model": model_info,
+        "generation": config.generation.model_dump(),
+        "config": config.model_dump(mode="json"),
+        "started_at": started_at,
+        "ended_at": now_iso(),
+        "counts": {
+            # with --epochs, samples are question x epoch
+            "selected": len(keys),
+            **({"questions": len(selected), "epochs": config.epochs} if config.epochs > 1 else {}),
+            "finished": len(done),
+            "failed": len(failed),
+            "pending": len(keys) - len(done) - len(failed),
+            "truncated_output": sum(1 for r in done if r.get("truncated_output")),
+        },
+        "tokens": {"prompt": tokens_prompt, "completion": tokens_completion, "total": tokens_prompt + tokens_completion},
+        "model_calls": sum(r.get("model_calls", 0) for r in done),
+        "cost": cost,
+        "stopped_on_budget": stopped_on_budget,
+        "failures": {key: {"type": row["error_type"], "error": row["error"]} for key, row in failed.items()},
+        "sample_ids": [s.id for s in selected],
+        "outcomes": outcome_counts(done),
+        # the strategy summarizes what it recorded (its searches, evidence recall, packing)
+        "retrieval": agent.summarize([r.get("extra") or {} for r in done]),
+        "snapshot": snapshot_info(snapshot),
+        "invocations": invocations,
+        "scores": scores,
+        "scoring_note": scoring_note,
+        "files": {"samples": SAMPLES_FILE, "failures": FAILURES_FILE, "config": CONFIG_FILE},
+    }
+    return RunResults.model_validate(data)
