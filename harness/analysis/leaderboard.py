@@ -13,6 +13,7 @@ from typing import Any
 
 from harness.execution.config import BACKEND_NOT_HASHED, NOT_HASHED
 from harness.errors import HarnessError
+from harness.redact import strip_credentials
 from harness.scoring.results import (  # read results format 1 and 2
     breakdown_values,
     count_values,
@@ -30,9 +31,10 @@ NOT_KNOBS = NOT_HASHED | BACKEND_NOT_HASHED | {"model", "dataset", "setting", "a
 is_headline = headline_of  # shown in tables and plots: F-scores and accuracies, not precision/recall
 
 
-def _flat_config(config: dict[str, Any]) -> dict[str, Any]:
+def _flat_config(config: dict[str, Any], endpoint: str | None = None) -> dict[str, Any]:
     """Config leaves under their flag names (generation and backend knobs unnested). A knob that a
-    run from an older harness did not record has its default, so it does not show as a difference."""
+    run from an older harness did not record has its default, so it does not show as a difference.
+    The endpoint a backend recorded is one too (two servers behind OPENAI_BASE_URL are two runs)."""
     from harness.execution.config import RunConfig
 
     merged = RunConfig().model_dump(mode="json")
@@ -49,6 +51,10 @@ def _flat_config(config: dict[str, Any]) -> dict[str, Any]:
                     out[sub] = v
         elif key not in NOT_KNOBS:
             out[key] = value
+    if out.get("base_url"):  # a run from before URLs were stripped of credentials shows none either
+        out["base_url"] = strip_credentials(out["base_url"])
+    if endpoint:
+        out["endpoint"] = strip_credentials(endpoint)
     return out
 
 
@@ -111,7 +117,7 @@ def load_row(run_dir: Path) -> dict[str, Any]:
             "path": str(run_dir),
             "config_hash": results.get("config_hash"),
             "ended_at": results.get("ended_at"),
-            "_config": _flat_config(config),
+            "_config": _flat_config(config, model.get("endpoint")),
         }
     except (KeyError, TypeError, AttributeError) as exc:
         raise HarnessError(f"{path}: not a harness results file (missing {exc})") from None
