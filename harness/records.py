@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.redact import redact_known
+from harness.redact import redact_data
 
 
 # The files of a run directory
@@ -55,7 +55,7 @@ def _finite(value: Any) -> Any:
 
 
 def write_json_atomic(path: str | Path, data: Any) -> None:
-    write_bytes_atomic(path, redact_known(to_json(data, indent=2) + "\n"))
+    write_bytes_atomic(path, to_json(redact_data(data), indent=2) + "\n")
 
 
 def write_bytes_atomic(path: str | Path, data: bytes | str) -> None:
@@ -162,7 +162,7 @@ class JsonlAppender:
         self._unsynced = False
 
     def append(self, record: dict[str, Any]) -> None:
-        self._file.write(redact_known(to_json(record)) + "\n")
+        self._file.write(to_json(redact_data(record)) + "\n")
         self._file.flush()
         self._unsynced = True
         if time.monotonic() - self._synced >= self.sync_every:

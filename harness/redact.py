@@ -1,56 +1,156 @@
 """Secrets never leave the process: every message, log line, error record and file the harness
-writes goes through :func:`redact`.
+writes goes through :func:`redact` (files: :func:`redact_data`).
 
 What counts as a secret: the values of the key variables the backends read (and any environment
-variable named like a key or token), passwords of ``--base-url``, keys the harness makes itself
-(a launched vLLM server's), and anything shaped like one (``Bearer ...``, ``sk-...``), because a
-server's error body may echo a header the harness never saw as text.
+variable named like a key or token), credentials of a URL (``--base-url``, ``OPENAI_BASE_URL``: its
+user and password, a key in its query), keys the harness makes itself (a launched vLLM server's),
+and anything shaped like one (``Bearer ...``, ``Basic ...``, ``sk-...``, a URL's ``user:pass@`` or
+``?api_key=``), because a server's error body may echo a header the harness never saw as text.
+Known secrets are masked however short, in clear and in the forms a request carries them
+(URL-encoded, base64 of ``user:pass``, JSON-escaped); short ones (under 6 characters) only as a
+whole word, so that masking "abc" leaves "abcdef" alone.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import logging
 import os
 import re
 import threading
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any
+from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit, urlunsplit
 
 MASK = "[REDACTED]"
-_MIN_SECRET_LEN = 6  # shorter values ("EMPTY", "1") would mask ordinary words
+_SHORT = 6  # shorter secrets are masked only as whole words: "abc" inside "abcdef" is not the key
 _ENV_NAME = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD)$", re.IGNORECASE)
-_NOT_SECRETS = {"EMPTY", "none", "None", "null"}
+# The variables the backends and libraries read keys from: masked however short. Other variables
+# named like a key only from 6 characters ("1", "true" would mask ordinary words and numbers).
+KEY_ENV_VARS = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "VLLM_API_KEY",
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+)
+# Variables holding an endpoint URL the SDKs read: credentials in them are secrets too.
+URL_ENV_VARS = ("OPENAI_BASE_URL", "ANTHROPIC_BASE_URL")
+_NOT_SECRETS = {"", "EMPTY", "none", "None", "NONE", "null"}
+# query parameters that carry a credential (api_key, key, access_token, X-Amz-Signature, sig, ...)
+_CREDENTIAL_WORDS = r"(?:key|token|secret|password|passwd|pwd|sig|signature|auth|credentials?)"
+_CREDENTIAL_PARAM = re.compile(_CREDENTIAL_WORDS + "$", re.IGNORECASE)
 _SHAPES = re.compile(
     r"(?i:bearer)\s+[A-Za-z0-9._~+/=-]{6,}"  # an Authorization header echoed back
     r"|\bsk-(?:ant-|proj-)?[A-Za-z0-9_-]{8,}"  # OpenAI / Anthropic key shapes
     r"|(?i:x-api-key|api[_-]?key)(['\"]?\s*[:=]\s*['\"]?)[A-Za-z0-9._-]{8,}"
 )
+_BASIC = re.compile(r"(?i:basic)\s+([A-Za-z0-9+/]{4,}={0,2})")  # masked when it decodes to user:pass
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+_URL_QUERY_CREDENTIAL = re.compile(r"(?i)([?&][A-Za-z0-9_.-]*" + _CREDENTIAL_WORDS + r"=)[^&#\s\"']+")
 
 _lock = threading.Lock()
 _registered: set[str] = set()
 
 
+def _is_secret(value: str | None) -> bool:
+    return bool(value) and value not in _NOT_SECRETS
+
+
+def _encoded_forms(value: str) -> set[str]:
+    """``value`` as it may appear in a URL, a form or a JSON text."""
+    forms = {value, quote(value, safe=""), quote(value), quote_plus(value)}
+    return forms | {json.dumps(value, ensure_ascii=as_ascii)[1:-1] for as_ascii in (True, False)}
+
+
 def register_secret(value: str | None) -> None:
     """Mask ``value`` wherever it appears from now on (keys and passwords the process holds)."""
-    if value and len(value) >= _MIN_SECRET_LEN and value not in _NOT_SECRETS:
+    if _is_secret(value):
         with _lock:
-            _registered.add(value)
+            _registered.update(_encoded_forms(value))
+
+
+def _env_secrets() -> set[str]:
+    values: set[str] = set()
+    for name, value in os.environ.items():
+        if not _is_secret(value):
+            continue
+        if name in KEY_ENV_VARS or (_ENV_NAME.search(name) and len(value) >= _SHORT):
+            values |= _encoded_forms(value)
+    for name in URL_ENV_VARS:
+        for url in split_urls(os.environ.get(name)):
+            values |= url_secrets(url)
+    return values
 
 
 def known_secrets() -> list[str]:
-    """Registered values and key-like environment variables, longest first (a key may contain another)."""
-    values = set(_registered)
-    for name, value in os.environ.items():
-        if _ENV_NAME.search(name) and value and len(value) >= _MIN_SECRET_LEN and value not in _NOT_SECRETS:
-            values.add(value)
-    return sorted(values, key=len, reverse=True)
+    """Registered values and key-like environment variables (and their encoded forms), longest
+    first (a key may contain another)."""
+    with _lock:
+        values = set(_registered)
+    values |= _env_secrets()
+    return sorted((v for v in values if _is_secret(v)), key=len, reverse=True)
+
+
+_masker_cache: tuple[tuple[str, ...], tuple[list[str], re.Pattern | None]] | None = None
+
+
+def _masker() -> tuple[list[str], re.Pattern | None]:
+    """(long secrets, replaced anywhere; one pattern for the short ones, matched as whole words)."""
+    global _masker_cache
+    secrets = tuple(known_secrets())
+    cached = _masker_cache
+    if cached is not None and cached[0] == secrets:
+        return cached[1]
+    long = [s for s in secrets if len(s) >= _SHORT]
+    short = [s for s in secrets if len(s) < _SHORT]
+    pattern = (
+        re.compile(r"(?<![A-Za-z0-9])(?:" + "|".join(map(re.escape, short)) + r")(?![A-Za-z0-9])") if short else None
+    )
+    _masker_cache = (secrets, (long, pattern))
+    return long, pattern
+
+
+def _mask_known(text: str, long: list[str], short: re.Pattern | None) -> str:
+    for secret in long:
+        if secret in text:
+            text = text.replace(secret, MASK)
+    return short.sub(MASK, text) if short is not None else text
 
 
 def redact_known(text: str) -> str:
     """Only the exact secret values (cheap, safe on model output and whole files)."""
-    for secret in known_secrets():
-        if secret in text:
-            text = text.replace(secret, MASK)
-    return text
+    return _mask_known(text, *_masker())
+
+
+def redact_data(data: Any) -> Any:
+    """``data`` (JSON-like: dicts, lists, strings) with known secrets masked in every string, keys
+    included: what a file is written from. Masking values, not the JSON text, never breaks the file
+    (a key "1" is not masked in ``"limit": 1``) and finds a key JSON would escape."""
+    long, short = _masker()
+    if not long and short is None:
+        return data
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, str):
+            return _mask_known(value, long, short)
+        if isinstance(value, dict):
+            return {walk(k) if isinstance(k, str) else k: walk(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [walk(v) for v in value]
+        return value
+
+    return walk(data)
+
+
+def _mask_basic(m: re.Match) -> str:
+    try:
+        decoded = base64.b64decode(m.group(1), validate=True)
+    except (binascii.Error, ValueError):
+        return m.group(0)
+    return m.group(0)[: m.start(1) - m.start(0)] + MASK if b":" in decoded else m.group(0)
 
 
 def redact(text: object) -> str:
@@ -63,7 +163,10 @@ def redact(text: object) -> str:
         head = m.group(0).split()[0] if m.group(0).lower().startswith("bearer") else ""
         return f"{head} {MASK}" if head else MASK
 
-    return _SHAPES.sub(mask, text)
+    text = _SHAPES.sub(mask, text)
+    text = _BASIC.sub(_mask_basic, text)
+    text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{MASK}@", text)
+    return _URL_QUERY_CREDENTIAL.sub(lambda m: m.group(1) + MASK, text)
 
 
 def split_urls(value: str | None) -> list[str]:
@@ -73,23 +176,79 @@ def split_urls(value: str | None) -> list[str]:
     return [part.strip() for part in value.split(",")]
 
 
+def _credential_params(query: str) -> list[tuple[str, str]]:
+    """(name, value) of the query's parameters that carry a credential, as written."""
+    found = []
+    for part in query.split("&"):
+        name, _, value = part.partition("=")
+        if _CREDENTIAL_PARAM.search(unquote_plus(name)):
+            found.append((name, value))
+    return found
+
+
+def url_secrets(url: str | None) -> set[str]:
+    """The credentials ``url`` carries, in every form a request or a log line shows them: user and
+    password (raw and decoded), the base64 ``user:pass`` of the Basic auth an HTTP client makes of
+    them, the values of key parameters of its query."""
+    try:
+        parts = urlsplit(url or "")
+    except ValueError:
+        return set()
+    values: set[str] = set()
+    if "@" in parts.netloc:
+        userinfo = parts.netloc.rpartition("@")[0]
+        user, _, password = userinfo.partition(":")
+        for raw in (user, password):
+            if _is_secret(raw):
+                values |= _encoded_forms(raw) | _encoded_forms(unquote(raw))
+        pair = f"{unquote(user)}:{unquote(password)}".encode()
+        values.add(base64.b64encode(pair).decode())
+    for _, raw in _credential_params(parts.query):
+        if _is_secret(raw):
+            values |= _encoded_forms(raw) | _encoded_forms(unquote_plus(raw))
+    return {v for v in values if _is_secret(v)}
+
+
+def url_credential_problem(url: str | None) -> str | None:
+    """What credential ``url`` carries, said in a few words (None: none). The harness refuses such
+    a URL: an HTTP client sends a user:password as Basic auth in place of the API key, and a key in
+    the query would be written with every URL the run records."""
+    try:
+        parts = urlsplit(url or "")
+    except ValueError:
+        return None
+    if "@" in parts.netloc:
+        return "a user or password (it would be sent as Basic auth in place of the API key)"
+    names = [unquote_plus(name) for name, _ in _credential_params(parts.query)]
+    if names:
+        return f"a key in its query ({', '.join(names)})"
+    return None
+
+
 def _strip_one(url: str) -> str:
     try:
         parts = urlsplit(url)
-    except ValueError:
+        port = parts.port
+    except ValueError:  # not a URL one can take apart: cut what looks like a credential
+        return _URL_QUERY_CREDENTIAL.sub(lambda m: m.group(1) + MASK, _URL_USERINFO.sub(r"\1", url))
+    netloc = parts.netloc
+    if "@" in netloc:
+        host = parts.hostname or ""
+        if ":" in host:  # IPv6 literal
+            host = f"[{host}]"
+        netloc = f"{host}:{port}" if port else host
+    query = parts.query
+    if _credential_params(query):
+        kept = [p for p in query.split("&") if p and not _CREDENTIAL_PARAM.search(unquote_plus(p.partition("=")[0]))]
+        query = "&".join(kept)
+    if netloc == parts.netloc and query == parts.query:
         return url
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if ":" in host:  # IPv6 literal
-        host = f"[{host}]"
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
 def strip_credentials(url: str | None) -> str | None:
-    """``http://user:pass@host/v1`` -> ``http://host/v1``: what is recorded, hashed and printed.
-    A comma list of URLs (several servers) is stripped URL by URL."""
+    """``http://user:pass@host/v1?api_key=K&x=1`` -> ``http://host/v1?x=1``: what is recorded, hashed
+    and printed. A comma list of URLs (several servers) is stripped URL by URL."""
     if not url:
         return url
     if "," in url:
@@ -99,10 +258,8 @@ def strip_credentials(url: str | None) -> str | None:
 
 def register_url_credentials(url: str | None) -> None:
     for part in split_urls(url):
-        try:
-            register_secret(urlsplit(part).password)
-        except ValueError:
-            continue
+        for value in url_secrets(part):
+            register_secret(value)
 
 
 class RedactingFilter(logging.Filter):
@@ -130,14 +287,19 @@ def install_log_filter() -> None:
 
 
 __all__ = [
+    "KEY_ENV_VARS",
     "MASK",
     "RedactingFilter",
+    "URL_ENV_VARS",
     "install_log_filter",
     "known_secrets",
     "redact",
+    "redact_data",
     "redact_known",
     "register_secret",
     "register_url_credentials",
     "split_urls",
     "strip_credentials",
+    "url_credential_problem",
+    "url_secrets",
 ]

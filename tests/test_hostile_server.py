@@ -141,16 +141,3 @@ def test_a_401_that_echoes_the_key_never_prints_or_writes_it(tmp_path, backend):
     assert "[REDACTED]" in proc.stderr
     assert KEY not in proc.stderr + proc.stdout  # ... but nothing shows it
     assert KEY[:12] not in _files_text(tmp_path)
-
-
-def test_base_url_password_is_neither_recorded_nor_hashed(tmp_path):
-    with FaultServer() as server:
-        host = server.url.split("//", 1)[1]
-        with_password = f"http://alice:hunter2secret@{host}"
-        assert run(with_password, tmp_path / "a") == 0
-        assert run(server.url, tmp_path / "b") == 0
-    assert "hunter2secret" not in _files_text(tmp_path)
-    a = json.loads((tmp_path / "a" / "results.json").read_text())
-    b = json.loads((tmp_path / "b" / "results.json").read_text())
-    assert a["config"]["backend"]["base_url"] == server.url
-    assert a["config_hash"] == b["config_hash"]  # a changed password does not start a new run

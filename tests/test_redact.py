@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 
 from harness.records import JsonlAppender, write_json_atomic
-from harness.redact import MASK, RedactingFilter, redact, register_secret, strip_credentials
+from harness.redact import (
+    MASK,
+    RedactingFilter,
+    redact,
+    redact_data,
+    register_secret,
+    register_url_credentials,
+    strip_credentials,
+    url_credential_problem,
+)
 
 
 def test_key_values_from_the_environment_are_masked(monkeypatch):
@@ -54,3 +64,40 @@ def test_log_records_are_masked(monkeypatch):
     )
     assert RedactingFilter().filter(record)
     assert "sk-logged" not in record.getMessage() and MASK in record.getMessage()
+
+
+def test_known_keys_are_masked_however_short_but_only_as_whole_words(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "k3Y")
+    assert redact("Incorrect API key provided: k3Y.") == f"Incorrect API key provided: {MASK}."
+    assert redact("k3Yz and xk3Y are other words") == "k3Yz and xk3Y are other words"
+    assert redact("url: http://h/v1?key=k%33Y") == f"url: http://h/v1?key={MASK}"  # a query key, by its shape
+
+
+def test_url_credentials_are_masked_in_every_form_a_request_carries_them():
+    register_url_credentials("http://yuki-user:s%40fe%2Fpw!@h:8/v1,http://h2/v1?access_token=t0k")
+    basic = base64.b64encode(b"yuki-user:s@fe/pw!").decode()
+    for text in ("s@fe/pw!", "s%40fe%2Fpw!", "s%40fe%2Fpw%21", f"Authorization: Basic {basic}", "t0k"):
+        shown = redact(text)
+        assert MASK in shown and "pw" not in shown and "t0k" not in shown and basic not in shown, shown
+    # unknown ones by their shape: a Basic header that decodes to user:pass, a URL's user:pass@ and key parameters
+    other = base64.b64encode(b"someone:else").decode()
+    assert redact(f"got Basic {other}") == f"got Basic {MASK}"
+    assert redact("Basic settings kept") == "Basic settings kept"
+    assert redact("see http://bo:b-pw@host/v1?sig=abc&x=1") == f"see http://{MASK}@host/v1?sig={MASK}&x=1"
+
+
+def test_strip_credentials_drops_key_parameters_and_keeps_the_rest():
+    url = "http://u:p@h:8/v1?api_key=K&x=1&access_token=T&X-Amz-Signature=S&apikey=A"
+    assert strip_credentials(url) == "http://h:8/v1?x=1"
+    assert strip_credentials("http://h/v1?x=1") == "http://h/v1?x=1"
+    assert url_credential_problem("http://h/v1?key=K") == "a key in its query (key)"
+    assert "user or password" in url_credential_problem("http://tok@h/v1")
+    assert url_credential_problem("http://h/v1?model=x") is None
+
+
+def test_files_stay_valid_json_when_a_short_key_looks_like_a_value(monkeypatch, tmp_path):
+    # masked in the strings, not in the JSON text: `"limit": 1` would become `"limit": [REDACTED]`
+    monkeypatch.setenv("OPENAI_API_KEY", "1")
+    write_json_atomic(tmp_path / "r.json", {"limit": 1, "error": "key 1 refused", "1": "x"})
+    assert json.loads((tmp_path / "r.json").read_text()) == {"limit": 1, "error": f"key {MASK} refused", MASK: "x"}
+    assert redact_data({"k": ['say "1"']}) == {"k": [f'say "{MASK}"']}

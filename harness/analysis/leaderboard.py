@@ -15,6 +15,7 @@ from harness.errors import HarnessError
 from harness.execution.config import BACKEND_NOT_HASHED, NOT_HASHED, RunConfig
 from harness.execution.record import CostRecord, read_results
 from harness.records import RESULTS_FILE
+from harness.redact import strip_credentials
 from harness.scoring.results import (
     breakdown_values,
     count_values,
@@ -31,10 +32,11 @@ NOT_KNOBS = NOT_HASHED | BACKEND_NOT_HASHED | {"model", "dataset", "setting", "a
 is_headline = headline_of  # shown in tables and plots: F-scores and accuracies, not precision/recall
 
 
-def _flat_config(config: RunConfig) -> dict[str, Any]:
+def _flat_config(config: RunConfig, endpoint: str | None = None) -> dict[str, Any]:
     """Config leaves under their flag names (generation and backend knobs unnested). A knob that a
     run from an older harness did not record has its default (the typed record fills it), so it
-    does not show as a difference."""
+    does not show as a difference. The endpoint a backend recorded is one too (two servers behind
+    OPENAI_BASE_URL are two runs)."""
     out: dict[str, Any] = {}
     for key, value in config.model_dump(mode="json").items():
         if key in ("generation", "backend") and isinstance(value, dict):
@@ -43,6 +45,10 @@ def _flat_config(config: RunConfig) -> dict[str, Any]:
                     out[sub] = v
         elif key not in NOT_KNOBS:
             out[key] = value
+    if out.get("base_url"):  # a run from before URLs were stripped of credentials shows none either
+        out["base_url"] = strip_credentials(out["base_url"])
+    if endpoint:
+        out["endpoint"] = strip_credentials(endpoint)
     return out
 
 
@@ -96,7 +102,7 @@ def load_row(run_dir: Path) -> dict[str, Any]:
         "path": str(run_dir),
         "config_hash": results.config_hash,
         "ended_at": results.ended_at,
-        "_config": _flat_config(results.config),
+        "_config": _flat_config(results.config, results.model.endpoint if results.model else None),
     }
 
 

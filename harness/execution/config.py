@@ -202,6 +202,8 @@ def build_config(flat: dict[str, Any]) -> RunConfig:
         loc = [str(p) for p in first["loc"] if not isinstance(p, int)]
         name = loc[-1] if loc and loc[0] in ("generation", "backend") else (loc[0] if loc else "")
         option = f"--{name.replace('_', '-')}" if name in OPTION_NAMES else (".".join(loc) or "config")
+        if first["type"] == "value_error":  # the validator's own sentence: it shows a URL without its credential
+            raise ConfigError(f"{option}: {first['ctx']['error']}") from None
         got = first.get("input")
         shown = f" (got {got!r})" if isinstance(got, (int, float, str)) and len(repr(got)) < 80 else ""
         raise ConfigError(f"{option}: {first['msg'].lower()}{shown}") from None

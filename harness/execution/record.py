@@ -75,6 +75,7 @@ class ModelRecord(_Open):
     model: str | None = None
     context_size: int | None = Field(None, ge=1)
     tokenizer: str | None = None
+    endpoint: str | None = Field(None, description="the server's URL, credentials stripped (API backends)")
 
 
 class Counts(_Open):

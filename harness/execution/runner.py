@@ -114,6 +114,7 @@ class Run:
             identity = {k: v for k, v in plugin.items() if k in ("package", "version", "sha256")}
             if identity:
                 self.hash_extra[f"{kind}_plugin"] = identity
+        self.hash_extra.update(self.backend.identity_facts())  # e.g. an endpoint named by OPENAI_BASE_URL
         if self.snapshot is not None:
             self.hash_extra["snapshot_content_hash"] = snapshot_hash(self.snapshot)
         if config.epochs > 1 and config.generation.temperature == 0:

@@ -33,11 +33,14 @@ from harness.models.base import (
     ToolCall,
     Usage,
     close_loop_clients,
+    endpoint_fact,
+    env_base_url,
     register_backend,
 )
 from harness.models.openai_compat import map_api_error
 
 API_KEY_ENV = "ANTHROPIC_API_KEY"
+BASE_URL_ENV = "ANTHROPIC_BASE_URL"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_CONTEXT = 200_000
 
@@ -240,6 +243,9 @@ class AnthropicBackend(ModelBackend):
         self._sync_client: Any = None
         self.dropped_params: set[str] = set()
         self._token_cache: dict[str, int] = {}
+        # The SDK itself falls back to ANTHROPIC_BASE_URL: read here, so it is sent, recorded and keyed alike.
+        self.env_base_url = None if options.base_url else env_base_url(BASE_URL_ENV, API_KEY_ENV)
+        self.base_url = options.base_url or self.env_base_url
 
     # setup ---------------------------------------------------------------------
     def api_key(self) -> str:
@@ -257,7 +263,7 @@ class AnthropicBackend(ModelBackend):
 
     def where(self) -> str:
         return (
-            f"Anthropic API at {strip_credentials(self.options.base_url)}" if self.options.base_url else "Anthropic API"
+            f"Anthropic API at {strip_credentials(self.base_url)}" if self.base_url else "Anthropic API"
         )
 
     def client(self) -> Any:
@@ -271,7 +277,7 @@ class AnthropicBackend(ModelBackend):
         self._clients = {k: v for k, v in self._clients.items() if not v[0].is_closed()}
         client = anthropic.AsyncAnthropic(
             api_key=self.api_key(),
-            base_url=self.options.base_url,
+            base_url=self.base_url,
             max_retries=0,  # retries are ours
             timeout=self.options.request_timeout,
         )
@@ -283,7 +289,7 @@ class AnthropicBackend(ModelBackend):
         self._sdk()
         from harness.models.openai_compat import check_reachable
 
-        await check_reachable((self.options.base_url or DEFAULT_BASE_URL).rstrip("/") + "/v1")
+        await check_reachable((self.base_url or DEFAULT_BASE_URL).rstrip("/") + "/v1")
 
     async def close(self) -> None:
         clients, self._clients = self._clients, {}
@@ -349,7 +355,7 @@ class AnthropicBackend(ModelBackend):
         anthropic = self._sdk()
         if self._sync_client is None:
             self._sync_client = anthropic.Anthropic(
-                api_key=self.api_key(), base_url=self.options.base_url, max_retries=2, timeout=60.0
+                api_key=self.api_key(), base_url=self.base_url, max_retries=2, timeout=60.0
             )
         try:
             result = self._sync_client.messages.count_tokens(
@@ -364,6 +370,12 @@ class AnthropicBackend(ModelBackend):
 
     def tokenizer_name(self) -> str:
         return f"anthropic-api:{self.model}"
+
+    def endpoint(self) -> str | None:
+        return strip_credentials(self.base_url or DEFAULT_BASE_URL)
+
+    def identity_facts(self) -> dict[str, Any]:
+        return endpoint_fact(self.env_base_url, DEFAULT_BASE_URL)
 
     def describe(self) -> dict[str, Any]:
         info = super().describe()

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 from harness.errors import ModelError, TransientModelError
-from harness.redact import register_url_credentials, split_urls, strip_credentials
+from harness.redact import register_url_credentials, split_urls, strip_credentials, url_credential_problem
 from harness.registry import Registry
 
 
@@ -97,9 +97,9 @@ class GenerationParams(BaseModel):
 
 
 class BackendOptions(BaseModel):
-    """How to reach or start a backend; recorded in results (never the API key itself, nor a
-    password in ``base_url``: serialized, the URL has no credentials, so they are neither
-    written nor hashed into the run key)."""
+    """How to reach or start a backend; recorded in results (never the API key itself). A
+    ``base_url`` carrying a credential (``user:pass@``, ``?api_key=``) is refused: the key goes in
+    the backend's key variable (see ``refuse_url_credentials``)."""
 
     model_config = ConfigDict(allow_inf_nan=False)
 
@@ -138,6 +138,7 @@ class BackendOptions(BaseModel):
                 shown = f"{strip_credentials(url)!r}" if url else "an empty entry"
                 where = " in the list" if len(urls) > 1 else ""
                 raise ValueError(f"must be an http(s) URL like http://host:8000/v1, not {shown}{where}")
+            refuse_url_credentials(url)
             key = strip_credentials(url).rstrip("/")
             if key in seen:
                 raise ValueError(f"{strip_credentials(url)!r} is listed twice")
@@ -152,6 +153,40 @@ class BackendOptions(BaseModel):
     @field_serializer("base_url")
     def _no_credentials(self, value: str | None) -> str | None:
         return strip_credentials(value)
+
+
+KEY_VARIABLES = "OPENAI_API_KEY, ANTHROPIC_API_KEY or VLLM_API_KEY"
+
+
+def refuse_url_credentials(url: str | None, where: str = "", key_env: str = KEY_VARIABLES) -> None:
+    """A credential in an endpoint URL, refused with one line: a user:password would be sent as Basic
+    auth in place of the API key, and the URL is recorded with the run. Raises ValueError (pydantic
+    reports it as the option's error); backends turn it into a ModelError."""
+    problem = url_credential_problem(url)
+    if problem:
+        shown = f"{where + ': ' if where else ''}{strip_credentials(url)!r}"
+        raise ValueError(f"{shown} carries {problem}; credentials in a URL are refused: pass the key in {key_env}")
+
+
+def env_base_url(name: str, key_env: str) -> str | None:
+    """The endpoint an SDK variable names (``OPENAI_BASE_URL``), refused with one line when it
+    carries a credential, like ``--base-url``."""
+    url = os.environ.get(name) or None
+    try:
+        refuse_url_credentials(url, name, key_env)
+    except ValueError as exc:
+        raise ModelError(str(exc)) from None
+    return url
+
+
+def endpoint_fact(env_url: str | None, default: str) -> dict[str, Any]:
+    """The run key's and cache key's share of an endpoint named by the environment: ``--base-url``
+    is hashed as an option already, and the default endpoint is the neutral value (the same server
+    as none named, and the keys of the runs made before endpoints were keyed stay valid)."""
+    endpoint = strip_credentials(env_url)
+    if not endpoint or endpoint.rstrip("/") == default.rstrip("/"):
+        return {}
+    return {"endpoint": endpoint}
 
 
 class ToolCall(BaseModel):
@@ -299,19 +334,34 @@ class ModelBackend(ABC):
         """Counters of this invocation recorded with the model facts at the end of a run (per server)."""
         return {}
 
+    def endpoint(self) -> str | None:
+        """The server the requests go to, credentials stripped (recorded as ``model.endpoint``);
+        None for a backend with no server of its own to name (an embedded model, a launched server)."""
+        return None
+
+    def identity_facts(self) -> dict[str, Any]:
+        """What tells this model apart that the run's options do not hold (an endpoint named by
+        ``OPENAI_BASE_URL``, not ``--base-url``): part of the run key and the cache key."""
+        return {}
+
     def cache_identity(self) -> dict[str, Any]:
         """What distinguishes this backend's answers in the response cache (never a key)."""
-        return {"backend": self.prefix, "model": self.model, "base_url": strip_credentials(self.options.base_url)}
+        identity = {"backend": self.prefix, "model": self.model, "base_url": strip_credentials(self.options.base_url)}
+        return identity | self.identity_facts()
 
     def describe(self) -> dict[str, Any]:
         """Recorded in results.json."""
-        return {
+        info = {
             "backend": self.prefix,
             "model": self.model,
             "base_url": strip_credentials(self.options.base_url),
             "context_size": self.context_size(),
             "tokenizer": self.tokenizer_name(),
         }
+        endpoint = self.endpoint()
+        if endpoint is not None:
+            info["endpoint"] = endpoint
+        return info
 
 
 def chat_request_kwargs(
@@ -378,5 +428,8 @@ __all__ = [
     "ToolCall",
     "TransientModelError",
     "Usage",
+    "endpoint_fact",
+    "env_base_url",
+    "refuse_url_credentials",
     "register_backend",
 ]

@@ -1,7 +1,8 @@
 """SQLite response cache keyed by backend identity, messages, tools and generation parameters.
 
 The key never includes an API key: ``cache_identity()`` of a backend names the backend, model
-and base URL only. Requests that are not repeatable (sampling without a seed) are not cached.
+and endpoint only (credentials stripped). Requests that are not repeatable (sampling without a
+seed) are not cached.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from harness.errors import ConfigError
 from harness.models.base import GenerationParams, ModelResponse
+from harness.redact import redact_data
 
 
 def default_cache_path() -> Path:
@@ -69,9 +71,9 @@ class ResponseCache:
         return response
 
     def put(self, key: str, response: ModelResponse) -> None:
-        self._db.execute(
-            "INSERT OR REPLACE INTO responses (key, response) VALUES (?, ?)", (key, response.model_dump_json())
-        )
+        # an answer may echo a key (a server quoting the request's header): masked like the run's files
+        text = json.dumps(redact_data(response.model_dump(mode="json")), ensure_ascii=False)
+        self._db.execute("INSERT OR REPLACE INTO responses (key, response) VALUES (?, ?)", (key, text))
 
     def close(self) -> None:
         self._db.close()

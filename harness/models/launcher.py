@@ -28,6 +28,7 @@ from typing import Any, Callable, Mapping, Sequence
 import httpx
 
 from harness.errors import ModelError, ProcessDiedError, describe_exit
+from harness.redact import strip_credentials
 
 log = logging.getLogger(__name__)
 
@@ -407,6 +408,7 @@ async def attach(
     Raises ModelError("cannot reach WHAT at URL: reason") otherwise.
     """
     target = server_root(url) + (path if path.startswith("/") else "/" + path)
+    url, shown = strip_credentials(url), strip_credentials(target)  # for the messages below
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         async with httpx.AsyncClient(timeout=timeout, headers=headers, trust_env=False) as client:
@@ -415,11 +417,11 @@ async def attach(
         reason = str(exc) or type(exc).__name__
         raise ModelError(f"cannot reach {what} at {url}: {reason}") from None
     if resp.status_code != 200:
-        raise ModelError(f"cannot reach {what} at {url}: GET {target} answered HTTP {resp.status_code}")
+        raise ModelError(f"cannot reach {what} at {url}: GET {shown} answered HTTP {resp.status_code}")
     try:
         return resp.json()
     except ValueError:
-        raise ModelError(f"cannot reach {what} at {url}: GET {target} did not return JSON") from None
+        raise ModelError(f"cannot reach {what} at {url}: GET {shown} did not return JSON") from None
 
 
 __all__ = ["ServerLauncher", "api_base", "attach", "free_port", "port_is_open", "server_root", "stop_all", "tail_lines"]

@@ -13,11 +13,13 @@ import re
 from typing import Any
 
 from harness.errors import ModelError
-from harness.models.base import GenerationParams, register_backend
+from harness.models.base import GenerationParams, endpoint_fact, env_base_url, register_backend
 from harness.models.openai_compat import OpenAICompatibleBackend, check_reachable, discover_context_size
 from harness.models.tokenizers import encoding_for_model, offline_encoding_name
+from harness.redact import strip_credentials
 
 API_KEY_ENV = "OPENAI_API_KEY"
+BASE_URL_ENV = "OPENAI_BASE_URL"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 # Context windows (tokens) of OpenAI models; the longest matching name prefix wins.
@@ -61,13 +63,20 @@ class OpenAIBackend(OpenAICompatibleBackend):
 
     def __init__(self, model, options):
         super().__init__(model, options)
-        # The SDK itself falls back to OPENAI_BASE_URL; record it too.
-        self.base_url = options.base_url or os.environ.get("OPENAI_BASE_URL") or None
+        # The SDK itself falls back to OPENAI_BASE_URL: read here, so it is sent, recorded and keyed alike.
+        self.env_base_url = None if options.base_url else env_base_url(BASE_URL_ENV, API_KEY_ENV)
+        self.base_url = options.base_url or self.env_base_url
         if len(options.base_urls) > 1:
             self.use_servers(options.base_urls)
         # what a compatible server reports (llama.cpp /props, vLLM max_model_len), read by start()
         self._server_context: int | None = None
         self._server_context_source: str | None = None
+
+    def endpoint(self) -> str | None:
+        return strip_credentials(self.options.base_url or self.env_base_url or DEFAULT_BASE_URL)
+
+    def identity_facts(self) -> dict[str, Any]:
+        return endpoint_fact(self.env_base_url, DEFAULT_BASE_URL)
 
     def api_key(self) -> str:
         key = os.environ.get(API_KEY_ENV)
@@ -143,4 +152,4 @@ class OpenAIBackend(OpenAICompatibleBackend):
         return info
 
 
-__all__ = ["API_KEY_ENV", "KNOWN_CONTEXT_SIZES", "OpenAIBackend", "is_reasoning_model", "known_context_size"]
+__all__ = ["API_KEY_ENV", "BASE_URL_ENV", "KNOWN_CONTEXT_SIZES", "OpenAIBackend", "is_reasoning_model", "known_context_size"]

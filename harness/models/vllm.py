@@ -102,7 +102,7 @@ class VLLMBackend(OpenAICompatibleBackend):
             url = self.launcher.url
             self.base_url = self.launcher.base_url
         models = await attach(url, api_key=self._key, timeout=30.0, what="vLLM server")
-        self._pick_model(models, url)
+        self._pick_model(models, strip_credentials(url))
         self._version = await self._fetch_version(url)
 
     async def _attach_all(self) -> None:
@@ -178,6 +178,10 @@ class VLLMBackend(OpenAICompatibleBackend):
 
     def tokenizer_name(self) -> str:
         return f"hf:{self.model}"
+
+    def endpoint(self) -> str | None:
+        # attached: the servers named; launched: none to name (its identity is the model and server args)
+        return strip_credentials(self.options.base_url)
 
     def cache_identity(self) -> dict[str, Any]:
         identity: dict[str, Any] = {"backend": self.prefix, "model": self.model}
