@@ -32,6 +32,7 @@ class ToolLoop(Agent):
     needs_context_size = True
     needs_snapshot = True
     protocol: ClassVar[str]  # recorded in results.json
+    records = ("searches", "evidence_recall")
 
     def prepare(self, model, snapshot) -> None:
         super().prepare(model, snapshot)

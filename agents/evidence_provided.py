@@ -92,6 +92,7 @@ class EvidenceProvided(Agent):
     template_fields = ("documents",)
     needs_context_size = True
     needs_snapshot = True
+    records = ("evidence",)
 
     class Knobs(ReserveKnobs, RankingKnobs):
         pass

@@ -21,6 +21,7 @@ class RetrieveReadJoint(RetrievalAgent):
     default_template = "evidence_provided"
     template_fields = ("documents",)
     needs_context_size = True
+    records = ("evidence_recall", "evidence")
     k_source = K_SOURCE
 
     class Knobs(ReserveKnobs, RetrievalKnobs):

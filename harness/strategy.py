@@ -36,6 +36,16 @@ SETTINGS: dict[str, str] = {
 
 _UNSET: Any = object()
 
+# Records a strategy may keep in a sample's ``extra`` under a shared name, with a shape every reader
+# (the report, a strategy's summary) can rely on; a strategy declares which it writes (``Agent.records``,
+# recorded in results.json). Anything else in ``extra`` is the strategy's own.
+RECORD_KINDS: dict[str, str] = {
+    "searches": "the searches made, in order: [{query, found_title, whole_page, fragments, truncated, tokens, "
+    "similar_titles}]",
+    "evidence_recall": "share of the question's needed pages the strategy saw: {recall, found, needed}",
+    "evidence": "the evidence packed into the prompt: {chunks_packed, chunks_total, prompt_tokens, cut, packed_titles}",
+}
+
 
 def budget_tokens(context_size: int | None, reserve: int) -> int:
     """The prompt budget of every packing strategy: the context minus the tokens kept for the answer."""
@@ -161,6 +171,7 @@ class Agent(ABC):
     template_fields: ClassVar[tuple[str, ...]] = ()
     needs_snapshot: ClassVar[bool] = False
     needs_context_size: ClassVar[bool] = False  # packs pages by token budget: refused without one
+    records: ClassVar[tuple[str, ...]] = ()  # the RECORD_KINDS it writes in ``extra``
     protocol: ClassVar[str | None] = None  # tool-using strategies: "native" (the API's tool calls) or "text"
 
     def __init__(self, config: Any, knobs: Knobs | None = None):
@@ -233,6 +244,8 @@ class Agent(ABC):
             out["prompt_sha256"] = self.template_sha256
         if self.protocol is not None:
             out["protocol"] = self.protocol
+        if self.records:
+            out["records"] = list(self.records)
         return out
 
     def summarize(self, extras: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -252,6 +265,12 @@ def _check_agent(obj: Any, ref: str) -> None:
         raise ConfigError(
             f"agent {ref}: settings must name at least one of {', '.join(SETTINGS)}"
             + (f" (got {', '.join(map(repr, unknown))})" if unknown else "")
+        )
+    unknown_records = [r for r in obj.records if r not in RECORD_KINDS]
+    if unknown_records:
+        raise ConfigError(
+            f"agent {ref}: records must name shared record kinds ({', '.join(RECORD_KINDS)}), not "
+            f"{', '.join(map(repr, unknown_records))}; keep a record of your own in extra under any other name"
         )
     if not (isinstance(obj.Knobs, type) and issubclass(obj.Knobs, BaseModel)):
         raise ConfigError(f"agent {ref}: Knobs must be a pydantic model (subclass harness.strategy.Knobs)")

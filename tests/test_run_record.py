@@ -209,3 +209,59 @@ def test_the_schema_command_writes_a_file_and_refuses_unknown_names(tmp_path, ca
     with pytest.raises(SystemExit) as exc:
         main(["schema", "nonsense"])
     assert exc.value.code == 2
+
+
+def test_a_strategy_summarizes_its_own_records_and_declares_the_shared_ones(tmp_path):
+    """results.json ``retrieval`` is what the strategy's summarize() says of its records, ``outcome`` is
+    a row field, and the report renders a shared record kind only when the strategy declared it."""
+    from harness.strategy import AGENTS, Agent, SampleResult, register_agent
+
+    class Counting(Agent):
+        settings = ("closed-book",)
+        records = ("evidence_recall",)
+
+        async def solve(self, sample, ctx):
+            reply = await ctx.generate([{"role": "user", "content": sample.question}])
+            extra = {"evidence_recall": {"recall": 0.5, "found": ["A"], "needed": ["A", "B"]},
+                     "searches": [{"query": "undeclared", "found_title": "Nowhere"}], "mine": 7}  # fmt: skip
+            return SampleResult(reply.content, [], extra, outcome="gave_up" if "film" in sample.question else "answered")
+
+        def summarize(self, extras):
+            return {"mine_total": sum(e["mine"] for e in extras)}
+
+    register_agent("record-counting")(Counting)
+    try:
+        out = tmp_path / "run"
+        harness.run(model="scripted/answer=Paris", dataset="qampari:sample", limit=6, agent="record-counting",
+                    out=str(out), show_progress=False, cache=False)  # fmt: skip
+        record = read_results(out)
+        assert record.retrieval == {"mine_total": 7 * 6}
+        assert record.agent.records == ["evidence_recall"]
+        rows = [SampleRow.model_validate_json(x) for x in (out / "samples.jsonl").read_text().splitlines()]
+        assert sum(record.outcomes.values()) == 6 and record.outcomes == {
+            o: sum(1 for r in rows if r.outcome == o) for o in {r.outcome for r in rows}
+        }
+        assert main(["report", str(out)]) == 0
+        html = (out / "report.html").read_text()
+        assert "evidence recall 0.5000" in html  # declared: rendered
+        assert "<b>Searches</b>" not in html and "undeclared" in html  # not declared: shown as the strategy's own data
+    finally:
+        AGENTS.unregister("record-counting")
+
+
+def test_a_strategy_naming_an_unknown_record_kind_is_refused():
+    from harness.errors import ConfigError
+    from harness.strategy import AGENTS, Agent, register_agent
+
+    class Odd(Agent):
+        settings = ("closed-book",)
+        records = ("thoughts",)
+
+        async def solve(self, sample, ctx): ...
+
+    register_agent("record-odd")(Odd)
+    try:
+        with pytest.raises(ConfigError, match="records must name shared record kinds"):
+            AGENTS.resolve("record-odd")
+    finally:
+        AGENTS.unregister("record-odd")

@@ -20,6 +20,7 @@ from harness.analysis.leaderboard import is_headline
 from harness.errors import HarnessError
 from harness.execution.record import CostRecord, ModelRecord, RunResults, SampleRow, read_results
 from harness.records import FAILURES_FILE, iter_jsonl, load_finished, write_bytes_atomic
+from harness.strategy import RECORD_KINDS
 from harness.scoring.results import breakdown_values, count_values, per_question, scale_of, score_values
 
 REPORT_FILE = "report.html"
@@ -379,9 +380,17 @@ def _message_html(m: dict[str, Any]) -> str:
     return f'<div class="msg {css_role}">{"".join(parts)}</div>'
 
 
-def _retrieval_html(extra: dict[str, Any]) -> str:
+def _record_kinds(results: RunResults) -> set[str]:
+    """The shared record kinds the run's strategy declared; a run from before strategies declared
+    them: every kind (their shapes have not changed)."""
+    declared = results.agent.records if results.agent is not None else None
+    return set(RECORD_KINDS) if declared is None else set(declared) & set(RECORD_KINDS)
+
+
+def _retrieval_html(extra: dict[str, Any], kinds: set[str]) -> str:
+    """The shared records (``harness.strategy.RECORD_KINDS``) the run's strategy declares it writes."""
     out = []
-    if extra.get("searches"):
+    if "searches" in kinds and extra.get("searches"):
         items = []
         for s in extra["searches"]:
             found = s.get("found_title")
@@ -395,13 +404,13 @@ def _retrieval_html(extra: dict[str, Any]) -> str:
                 desc = f'<span class="muted">not found; similar: {_e(similar)}</span>'
             items.append(f"<li>query <code>{_e(s.get('query'))}</code> → {desc}</li>")
         out.append(f'<div><b>Searches</b><ol class="searches">{"".join(items)}</ol></div>')
-    recall = extra.get("evidence_recall")
+    recall = extra.get("evidence_recall") if "evidence_recall" in kinds else None
     if recall and recall.get("recall") is not None:
         out.append(
             f"<div>evidence recall {_e(_fmt(recall['recall']))}: found {_e(', '.join(recall.get('found', [])))} "
             f"of {_e(', '.join(recall.get('needed', [])))}</div>"
         )
-    evidence = extra.get("evidence")
+    evidence = extra.get("evidence") if "evidence" in kinds else None
     if evidence:
         titles = ", ".join(evidence.get("packed_titles") or [])
         out.append(
@@ -412,7 +421,7 @@ def _retrieval_html(extra: dict[str, Any]) -> str:
     return "".join(out)
 
 
-def _transcript(r: dict[str, Any]) -> str:
+def _transcript(r: dict[str, Any], kinds: set[str]) -> str:
     summary = f"#{r['index']} {_e(r['id'])} — {_e(r['status'])} — {_e(_short(r['answer'], 120))}"
     facts = [
         ("question", r["question"]),
@@ -430,7 +439,7 @@ def _transcript(r: dict[str, Any]) -> str:
     facts += [(f"score {k}", v) for k, v in r["scores"].items()]
     facts = [(k, v) for k, v in facts if v is not None]
     messages = "".join(_message_html(m) for m in r["messages"])
-    rest = {k: v for k, v in r["extra"].items() if k not in ("searches", "evidence", "evidence_recall")}
+    rest = {k: v for k, v in r["extra"].items() if k not in kinds}
     extra = (
         f"<details><summary>other records</summary><pre>{_e(json.dumps(rest, indent=2, ensure_ascii=False))}</pre></details>"
         if rest
@@ -438,13 +447,14 @@ def _transcript(r: dict[str, Any]) -> str:
     )
     return (
         f'<details class="transcript" id="t-{r["index"]}" data-id="{_e(r["id"])}"><summary>{summary}</summary>'
-        f"{_kv_table(facts)}{_retrieval_html(r['extra'])}<h3>Transcript</h3>"
+        f"{_kv_table(facts)}{_retrieval_html(r['extra'], kinds)}<h3>Transcript</h3>"
         f"{messages or '<p class=muted>No transcript recorded.</p>'}{extra}</details>"
     )
 
 
 def render_report(data: dict[str, Any]) -> str:
     results, rows = data["results"], data["rows"]
+    kinds = _record_kinds(results)
     title = f"{results.config.model} · {results.setting} · {results.dataset.spec}"
     embedded = {
         "run_id": results.run_id,
@@ -461,7 +471,7 @@ def render_report(data: dict[str, Any]) -> str:
         f"<h1>{_e(title)}</h1>"
         f"{_meta_section(results)}{_scores_section(results)}{_breakdown_section(results)}"
         f"{_question_table(rows, data['score_columns'])}"
-        f'<section id="transcripts"><h2>Transcripts</h2>{"".join(_transcript(r) for r in rows)}</section>'
+        f'<section id="transcripts"><h2>Transcripts</h2>{"".join(_transcript(r, kinds) for r in rows)}</section>'
         f'<script type="application/json" id="report-data">{_json_for_script(embedded)}</script>'
         f"<script>{SORT_JS}</script></body></html>\n"
     )

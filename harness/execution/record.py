@@ -63,6 +63,9 @@ class AgentRecord(_Open):
     plugin: dict[str, Any] | None = None
     prompt_template: str | None = None
     prompt_sha256: str | None = None
+    records: list[str] | None = Field(
+        None, description="the shared record kinds (harness.strategy.RECORD_KINDS) it writes in each sample's extra"
+    )
     protocol: Literal["native", "text"] | None = Field(
         None, description="how a tool-using strategy calls its tools: the API's tool calls or tags in text"
     )
