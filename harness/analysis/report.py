@@ -16,7 +16,7 @@ from typing import Any
 
 from harness.errors import HarnessError
 from harness.analysis.leaderboard import is_headline
-from harness.records import record_epoch, write_bytes_atomic
+from harness.records import record_epoch, transcript_of, write_bytes_atomic
 from harness.scoring.results import breakdown_values, count_values, per_question, scale_of, score_values
 
 REPORT_FILE = "report.html"
@@ -119,7 +119,7 @@ def build_report_data(run_dir: Path) -> dict[str, Any]:
                 "searches": len(extra.get("searches", [])) if "searches" in extra else None,
                 "truncated_output": (record or {}).get("truncated_output"),
                 "epoch_answers": sorted(later_epochs.get(qid, [])),
-                "messages": (record or {}).get("messages") or [],
+                "messages": transcript_of(record or {}),
                 "extra": extra,
                 # breakdown fields (FanOutQA category, QAMPARI type, ...): the report filters on them
                 "groups": dict(getattr(samples.get(qid), "groups", None) or {}),

@@ -47,6 +47,7 @@ from harness.records import (
     RESULTS_FILE,
     SAMPLES_FILE,
     JsonlAppender,
+    answer_stored_once,
     load_finished,
     record_epoch,
     work_key,
@@ -550,6 +551,7 @@ class Run:
             return record
         self.invocation["finished"] += 1
         last_finish = ctx.finish_reasons[-1] if ctx.finish_reasons else None
+        oversized = isinstance(result.answer, str) and len(result.answer) > self.max_answer_chars
         return {
             **common,
             "status": "ok",
@@ -559,8 +561,9 @@ class Run:
             # The answer hit max_tokens: kept, but flagged rather than passed off as complete.
             "truncated_output": last_finish == "length",
             # longer than scoring reads (ScoringOptions.max_answer_chars): kept whole, scored on its start
-            "oversized_answer": isinstance(result.answer, str) and len(result.answer) > self.max_answer_chars,
-            "messages": result.messages,
+            "oversized_answer": oversized,
+            # written once: the transcript's final assistant message points to the answer
+            "messages": answer_stored_once(result.messages, result.answer) if oversized else result.messages,
             "extra": result.extra,
         }
 
