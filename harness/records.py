@@ -264,3 +264,37 @@ def load_finished(run_dir: Path) -> dict[str, dict[str, Any]]:
         if record.get("status") == "ok" and isinstance(record.get("id"), str):
             finished.setdefault(work_key(record["id"], record_epoch(record)), record)
     return finished
+
+
+# A transcript message holding this key has the record's ``answer`` as its content (written once).
+CONTENT_FROM = "content_from"
+
+
+def answer_stored_once(messages: list[dict[str, Any]], answer: Any) -> list[dict[str, Any]]:
+    """``messages`` with the last assistant message, when its content is ``answer`` itself, pointing
+    to the record's ``answer`` field instead (``content: null, content_from: "answer"``): a long answer
+    is written once, not twice. ``transcript_of`` puts it back."""
+    if not isinstance(answer, str) or not answer:
+        return messages
+    for i in range(len(messages) - 1, -1, -1):
+        message = messages[i]
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            if message.get("content") != answer:
+                return messages
+            out = list(messages)
+            out[i] = {**message, "content": None, CONTENT_FROM: "answer"}
+            return out
+    return messages
+
+
+def transcript_of(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """A record's messages as sent and received: a message that points to the answer gets it back."""
+    messages = record.get("messages") or []
+    if not any(isinstance(m, dict) and m.get(CONTENT_FROM) == "answer" for m in messages):
+        return messages
+    out = []
+    for m in messages:
+        if isinstance(m, dict) and m.get(CONTENT_FROM) == "answer":
+            m = {k: v for k, v in m.items() if k != CONTENT_FROM} | {"content": record.get("answer")}
+        out.append(m)
+    return out

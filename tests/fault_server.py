@@ -8,6 +8,16 @@ no response), ``invalid-json`` (200 whose body is not JSON), ``no-choices`` (200
 ``choices``), ``bad-tool-args`` (a tool call whose arguments are not JSON), ``huge`` (a
 ``huge_chars``-character answer, ignoring ``max_tokens``), ``401-echo`` (401 whose error message
 echoes the Authorization header, as some gateways do).
+
+Hostile bodies: ``trickle`` (a good answer sent one byte every ``trickle_s`` seconds: no single read
+waits long, the whole takes ages), ``gzip-bomb`` (``Content-Encoding: gzip``, ``bomb_bytes`` of JSON
+whitespace then a good answer, inflating ~1000x), ``oversize`` (``huge`` chunked, with no
+Content-Length to refuse it by), ``html-200`` (a proxy's HTML page with status 200),
+``null-message`` (``message: null``; Anthropic: ``content: null``), ``list-content`` and
+``number-content`` (``content`` a list of parts / a number; Anthropic: a string / a number).
+
+Requests to ``.../messages`` are answered in Anthropic's shape, the others in OpenAI's;
+``.../count_tokens`` is answered without taking a fault.
 """
 
 from __future__ import annotations
@@ -15,7 +25,13 @@ from __future__ import annotations
 import json
 import threading
 import time
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:
+        pass  # a client that hangs up mid-reply is what several faults provoke
 
 
 class LoopbackServer:
@@ -23,7 +39,7 @@ class LoopbackServer:
     ``url`` ends in /v1 as an OpenAI client's base URL does."""
 
     def __init__(self, handler: type[BaseHTTPRequestHandler]):
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd = _QuietServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
@@ -46,6 +62,8 @@ class FaultServer(LoopbackServer):
         huge_chars: int = 3_000_000,
         retry_after: str = "0",
         context_size: int | None = 4096,
+        trickle_s: float = 0.05,
+        bomb_bytes: int = 256 * 2**20,
     ):
         self.script = list(script or [])
         self.default = default
@@ -54,6 +72,10 @@ class FaultServer(LoopbackServer):
         self.huge_chars = huge_chars
         self.retry_after = retry_after
         self.context_size = context_size
+        self.trickle_s = trickle_s
+        self.bomb_bytes = bomb_bytes
+        if "gzip-bomb" in (*self.script, default):
+            _bomb_prefix(bomb_bytes)  # built before serving: the first bomb is not slowed by it
         self.served: list[str] = []  # the fault used for each chat request, in order
         self.headers_seen: list[dict[str, str]] = []
         self.in_flight = 0
@@ -67,9 +89,11 @@ class FaultServer(LoopbackServer):
             def log_message(self, *args):
                 pass
 
-            def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None):
+            def _send(
+                self, status: int, body: bytes, headers: dict[str, str] | None = None, content_type="application/json"
+            ):
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))
                 for k, v in (headers or {}).items():
                     self.send_header(k, v)
@@ -85,6 +109,10 @@ class FaultServer(LoopbackServer):
             def do_POST(self):
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}") if length else {}
+                if self.path.endswith("/count_tokens"):  # Anthropic's token counting: not a chat request
+                    self._send(200, b'{"input_tokens": 10}')
+                    return
+                body["_anthropic"] = self.path.endswith("/messages")
                 with outer._lock:
                     fault = outer.script.pop(0) if outer.script else outer.default
                     outer.served.append(fault)
@@ -101,6 +129,19 @@ class FaultServer(LoopbackServer):
 
     # ------------------------------------------------------------------ responses
     def completion(self, body: dict, content: str | None, tool_calls: list | None = None) -> bytes:
+        if body.get("_anthropic"):
+            blocks = [{"type": "text", "text": content}] if content is not None else []
+            return json.dumps(
+                {
+                    "id": "msg_fault",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": body.get("model", "fault-model"),
+                    "content": blocks,
+                    "stop_reason": "end_turn",
+                    "usage": {"input_tokens": 10, "output_tokens": 2},
+                }
+            ).encode()
         message: dict = {"role": "assistant", "content": content}
         if tool_calls:
             message["tool_calls"] = tool_calls
@@ -143,11 +184,76 @@ class FaultServer(LoopbackServer):
         elif fault == "huge":
             words = ("Paris is the capital of France " * (self.huge_chars // 31 + 1))[: self.huge_chars]
             h._send(200, self.completion(body, words))
+        elif fault == "trickle":
+            data = self.completion(body, self.answer)
+            h.send_response(200)
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Content-Length", str(len(data)))
+            h.end_headers()
+            try:
+                for i in range(len(data)):
+                    h.wfile.write(data[i : i + 1])
+                    h.wfile.flush()
+                    time.sleep(self.trickle_s)
+            except OSError:  # the client gave up and closed the connection
+                h.close_connection = True
+        elif fault == "gzip-bomb":
+            h._send(200, self._bomb(body), {"Content-Encoding": "gzip"})
+        elif fault == "oversize":
+            words = ("Paris is the capital of France " * (self.huge_chars // 31 + 1))[: self.huge_chars]
+            data = self.completion(body, words)
+            h.send_response(200)
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Transfer-Encoding", "chunked")
+            h.end_headers()
+            try:
+                for i in range(0, len(data), 65536):
+                    piece = data[i : i + 65536]
+                    h.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                h.wfile.write(b"0\r\n\r\n")
+            except OSError:
+                h.close_connection = True
+        elif fault == "html-200":
+            page = b"<html><body><h1>502 Bad Gateway</h1><p>upstream timed out</p></body></html>"
+            h._send(200, page, content_type="text/html; charset=utf-8")
+        elif fault in ("null-message", "list-content", "number-content"):
+            h._send(200, self._malformed(body, fault))
         elif fault == "401-echo":
             auth = h.headers.get("Authorization", "") or h.headers.get("x-api-key", "")
             error(401, f"Incorrect API key provided: {auth}. You can find your API key at https://example.test")
         else:  # pragma: no cover - a typo in a test
             raise ValueError(f"unknown fault {fault!r}")
+
+    def _malformed(self, body: dict, fault: str) -> bytes:
+        """A good answer with its message (OpenAI) or content (Anthropic) replaced by the wrong type."""
+        data = json.loads(self.completion(body, self.answer))
+        if body.get("_anthropic"):
+            data["content"] = {"null-message": None, "list-content": self.answer, "number-content": 42}[fault]
+        elif fault == "null-message":
+            data["choices"][0]["message"] = None
+        else:
+            parts = [{"type": "text", "text": self.answer}]
+            data["choices"][0]["message"]["content"] = parts if fault == "list-content" else 42
+        return json.dumps(data).encode()
+
+    def _bomb(self, body: dict) -> bytes:
+        """gzip of ``bomb_bytes`` spaces (JSON whitespace) then a good answer: inflated whole, it parses."""
+        prefix, z = _bomb_prefix(self.bomb_bytes)
+        z = z.copy()
+        return prefix + z.compress(self.completion(body, self.answer)) + z.flush()
+
+
+_BOMBS: dict = {}
+
+
+def _bomb_prefix(size: int):
+    """The gzip stream of ``size`` spaces so far, and its compressor to go on with (built once:
+    compressing 256 MiB takes a second)."""
+    if size not in _BOMBS:
+        z = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+        block = b" " * 2**20
+        _BOMBS[size] = (b"".join(z.compress(block) for _ in range(size // len(block))), z)
+    return _BOMBS[size]
 
 
 def run_args(url: str, out, *extra: str, dataset: str = "hotpotqa:dev", limit: str = "1") -> list[str]:

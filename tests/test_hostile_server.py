@@ -3,14 +3,22 @@ a retried request, a recorded sample failure or a one-line error, never a crash;
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
+import tracemalloc
+import zlib
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 from conftest import run_harness
-from fault_server import FaultServer, run_args
+from fault_server import FaultServer, LoopbackServer, run_args
 
 from harness.cli import main
+from harness.errors import TransientModelError
+from harness.models import BackendOptions, GenerationParams, create_backend
+from harness.models.http_reply import PIECE, DeadlineExpired, ReplyTooLarge, _Inflater, capped_event_hooks
 
 KEY = "sk-proj-THISISASECRETKEY0123456789"
 
@@ -35,27 +43,52 @@ def records(path: Path) -> list[dict]:
         ["drop", "ok"],
         ["invalid-json", "ok"],
         ["no-choices", "ok"],
+        ["trickle", "ok"],
+        ["gzip-bomb", "ok"],
+        ["oversize", "ok"],
+        ["html-200", "null-message", "list-content", "number-content", "ok"],
     ],
     ids=lambda f: "+".join(f),
 )
 @pytest.mark.slow
 def test_transient_faults_are_retried_until_an_answer(tmp_path, faults):
+    # each of these, unchecked, ends as an answer: the trickle and the bomb (whitespace, then a good
+    # reply) after a long wait, the oversize 3 MB one at once
     with FaultServer(script=faults, hang_s=2.5) as server:
-        code = run(server.url, tmp_path / "run")
+        code = run(server.url, tmp_path / "run", "--max-response-bytes", str(MIB))
     assert code == 0
     assert server.served == faults  # every fault was retried, nothing more was sent
     (sample,) = records(tmp_path / "run" / "samples.jsonl")
     assert sample["answer"] == "Paris"
 
 
-@pytest.mark.parametrize("fault", ["invalid-json", "no-choices", "500", "drop"])
-def test_a_fault_that_persists_fails_the_sample_as_model_unavailable(tmp_path, fault, capsys):
+MIB = 2**20
+
+
+@pytest.mark.parametrize(
+    "fault, reason",
+    [
+        ("invalid-json", "reply 200 is not valid JSON"),
+        ("no-choices", "reply has no choices"),
+        ("500", "answered 500"),
+        ("drop", "connection to OpenAI API"),
+        ("html-200", "reply 200 is text/html, not JSON"),
+        ("null-message", "choices[0].message is null, not an object"),
+        ("list-content", "choices[0].message.content is a list, not text"),
+        ("number-content", "choices[0].message.content is a number, not text"),
+        ("trickle", "did not finish its reply within --request-timeout 1 s"),
+        ("gzip-bomb", "over --max-response-bytes 1 MiB (decompressed)"),
+        ("oversize", "over --max-response-bytes 1 MiB (long)"),
+    ],
+)
+def test_a_fault_that_persists_fails_the_sample_as_model_unavailable(tmp_path, fault, reason, capsys):
     with FaultServer(default=fault) as server:
-        code = run(server.url, tmp_path / "run", "--max-attempts", "3")
+        code = run(server.url, tmp_path / "run", "--max-attempts", "3", "--max-response-bytes", str(MIB))
     assert code == 1  # the run finished, with a failed sample (rerun retries it)
     assert server.served == [fault] * 3
     (failure,) = records(tmp_path / "run" / "failures.jsonl")
     assert failure["error_type"] == "model_unavailable", failure
+    assert reason in failure["error"], failure["error"]
     assert not (tmp_path / "run" / "errors.log").exists()  # not a code exception
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["counts"]["failed"] == 1
@@ -85,6 +118,13 @@ def test_a_3mb_answer_is_scored_without_crashing_and_flagged(tmp_path, capsys):
     (sample,) = records(out / "samples.jsonl")
     assert len(sample["answer"]) == 3_000_000  # kept whole; scored on its first max_answer_chars
     assert sample["oversized_answer"] is True
+    # written once: the transcript's reply points to the answer, and a report puts it back
+    assert sample["messages"][-1] == {"role": "assistant", "content": None, "content_from": "answer"}
+    assert (out / "samples.jsonl").stat().st_size < 4_000_000
+    from harness.analysis.report import build_report_data
+
+    (row,) = build_report_data(out)["rows"]
+    assert row["messages"][-1] == {"role": "assistant", "content": sample["answer"]}
     (row,) = results["scores"]["raw"]
     assert row["oversized_answer"] == {"chars": 3_000_000, "scored_chars": 100_000}
     # and re-scoring the run works too (it used to crash on every rerun)
@@ -141,3 +181,141 @@ def test_a_401_that_echoes_the_key_never_prints_or_writes_it(tmp_path, backend):
     assert "[REDACTED]" in proc.stderr
     assert KEY not in proc.stderr + proc.stdout  # ... but nothing shows it
     assert KEY[:12] not in _files_text(tmp_path)
+
+
+def test_max_response_bytes_is_recorded_not_hashed(tmp_path):
+    with FaultServer() as server:
+        assert run(server.url, tmp_path / "a", "--max-response-bytes", str(MIB)) == 0
+        assert run(server.url, tmp_path / "b") == 0
+    a = json.loads((tmp_path / "a" / "results.json").read_text())
+    b = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert a["config"]["backend"]["max_response_bytes"] == MIB
+    assert b["config"]["backend"]["max_response_bytes"] == 16 * MIB  # the default, recorded too
+    assert a["config_hash"] == b["config_hash"]  # how replies are read, not what is asked
+
+
+# --------------------------------------------------------------------------- one backend, no run
+def generate(backend_name: str, server: FaultServer, **options):
+    url = server.url if backend_name == "openai" else server.url[: -len("/v1")]
+    backend = create_backend(
+        f"{backend_name}/fault-model", BackendOptions(base_url=url, retry_max_wait=0.05, request_timeout=1, **options)
+    )
+
+    async def go():
+        try:
+            return await backend.generate([{"role": "user", "content": "Capital of France?"}], GenerationParams())
+        finally:
+            await backend.close()
+
+    return asyncio.run(go())
+
+
+@pytest.fixture
+def keys(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+
+
+@pytest.mark.parametrize("backend", ["openai", "anthropic"])
+def test_a_gzip_bomb_is_cut_at_the_cap_with_memory_bounded(keys, backend):
+    """256 MiB of whitespace gzipped to 250 KB, then a good reply: read whole it would parse."""
+    too_large = r"over --max-response-bytes 1 MiB \(decompressed\)"
+    with FaultServer(default="gzip-bomb", bomb_bytes=256 * MIB) as server:
+        started = time.monotonic()
+        with pytest.raises(ReplyTooLarge, match=too_large):
+            generate(backend, server, max_attempts=2, max_response_bytes=MIB)
+        took = time.monotonic() - started
+        assert server.served == ["gzip-bomb"] * 2  # retried within --max-attempts, then given up
+        assert took < 5  # inflating 256 MiB is not what took the time
+        tracemalloc.start()  # again, the SDK imported: what is left is the request
+        try:
+            with pytest.raises(ReplyTooLarge, match=too_large):
+                generate(backend, server, max_attempts=1, max_response_bytes=MIB)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    # the body never held more than the cap and an inflated piece, plus the client's own objects
+    assert peak < MIB + PIECE + 3 * MIB, peak
+
+
+@pytest.mark.parametrize("backend", ["openai", "anthropic"])
+def test_a_gzip_reply_within_the_cap_is_read(keys, backend):
+    with FaultServer(default="gzip-bomb", bomb_bytes=0) as server:  # a plain gzipped reply
+        response = generate(backend, server, max_attempts=1)
+    assert response.content == "Paris"
+
+
+@pytest.mark.parametrize("lib_name", ["httpx", "httpx2"])
+def test_the_cap_holds_for_either_http_library(lib_name):
+    """The probes (GET /models) use httpx, newer SDKs its fork httpx2: one hook serves both."""
+    lib = pytest.importorskip(lib_name)
+    body = zlib.compress(b" " * (8 * MIB) + b"{}")
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Encoding", "deflate")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    async def get(limit: int):
+        async with lib.AsyncClient(event_hooks=capped_event_hooks(limit)) as client:
+            return (await client.get(server.url)).json()
+
+    with LoopbackServer(Handler) as server:
+        with pytest.raises(ReplyTooLarge, match="decompressed"):
+            asyncio.run(get(MIB))
+        assert asyncio.run(get(16 * MIB)) == {}  # within the cap: read, inflated once
+
+
+def test_inflater_reads_gzip_zlib_and_raw_deflate_in_bounded_pieces():
+    data = b" " * (8 * MIB) + b"end"
+    gzip_z = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    raw_z = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    for encoding, packed in [
+        ("gzip", gzip_z.compress(data) + gzip_z.flush()),
+        ("deflate", zlib.compress(data)),  # zlib-wrapped, as the RFC says
+        ("deflate", raw_z.compress(data) + raw_z.flush()),  # raw, as some servers send
+    ]:
+        inflater = _Inflater(encoding)
+        pieces = [piece for i in range(0, len(packed), 4096) for piece in inflater.feed(packed[i : i + 4096])]
+        assert b"".join(pieces) == data, encoding
+        assert max(map(len, pieces)) <= PIECE  # one small read never inflates past a piece at once
+
+
+@pytest.mark.parametrize("backend", ["openai", "anthropic"])
+def test_a_trickling_server_is_cut_at_the_request_timeout(keys, backend):
+    """One byte every 0.05 s: no read waits long, the whole reply would take 15 s."""
+    with FaultServer(default="trickle", trickle_s=0.05) as server:
+        started = time.monotonic()
+        with pytest.raises(DeadlineExpired, match="within --request-timeout 1 s"):
+            generate(backend, server, max_attempts=2)
+        took = time.monotonic() - started
+    assert server.served == ["trickle"] * 2  # the expiry is a transient fault: retried
+    assert 2 <= took < 6
+
+
+@pytest.mark.parametrize(
+    "fault, reason",
+    [
+        ("html-200", "reply 200 is text/html, not JSON"),
+        ("null-message", "reply.content is null, not a list of blocks"),
+        ("list-content", "reply.content is a string, not a list of blocks"),
+        ("number-content", "reply.content is a number, not a list of blocks"),
+        ("oversize", "over --max-response-bytes 1 MiB (long)"),
+    ],
+)
+def test_anthropic_malformed_replies_are_retried_never_answers(keys, fault, reason):
+    with FaultServer(script=[fault, "ok"]) as server:
+        response = generate("anthropic", server, max_attempts=2, max_response_bytes=MIB)
+    assert response.content == "Paris" and response.attempts == 2
+    with FaultServer(default=fault) as server:
+        with pytest.raises(TransientModelError) as info:
+            generate("anthropic", server, max_attempts=2, max_response_bytes=MIB)
+    assert reason in str(info.value) and server.served == [fault] * 2

@@ -118,7 +118,7 @@ def build_report_data(run_dir: Path) -> dict[str, Any]:
                 "searches": len(extra.get("searches", [])) if "searches" in extra else None,
                 "truncated_output": record.truncated_output if record is not None else None,
                 "epoch_answers": sorted(later_epochs.get(qid, [])),
-                "messages": record.messages if record is not None else [],
+                "messages": record.transcript() if record is not None else [],
                 "extra": extra,
                 # breakdown fields (FanOutQA category, QAMPARI type, ...): the report filters on them
                 "groups": dict(getattr(samples.get(qid), "groups", None) or {}),

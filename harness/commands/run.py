@@ -164,9 +164,19 @@ def add_run_options(p) -> None:
         choices=["mean", "max", "mode"],
         help="a question's score over its epochs: mean (default), max (pass@N-like), mode",
     )
-    g.add_argument("--request-timeout", type=float, help="seconds per model request (default 600)")
+    g.add_argument(
+        "--request-timeout",
+        type=float,
+        help="seconds per model request, its whole reply included; past it the request is retried (default 600)",
+    )
+    g.add_argument(
+        "--max-response-bytes",
+        type=int,
+        help="largest reply body read from a model server, decompressed; a larger one is a failed "
+        "request, retried within --max-attempts (default 16777216, 16 MiB)",
+    )
     g.add_argument("--sample-timeout", type=float, help="seconds per sample (default 600, the paper's)")
-    g.add_argument("--max-attempts", type=int, help="tries per request on 429/5xx/timeouts (default 6)")
+    g.add_argument("--max-attempts", type=int, help="tries per request on 429/5xx/timeouts/malformed replies (default 6)")
     g.add_argument("--retry-max-wait", type=float, help="longest back-off between tries, seconds (default 120)")
     g.add_argument("--startup-timeout", type=float, help="seconds to wait for a launched server (default 300)")
     g.add_argument("--no-cache", dest="cache", action="store_false", help="do not read or write the response cache")

@@ -22,7 +22,7 @@ from harness.execution.cost import Budget, BudgetExhausted, Pricing
 from harness.execution.summary import now_iso
 from harness.models.base import WAIT_CLOCK, GenerationParams, ModelBackend, WaitClock
 from harness.models.cache import ResponseCache
-from harness.records import ERROR_LOG, work_key
+from harness.records import ERROR_LOG, answer_stored_once, work_key
 from harness.redact import redact
 from harness.strategy import Agent, AgentContext
 
@@ -145,6 +145,7 @@ class SampleAttempts:
             return record
         self.invocation["finished"] += 1
         last_finish = ctx.finish_reasons[-1] if ctx.finish_reasons else None
+        oversized = isinstance(result.answer, str) and len(result.answer) > self.max_answer_chars
         return {
             **common,
             "status": "ok",
@@ -155,8 +156,9 @@ class SampleAttempts:
             # The answer hit max_tokens: kept, but flagged rather than passed off as complete.
             "truncated_output": last_finish == "length",
             # longer than scoring reads (ScoringOptions.max_answer_chars): kept whole, scored on its start
-            "oversized_answer": isinstance(result.answer, str) and len(result.answer) > self.max_answer_chars,
-            "messages": result.messages,
+            "oversized_answer": oversized,
+            # written once: the transcript's final assistant message points to the answer
+            "messages": answer_stored_once(result.messages, result.answer) if oversized else result.messages,
             "extra": result.extra,
         }
 

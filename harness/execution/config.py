@@ -54,7 +54,10 @@ NOT_HASHED = frozenset(
         "prompt_template",  # hashed as the template's source and sha256, in the strategy's identity
     }
 )
-BACKEND_NOT_HASHED = frozenset({"request_timeout", "max_attempts", "retry_max_wait", "startup_timeout", "n_threads"})
+# how requests are carried out, not what is asked: a retried or refused reply never changes an answer kept
+BACKEND_NOT_HASHED = frozenset(
+    {"request_timeout", "max_attempts", "retry_max_wait", "startup_timeout", "n_threads", "max_response_bytes"}
+)
 
 
 class RunConfig(BaseModel):
@@ -153,6 +156,7 @@ BACKEND_KEYS = {
     "base_url",
     "context_size",
     "request_timeout",
+    "max_response_bytes",
     "max_attempts",
     "retry_max_wait",
     "startup_timeout",

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from harness.errors import HarnessError
 from harness.execution.config import RunConfig
-from harness.records import CONFIG_FILE, RESULTS_FILE, read_json
+from harness.records import CONFIG_FILE, RESULTS_FILE, read_json, transcript_of
 from harness.scoring.results import RESULTS_FORMAT, SECTIONS, upgrade
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -286,6 +286,10 @@ class SampleRow(_Open):
     scored_with: str | None = None
     error_type: str | None = None
     error: str | None = None
+
+    def transcript(self) -> list[Any]:
+        """The messages as sent and received (a long answer is stored once: its message points to ``answer``)."""
+        return transcript_of({"messages": self.messages, "answer": self.answer})
 
     @model_validator(mode="before")
     @classmethod

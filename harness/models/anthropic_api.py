@@ -12,6 +12,9 @@ and, when a model answers 400 "`temperature` ... not supported/deprecated", drop
 the run (recorded in ``describe()["dropped_params"]``). ``top_p`` is only sent when it is not 1.0
 (some models refuse both together).
 
+Replies are read as in ``openai_compat``: a byte cap while reading, one deadline per request, and a
+reply that is not a message (``content`` not a list of blocks, an HTML page) a transient fault.
+
 ``count_tokens`` calls the API's ``/v1/messages/count_tokens`` (a user message holding the text; it
 includes a few tokens of message framing), so it needs ``ANTHROPIC_API_KEY`` and network access.
 """
@@ -36,6 +39,14 @@ from harness.models.base import (
     endpoint_fact,
     env_base_url,
     register_backend,
+)
+from harness.models.http_reply import (
+    ReplyRejected,
+    capped_sdk_http_client,
+    caused_by,
+    json_kind,
+    reply_json,
+    within_deadline,
 )
 from harness.models.openai_compat import map_api_error
 
@@ -203,34 +214,60 @@ def to_anthropic_request(
     return kwargs
 
 
-def from_anthropic_message(message: Any) -> ModelResponse:
-    """An Anthropic ``Message`` (object or dict) -> ``ModelResponse``."""
+def from_anthropic_message(message: Any, where: str = "Anthropic API") -> ModelResponse:
+    """An Anthropic ``Message`` (the parsed JSON, or an SDK object) -> ``ModelResponse``. A reply that
+    is not one (no content list, a block of the wrong type) is a ``TransientModelError`` naming the
+    field: retried, never passed off as an (empty) answer."""
+    if hasattr(message, "model_dump"):
+        message = message.model_dump()
 
-    def get(obj: Any, key: str, default: Any = None) -> Any:
-        return obj.get(key, default) if isinstance(obj, Mapping) else getattr(obj, key, default)
+    def fault(text: str) -> TransientModelError:
+        return TransientModelError(f"{where}: {text}")
 
+    def get(obj: dict[str, Any], key: str, path: str, kind: type, what: str, optional: bool = True) -> Any:
+        value = obj.get(key)
+        if value is None and optional:
+            return None
+        if isinstance(value, kind) and not isinstance(value, bool):
+            return value
+        raise fault(f"{path}.{key} is {json_kind(value) if key in obj else 'missing'}, not {what}")
+
+    if not isinstance(message, dict):
+        raise fault(f"reply is {json_kind(message)}, not a message object")
     texts, calls = [], []
-    for block in get(message, "content") or []:
-        kind = get(block, "type")
+    for i, block in enumerate(get(message, "content", "reply", list, "a list of blocks", optional=False)):
+        path = f"content[{i}]"
+        if not isinstance(block, dict):
+            raise fault(f"{path} is {json_kind(block)}, not an object")
+        kind = block.get("type")
         if kind == "text":
-            texts.append(get(block, "text") or "")
+            texts.append(get(block, "text", path, str, "text", optional=False))
         elif kind == "tool_use":
             calls.append(
-                ToolCall(id=get(block, "id"), name=get(block, "name"), arguments=json.dumps(get(block, "input") or {}))
+                ToolCall(
+                    id=get(block, "id", path, str, "text", optional=False),
+                    name=get(block, "name", path, str, "text", optional=False),
+                    arguments=json.dumps(get(block, "input", path, dict, "an object") or {}),
+                )
             )
-    usage = get(message, "usage")
-    prompt = (
-        (get(usage, "input_tokens") or 0)
-        + (get(usage, "cache_creation_input_tokens") or 0)
-        + (get(usage, "cache_read_input_tokens") or 0)
-    )
-    reason = get(message, "stop_reason")
+    usage = get(message, "usage", "reply", dict, "an object") or {}
+    counts = {}
+    for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens"):
+        counts[key] = get(usage, key, "usage", int, "a whole number") or 0
+        if counts[key] < 0:
+            raise fault(f"usage.{key} is {counts[key]}, not a count")
+    reason = get(message, "stop_reason", "reply", str, "text")
     return ModelResponse(
         content="".join(texts) if texts else None,
         tool_calls=calls,
         finish_reason=STOP_REASONS.get(reason, reason),
-        usage=Usage(prompt_tokens=prompt, completion_tokens=get(usage, "output_tokens") or 0),
-        model=get(message, "model"),
+        usage=Usage(
+            prompt_tokens=counts["input_tokens"]
+            + counts["cache_creation_input_tokens"]
+            + counts["cache_read_input_tokens"],
+            completion_tokens=counts["output_tokens"],
+        ),
+        model=get(message, "model", "reply", str, "text"),
     )
 
 
@@ -279,7 +316,8 @@ class AnthropicBackend(ModelBackend):
             api_key=self.api_key(),
             base_url=self.base_url,
             max_retries=0,  # retries are ours
-            timeout=self.options.request_timeout,
+            timeout=self.options.request_timeout,  # per read; within_deadline bounds the whole request
+            http_client=capped_sdk_http_client(anthropic, self.options.max_response_bytes),
         )
         self._clients[id(loop)] = (loop, client)
         return client
@@ -307,17 +345,24 @@ class AnthropicBackend(ModelBackend):
         client = self.client()
         for _ in range(3):  # at most: drop temperature, then top_p
             kwargs = to_anthropic_request(self.model, messages, params, tools, tool_choice, self.dropped_params)
+            where = self.where()
             try:
-                message = await client.messages.create(**kwargs)
+                raw = await within_deadline(
+                    client.messages.with_raw_response.create(**kwargs), self.options.request_timeout, where
+                )
+            except ReplyRejected as exc:  # the body was over the cap or unreadable
+                raise type(exc)(f"{where}: {exc}") from exc
             except anthropic.APIError as exc:
+                unreadable = caused_by(exc, ReplyRejected)  # older SDKs wrap what the body stream raised
+                if unreadable is not None:
+                    raise type(unreadable)(f"{where}: {unreadable}") from unreadable
                 rejected = self._rejected_param(exc, kwargs)
                 if rejected:
                     self.dropped_params.add(rejected)
                     continue
-                raise map_api_error(exc, anthropic, self.where(), self.model) from exc
-            except ValueError as exc:  # a 200 whose body is not JSON: a glitch, retried
-                raise TransientModelError(f"{self.where()} returned a body that is not JSON: {exc}") from None
-            return from_anthropic_message(message)
+                raise map_api_error(exc, anthropic, where, self.model) from exc
+            # parsed here, not by the SDK: its lenient models turn a malformed reply into an empty answer
+            return from_anthropic_message(reply_json(raw.http_response, where), where)
         raise ModelError(f"{self.where()} rejected the sampling parameters of {self.model}")
 
     @staticmethod

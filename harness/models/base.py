@@ -27,6 +27,9 @@ from harness.registry import Registry
 
 # Upper bounds catch typos (an extra zero) and values no server accepts, before anything runs.
 WEEK_S = 7 * 24 * 3600.0
+# A reply body larger than this is refused as it is read: ~1,000x a 4k-token answer, far above any
+# provider's output limit (OpenAI's 128k tokens is ~0.5 MB), small enough that a bomb costs little memory.
+DEFAULT_MAX_RESPONSE_BYTES = 16 * 2**20
 
 
 def available_cores() -> int:
@@ -107,7 +110,10 @@ class BackendOptions(BaseModel):
     context_size: int | None = Field(
         None, ge=1, le=100_000_000, description="override the context size (tokens); llama.cpp n_ctx"
     )
+    # one deadline for a whole request, its reply body included (not per socket read)
     request_timeout: float = Field(600.0, gt=0, le=WEEK_S)
+    # bytes of a reply body (decompressed) read before the request fails as a transient fault
+    max_response_bytes: int = Field(DEFAULT_MAX_RESPONSE_BYTES, ge=1024, le=2**40)
     max_attempts: int = Field(6, ge=1, le=100)
     retry_max_wait: float = Field(120.0, ge=0, le=WEEK_S)
     startup_timeout: float = Field(300.0, gt=0, le=WEEK_S)
@@ -422,6 +428,7 @@ register_backend = BACKENDS.register
 __all__ = [
     "BACKENDS",
     "BackendOptions",
+    "DEFAULT_MAX_RESPONSE_BYTES",
     "GenerationParams",
     "ModelBackend",
     "ModelResponse",

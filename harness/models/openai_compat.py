@@ -7,7 +7,11 @@ the server's ``Retry-After``. SDK errors are mapped here:
 * 429 (except OpenAI's ``insufficient_quota``), 408, 409, 5xx, timeouts, dropped connections
   -> ``TransientModelError`` (with ``retry_after`` from ``retry-after-ms`` / ``Retry-After``);
 * a 400/413/422 saying the prompt exceeds the context -> ``ContextOverflowError``;
-* 401/403/404/other 4xx -> ``ModelError`` with a one-line message.
+* 401/403/404/other 4xx -> ``ModelError`` with a one-line message;
+* a reply over ``--max-response-bytes`` (counted as it is read, decompressed), a request past
+  ``--request-timeout`` (one deadline for all of it, body included), a 200 that is not JSON or not
+  a chat completion (``message: null``, non-text ``content``) -> ``TransientModelError`` saying which
+  (``harness.models.http_reply``), never a finished answer.
 
 The SDK is imported lazily, so only the backends that use it need it installed.
 """
@@ -26,6 +30,7 @@ from typing import Any, ClassVar, Mapping
 from harness.errors import ModelError, TransientModelError
 from harness.redact import redact, strip_credentials
 from harness.models.base import (
+    DEFAULT_MAX_RESPONSE_BYTES,
     GenerationParams,
     ModelBackend,
     ModelResponse,
@@ -33,6 +38,16 @@ from harness.models.base import (
     Usage,
     chat_request_kwargs,
     close_loop_clients,
+)
+from harness.models.http_reply import (
+    DeadlineExpired,
+    ReplyRejected,
+    capped_event_hooks,
+    capped_sdk_http_client,
+    caused_by,
+    json_kind,
+    reply_json,
+    within_deadline,
 )
 from harness.models.pool import Endpoint, ServerPool
 
@@ -176,8 +191,12 @@ async def check_reachable(url: str, timeout: float = 10.0) -> None:
     import httpx
 
     try:
-        async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+        async with httpx.AsyncClient(
+            timeout=timeout, trust_env=False, event_hooks=capped_event_hooks(DEFAULT_MAX_RESPONSE_BYTES)
+        ) as client:
             await client.get(url.rstrip("/") + "/models")
+    except TransientModelError:  # it answered (too much, or oddly): reachable
+        pass
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
         raise ModelError(
             f"cannot reach the server at {strip_credentials(url)}: {_one_line(exc or type(exc).__name__)}"
@@ -244,10 +263,11 @@ async def discover_context_size(
         try:
             resp = await client.get(target)
             return resp.json() if resp.status_code == 200 else None
-        except (httpx.HTTPError, ValueError):
+        except (httpx.HTTPError, ValueError, TransientModelError):
             return None
 
-    async with httpx.AsyncClient(timeout=timeout, headers=headers, trust_env=False) as client:
+    hooks = capped_event_hooks(DEFAULT_MAX_RESPONSE_BYTES)
+    async with httpx.AsyncClient(timeout=timeout, headers=headers, trust_env=False, event_hooks=hooks) as client:
         size = context_from_props(await get_json(client, server_root(url) + "/props"))
         if size:
             return size, "server /props default_generation_settings.n_ctx"
@@ -267,46 +287,77 @@ def clean_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _get(obj: Any, key: str, default: Any = None) -> Any:
-    if obj is None:
-        return default
-    if isinstance(obj, Mapping):
-        return obj.get(key, default)
-    return getattr(obj, key, default)
+class _Shape:
+    """Reads fields of a parsed reply; one of the wrong JSON type is a transient fault that says
+    where it was and what came instead (``choices[0].message is null``)."""
+
+    def __init__(self, where: str):
+        self.where = where
+
+    def fault(self, text: str) -> TransientModelError:
+        return TransientModelError(f"{self.where}: {text}")
+
+    def get(self, obj: dict[str, Any], key: str, path: str, kinds: tuple[type, ...], what: str, optional: bool = True):
+        """``obj[key]`` if it is one of ``kinds`` (or None, when ``optional``)."""
+        value = obj.get(key)
+        if value is None and optional:
+            return None
+        if isinstance(value, kinds) and not isinstance(value, bool):
+            return value
+        raise self.fault(f"{path}.{key} is {json_kind(value) if key in obj else 'missing'}, not {what}")
+
+    def count(self, usage: dict[str, Any], key: str) -> int:
+        value = self.get(usage, key, "usage", (int,), "a whole number")
+        if value is not None and value < 0:
+            raise self.fault(f"usage.{key} is {value}, not a count")
+        return value or 0
 
 
 def response_from_completion(completion: Any, where: str = "server") -> ModelResponse:
-    """An OpenAI ``ChatCompletion`` (object or dict) -> ``ModelResponse``."""
-    choices = _get(completion, "choices") or []
+    """An OpenAI chat completion (the parsed JSON, or an SDK object) -> ``ModelResponse``. A reply
+    that is not one (no choices, ``message: null``, non-text ``content``, a wrong type anywhere) is a
+    ``TransientModelError`` naming the field: retried, never passed off as an (empty) answer."""
+    if hasattr(completion, "model_dump"):
+        completion = completion.model_dump()
+    shape = _Shape(where)
+    if not isinstance(completion, dict):
+        raise shape.fault(f"reply is {json_kind(completion)}, not a chat completion object")
+    choices = completion.get("choices")
     if not choices:
         # Some servers answer 200 with an error object instead of choices: worth another try.
-        err = _get(completion, "error")
-        raise TransientModelError(f"{where} returned no choices{': ' + _one_line(err) if err else ''}")
+        err = completion.get("error")
+        raise shape.fault(f"reply has no choices{': ' + _one_line(err) if err else ''}")
+    if not isinstance(choices, list):
+        raise shape.fault(f"choices is {json_kind(choices)}, not a list")
     choice = choices[0]
-    message = _get(choice, "message")
+    if not isinstance(choice, dict):
+        raise shape.fault(f"choices[0] is {json_kind(choice)}, not an object")
+    message = shape.get(choice, "message", "choices[0]", (dict,), "an object", optional=False)
+    path = "choices[0].message"
+    content = shape.get(message, "content", path, (str,), "text")
     calls = []
-    for call in _get(message, "tool_calls") or []:
-        fn = _get(call, "function")
+    for i, call in enumerate(shape.get(message, "tool_calls", path, (list,), "a list") or []):
+        where_call = f"{path}.tool_calls[{i}]"
+        if not isinstance(call, dict):
+            raise shape.fault(f"{where_call} is {json_kind(call)}, not an object")
+        fn = shape.get(call, "function", where_call, (dict,), "an object")
         if fn is None:  # custom (non-function) tool calls are not used by the harness
             continue
-        arguments = _get(fn, "arguments")
-        if not isinstance(arguments, str):
+        name = shape.get(fn, "name", f"{where_call}.function", (str,), "text", optional=False)
+        arguments = fn.get("arguments")
+        if not isinstance(arguments, str):  # some servers send the arguments as an object
             arguments = json.dumps(arguments if arguments is not None else {})
-        calls.append(
-            ToolCall(
-                id=_get(call, "id") or f"call_{uuid.uuid4().hex[:12]}", name=_get(fn, "name") or "", arguments=arguments
-            )
-        )
-    usage = _get(completion, "usage")
+        call_id = shape.get(call, "id", where_call, (str,), "text")
+        calls.append(ToolCall(id=call_id or f"call_{uuid.uuid4().hex[:12]}", name=name, arguments=arguments))
+    usage = shape.get(completion, "usage", "reply", (dict,), "an object") or {}
     return ModelResponse(
-        content=_get(message, "content"),
+        content=content,
         tool_calls=calls,
-        finish_reason=_get(choice, "finish_reason"),
+        finish_reason=shape.get(choice, "finish_reason", "choices[0]", (str,), "text"),
         usage=Usage(
-            prompt_tokens=_get(usage, "prompt_tokens") or 0,
-            completion_tokens=_get(usage, "completion_tokens") or 0,
+            prompt_tokens=shape.count(usage, "prompt_tokens"), completion_tokens=shape.count(usage, "completion_tokens")
         ),
-        model=_get(completion, "model"),
+        model=shape.get(completion, "model", "reply", (str,), "text"),
     )
 
 
@@ -345,10 +396,13 @@ class OpenAICompatibleBackend(ModelBackend):
         headers = {"Authorization": f"Bearer {self.api_key()}"}
         try:
             async with httpx.AsyncClient(
-                timeout=min(self.options.request_timeout, 30.0), headers=headers, trust_env=False
+                timeout=min(self.options.request_timeout, 30.0),
+                headers=headers,
+                trust_env=False,
+                event_hooks=capped_event_hooks(self.options.max_response_bytes),
             ) as client:
                 resp = await client.get(endpoint.url.rstrip("/") + "/models")
-        except httpx.HTTPError:
+        except (httpx.HTTPError, TransientModelError):
             return False
         return resp.status_code < 500
 
@@ -399,7 +453,8 @@ class OpenAICompatibleBackend(ModelBackend):
             base_url=base_url,
             api_key=self.api_key(),
             max_retries=0,  # retries are ours (harness.models.retry)
-            timeout=self.options.request_timeout,
+            timeout=self.options.request_timeout,  # per read; within_deadline bounds the whole request
+            http_client=capped_sdk_http_client(openai, self.options.max_response_bytes),
         )
         self._clients[(id(loop), base_url)] = (loop, client)
         return client
@@ -455,16 +510,32 @@ class OpenAICompatibleBackend(ModelBackend):
             return response
 
     async def _request(self, base_url: str | None, kwargs: dict[str, Any]) -> ModelResponse:
+        label = self.server_label(base_url)
+        # the client first: the SDK's imports on first use are not the server's time
+        create = self.client(base_url).chat.completions.with_raw_response.create
+        reply = await within_deadline(self._send(create, kwargs, label), self.options.request_timeout, label)
+        # parsed here, not by the SDK: its lenient models turn a malformed reply into an empty answer
+        return response_from_completion(reply_json(reply, label), label)
+
+    async def _send(self, create: Any, kwargs: dict[str, Any], label: str) -> Any:
+        """The 2xx ``httpx`` response of one chat request, its body read (within the byte cap)."""
         import openai
 
-        label = self.server_label(base_url)
         try:
-            completion = await self.client(base_url).chat.completions.create(**kwargs)
+            raw = await create(**kwargs)
+        except ReplyRejected as exc:
+            raise _said_by(exc, label) from exc
         except openai.APIError as exc:
+            rejected = caused_by(exc, ReplyRejected)  # openai < 3 wraps what the body stream raised
+            if rejected is not None:
+                raise _said_by(rejected, label) from rejected
             raise map_api_error(exc, openai, label, self.model) from exc
-        except ValueError as exc:  # a 200 whose body is not JSON (json.JSONDecodeError): a glitch, retried
-            raise TransientModelError(f"{label} returned a body that is not JSON: {_one_line(exc)}")
-        return response_from_completion(completion, label)
+        return raw.http_response
+
+
+def _said_by(exc: TransientModelError, label: str) -> TransientModelError:
+    """``exc`` (raised while reading a body, which knows no server) naming the server."""
+    return type(exc)(f"{label}: {exc}")
 
 
 def _server_fault(exc: BaseException) -> bool:
@@ -474,7 +545,8 @@ def _server_fault(exc: BaseException) -> bool:
         return False
     if exc.status is not None:
         return exc.status >= 500
-    return isinstance(exc.__cause__, _connection_errors())
+    # past the deadline: taken out like an SDK timeout (the health check brings it back)
+    return isinstance(exc, DeadlineExpired) or isinstance(exc.__cause__, _connection_errors())
 
 
 def _connection_errors() -> tuple[type, ...]:

@@ -1,0 +1,221 @@
+"""Replies of model servers over HTTP, read defensively: a byte cap enforced while the body is read
+(decompressed bytes counted, so a gzip bomb stops at the cap), one deadline for the whole request,
+and the body checked to be JSON before anyone reads it.
+
+The cap works at the httpx layer (a response event hook wraps the body stream before anything reads
+it), so it holds for every body the client reads: answers, error bodies, redirects. The SDKs use
+``httpx`` (openai < 3, older anthropic) or its fork ``httpx2``; the hook serves either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import zlib
+from typing import Any, AsyncIterator, Awaitable, Iterator, TypeVar
+
+from harness.errors import TransientModelError
+
+T = TypeVar("T")
+
+# The most bytes one inflate step may produce: a body stream holds at most the cap plus this.
+PIECE = 64 * 1024
+# Asked of servers; other encodings (br, zstd) could not be counted as they inflate, so are refused.
+ACCEPT_ENCODING = "gzip, deflate"
+
+
+class ReplyRejected(TransientModelError):
+    """A reply body that cannot be read (an encoding not asked for, corrupt compression)."""
+
+
+class ReplyTooLarge(ReplyRejected):
+    """A reply body passed --max-response-bytes; it was not read further."""
+
+
+def mib(n: int) -> str:
+    return f"{n / 2**20:g} MiB" if n >= 2**20 and n % 2**16 == 0 else f"{n} bytes"
+
+
+class _Inflater:
+    """Decodes one Content-Encoding (identity, gzip, deflate) in pieces of at most PIECE bytes."""
+
+    def __init__(self, encoding: str):
+        if encoding not in ("identity", "gzip", "x-gzip", "deflate"):
+            raise ReplyRejected(f"reply is {encoding}-encoded, not one of the encodings asked for ({ACCEPT_ENCODING})")
+        self.encoding = encoding
+        # deflate: zlib-wrapped as the RFC says (the header is detected), else raw as some servers send
+        self._z = None if encoding == "identity" else zlib.decompressobj(zlib.MAX_WBITS | 32)
+        self._started = False
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        if self._z is None:
+            yield data  # a network read: at most a socket buffer
+            return
+        try:
+            yield self._first(data)
+            while self._z.unconsumed_tail:  # a bomb inflates one small read into gigabytes: a piece at a time
+                yield self._z.decompress(self._z.unconsumed_tail, PIECE)
+        except zlib.error as exc:
+            raise ReplyRejected(f"reply's {self.encoding} body is corrupt: {exc}") from None
+
+    def _first(self, data: bytes) -> bytes:
+        try:
+            return self._z.decompress(data, PIECE)
+        except zlib.error:
+            if self.encoding != "deflate" or self._started:
+                raise
+            self._z = zlib.decompressobj(-zlib.MAX_WBITS)
+            return self._z.decompress(data, PIECE)
+        finally:
+            self._started = True
+
+
+def _capped_stream_type(base: type) -> type:
+    """A subclass of the client library's AsyncByteStream (httpx checks the type) that inflates
+    and counts the body of ``inner`` and stops past ``limit`` bytes."""
+
+    class CappedBody(base):  # type: ignore[misc, valid-type]
+        def __init__(self, inner: Any, encoding: str, limit: int):
+            self._inner = inner
+            self._encoding = encoding
+            self._limit = limit
+
+        @property
+        def elapsed(self):  # httpx2 reads the timing off the stream it wraps
+            return getattr(self._inner, "elapsed", None)
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            inflater = _Inflater(self._encoding)
+            seen = 0
+            stream = self._inner.__aiter__()
+            try:
+                async for raw in stream:
+                    for piece in inflater.feed(raw):
+                        seen += len(piece)
+                        if seen > self._limit:
+                            how = "decompressed" if self._encoding != "identity" else "long"
+                            raise ReplyTooLarge(
+                                f"reply body is over --max-response-bytes {mib(self._limit)} ({how}); not read further"
+                            )
+                        if piece:
+                            yield piece
+            finally:
+                aclose = getattr(stream, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+
+        async def aclose(self) -> None:
+            await self._inner.aclose()
+
+    return CappedBody
+
+
+_STREAM_TYPES: dict[type, type] = {}
+
+
+def capped_event_hooks(limit: int) -> dict[str, list[Any]]:
+    """``event_hooks`` for an httpx/httpx2 ``AsyncClient``: every response body is inflated here,
+    counted, and cut past ``limit`` bytes (ReplyTooLarge) before the client holds more."""
+
+    async def cap_body(response: Any) -> None:
+        lib = sys.modules[type(response).__module__.partition(".")[0]]
+        base = lib.AsyncByteStream
+        if base not in _STREAM_TYPES:
+            _STREAM_TYPES[base] = _capped_stream_type(base)
+        encodings = [e.strip().lower() for e in response.headers.get("content-encoding", "").split(",") if e.strip()]
+        encodings = [e for e in encodings if e != "identity"] or ["identity"]
+        if len(encodings) > 1:
+            raise ReplyRejected(f"reply is encoded {', '.join(encodings)}; one of {ACCEPT_ENCODING} was asked for")
+        encoding = encodings[0]
+        _Inflater(encoding)  # refuses an encoding it cannot count, before any byte is read
+        length = response.headers.get("content-length", "")
+        if encoding == "identity" and length.isdigit() and int(length) > limit:
+            raise ReplyTooLarge(f"reply body is {length} bytes, over --max-response-bytes {mib(limit)}; not read")
+        response.stream = _STREAM_TYPES[base](response.stream, encoding, limit)
+        if encoding != "identity":  # inflated here: the client must not inflate again
+            del response.headers["content-encoding"]
+            response.headers.pop("content-length", None)
+
+    return {"response": [cap_body]}
+
+
+def capped_sdk_http_client(sdk: Any, limit: int) -> Any:
+    """The SDK's own default async httpx client (its limits, redirects, proxies from the
+    environment), with the body cap and only the encodings the cap can count."""
+    return sdk.DefaultAsyncHttpxClient(
+        event_hooks=capped_event_hooks(limit), headers={"Accept-Encoding": ACCEPT_ENCODING}
+    )
+
+
+def caused_by(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """``exc`` or the first exception of type ``kind`` in its cause/context chain (an SDK may wrap
+    what a stream raised in its connection error)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, kind):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+class DeadlineExpired(TransientModelError):
+    """A request, its whole reply included, took longer than --request-timeout."""
+
+
+async def within_deadline(call: Awaitable[T], seconds: float, where: str) -> T:
+    """``call`` with one deadline for all of it: a server sending a byte now and then (which no
+    per-read timeout catches) is cut at ``seconds``; the expiry is a transient fault, retried."""
+    try:
+        return await asyncio.wait_for(call, seconds)
+    except asyncio.TimeoutError:
+        raise DeadlineExpired(
+            f"{where} did not finish its reply within --request-timeout {seconds:g} s (the whole request)"
+        ) from None
+
+
+def json_kind(value: Any) -> str:
+    """A value's JSON type with its article ("null", "a list", "an object"), for messages about a
+    reply of the wrong shape."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return f"a {type(value).__name__}"
+
+
+def reply_json(http_response: Any, where: str) -> Any:
+    """A 2xx reply's body as JSON; anything else is a transient fault that says what came instead
+    (an HTML page from a proxy, a truncated body)."""
+    status = http_response.status_code
+    content_type = http_response.headers.get("content-type", "").split(";")[0].strip().lower()
+    try:
+        return json.loads(http_response.content)
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        if content_type and "json" not in content_type:
+            raise TransientModelError(f"{where}: reply {status} is {content_type}, not JSON") from None
+        detail = " ".join(str(exc).split())[:200]
+        raise TransientModelError(f"{where}: reply {status} is not valid JSON ({detail})") from None
+
+
+__all__ = [
+    "ACCEPT_ENCODING",
+    "DeadlineExpired",
+    "ReplyRejected",
+    "ReplyTooLarge",
+    "caused_by",
+    "capped_event_hooks",
+    "capped_sdk_http_client",
+    "json_kind",
+    "reply_json",
+    "within_deadline",
+]
