@@ -63,11 +63,10 @@ def find_runs(root: Path) -> list[Path]:
 
 def load_row(run_dir: Path) -> dict[str, Any]:
     """One run as a leaderboard row; HarnessError (one line) when results.json is unusable."""
+    from harness.records import read_json
+
     path = run_dir / RESULTS_FILE
-    try:
-        results = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise HarnessError(f"{path}: not valid JSON ({exc})") from None
+    results = read_json(path)  # a FIFO named results.json is refused, never opened
     try:
         dataset = results["dataset"]
         config = results["config"]
