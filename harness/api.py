@@ -82,8 +82,10 @@ def score(
     from harness.errors import HarnessError
     from harness.scoring.metrics import ScoringOptions, score_answers
 
-    if isinstance(metrics, str):
-        metrics = [m for m in metrics.split(",") if m]
+    if metrics is not None:
+        from harness.execution.config import name_list
+
+        metrics = name_list(metrics, "--metrics")
     given = {
         k: v
         for k, v in {"judge": judge, "bleurt_checkpoint": bleurt_checkpoint, "cluster_by": cluster_by}.items()
@@ -117,7 +119,7 @@ def read_generations(generations: str | list[dict[str, Any]]) -> list[dict[str, 
     from harness.records import iter_jsonl
 
     where = generations if isinstance(generations, str) else "generations"
-    records = iter_jsonl(generations) if isinstance(generations, str) else enumerate(generations, 1)
+    records = iter_jsonl(generations, option="--generations") if isinstance(generations, str) else enumerate(generations, 1)
     answers = []
     seen: set[str] = set()
     for lineno, record in records:

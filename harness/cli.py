@@ -141,7 +141,7 @@ def _check_common_paths(args: argparse.Namespace) -> None:
         check_output_path(args.out, "--out", directory=args.command in OUT_IS_FOLDER)
     checkpoint = getattr(args, "bleurt_checkpoint", None)
     if checkpoint and not Path(checkpoint).is_dir():
-        what = "is a file" if Path(checkpoint).exists() else "not found"
+        what = "not a folder" if Path(checkpoint).exists() else "not found"
         raise HarnessError(f"--bleurt-checkpoint {checkpoint}: {what}, expected a checkpoint folder")
 
 

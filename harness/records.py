@@ -3,10 +3,12 @@ replaced atomically, so a kill at any moment leaves every file whole."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import math
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -24,6 +26,12 @@ RESULTS_FILE = "results.json"
 CONFIG_FILE = "config.json"
 ERROR_LOG = "errors.log"
 LOG_DIR = "logs"  # logs of the processes a backend starts (model worker, launched server)
+
+
+# Size caps of input files, checked before reading: /dev/zero or a runaway file is one line, not a
+# MemoryError. Data (datasets, generations, run files) may be large; option files are small by nature.
+MAX_DATA_BYTES = 4 * 2**30  # 4 GiB: dataset files, --generations, results.json / samples.jsonl
+MAX_SMALL_BYTES = 16 * 2**20  # 16 MiB: --config, --price-table, --metadata, --prompt-template
 
 
 def _read_umask() -> int:
@@ -58,14 +66,49 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
     write_bytes_atomic(path, to_json(redact_data(data), indent=2) + "\n")
 
 
-def write_bytes_atomic(path: str | Path, data: bytes | str) -> None:
-    """Any file (JSON, HTML, PNG, JSONL) written whole or not at all: a temp file, fsync, then rename."""
-    path = Path(path)
-    if path.is_dir():
-        raise HarnessError(f"{path}: is a directory, cannot write a file there")
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, for messages: ``a FIFO``, ``a character device``, ..."""
+    for test, name in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _output_target(path: Path) -> tuple[Path, os.stat_result | None]:
+    """Where writing ``path`` lands (symlinks resolved: a link is written through, never replaced)
+    and what is there now (None: nothing yet)."""
+    target = Path(os.path.realpath(path))
+    if target.is_symlink():  # realpath stops at a loop
+        raise HarnessError(f"{path}: a symbolic link loop")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        return target, os.stat(target)
+    except FileNotFoundError:
+        return target, None
+    except NotADirectoryError:
+        return target, None  # a file where a folder should be: reported by the caller
+    except OSError as exc:
+        raise HarnessError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
+def write_bytes_atomic(path: str | Path, data: bytes | str) -> None:
+    """Any file (JSON, HTML, PNG, JSONL) written whole or not at all: a temp file, fsync, then rename.
+    Only a regular file (or a new path) is written: a rename would replace a device, a FIFO or a
+    folder with a file (/dev/null as root). A symlink is followed and its target replaced."""
+    path = Path(path)
+    target, st = _output_target(path)
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise HarnessError(f"{path}: is a directory, cannot write a file there")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise HarnessError(f"{path}: is {file_kind(st.st_mode)}, not a regular file; not written")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     except OSError as exc:
         raise HarnessError(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
@@ -75,7 +118,7 @@ def write_bytes_atomic(path: str | Path, data: bytes | str) -> None:
             os.fsync(f.fileno())
         # mkstemp makes the file private; results are meant to be shared, as a plain open() would make them
         os.chmod(tmp, 0o666 & ~_UMASK)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -83,14 +126,23 @@ def write_bytes_atomic(path: str | Path, data: bytes | str) -> None:
 
 def check_output_path(path: str | Path, option: str, directory: bool = False) -> Path:
     """Refuse, before any work, an output that cannot be written: a folder where a file goes (or the
-    reverse), or a place below a file or in a folder this user cannot write."""
+    reverse), a device, FIFO or socket (only regular files are written), or a place below a file or
+    in a folder this user cannot write. A symlink is judged by what it points at."""
     path = Path(path)
-    if path.exists():
-        if directory and not path.is_dir():
-            raise HarnessError(f"{option} {path}: is a file, not a folder")
-        if not directory and path.is_dir():
+    try:
+        target, st = _output_target(path)
+    except HarnessError as exc:
+        raise HarnessError(f"{option} {exc}") from None
+    if st is not None:
+        if directory and not stat.S_ISDIR(st.st_mode):
+            what = "a file" if stat.S_ISREG(st.st_mode) else file_kind(st.st_mode)
+            raise HarnessError(f"{option} {path}: is {what}, not a folder")
+        if not directory and stat.S_ISDIR(st.st_mode):
             raise HarnessError(f"{option} {path}: is a folder, not a file")
-    ancestor = path if path.is_dir() else path.parent  # an existing file is replaced: its folder must be writable
+        if not directory and not stat.S_ISREG(st.st_mode):
+            raise HarnessError(f"{option} {path}: is {file_kind(st.st_mode)}; only regular files are written")
+    # a file is replaced (a new one made beside it): its folder must be writable
+    ancestor = target if st is not None and directory else target.parent
     while not ancestor.exists():
         ancestor = ancestor.parent
     if not ancestor.is_dir():
@@ -116,20 +168,64 @@ def plain_file_name(value: str, option: str) -> str:
     return value
 
 
-def read_input(path: str | Path, option: str = "", error: type[HarnessError] = HarnessError) -> bytes:
-    """An input file's bytes; a missing, unreadable file or a folder is one line naming ``option``."""
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:g} {unit}"
+    return f"{n} bytes"
+
+
+def open_input(
+    path: str | Path, option: str = "", error: type[HarnessError] = HarnessError, max_bytes: int = MAX_DATA_BYTES
+):
+    """An input file opened for binary reading, or one line naming ``option``: missing, a folder, not
+    a regular file (a FIFO would block the open, /dev/zero never ends: neither is opened), or larger
+    than ``max_bytes``."""
     where = f"{option} {path}" if option else str(path)
     try:
-        return Path(path).read_bytes()
+        st = os.stat(path)
     except FileNotFoundError:
         raise error(f"{where}: file not found") from None
-    except OSError as exc:  # a directory, an unreadable file
+    except OSError as exc:  # a file where a folder should be, no permission
         raise error(f"{where}: cannot read ({exc.strerror or exc})") from None
-
-
-def read_input_text(path: str | Path, option: str = "", error: type[HarnessError] = HarnessError) -> str:
+    if stat.S_ISDIR(st.st_mode):
+        raise error(f"{where}: is a folder, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise error(f"{where}: is {file_kind(st.st_mode)}; only regular files are read")
+    if st.st_size > max_bytes:
+        raise error(f"{where}: {_size(st.st_size)}, larger than the {_size(max_bytes)} limit")
     try:
-        return read_input(path, option, error).decode("utf-8")
+        # O_NONBLOCK: a FIFO swapped in after the stat still cannot block the open (refused below)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise error(f"{where}: cannot read ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise error(f"{where}: not a regular file; only regular files are read")
+    return os.fdopen(fd, "rb")
+
+
+def read_input(
+    path: str | Path, option: str = "", error: type[HarnessError] = HarnessError, max_bytes: int = MAX_DATA_BYTES
+) -> bytes:
+    """An input file's bytes; a missing, unreadable, non-regular or oversized file is one line naming
+    ``option`` (see ``open_input``)."""
+    where = f"{option} {path}" if option else str(path)
+    with open_input(path, option, error, max_bytes) as f:
+        try:
+            data = f.read(max_bytes + 1)  # the file may have grown since the stat
+        except OSError as exc:
+            raise error(f"{where}: cannot read ({exc.strerror or exc})") from None
+    if len(data) > max_bytes:
+        raise error(f"{where}: larger than the {_size(max_bytes)} limit")
+    return data
+
+
+def read_input_text(
+    path: str | Path, option: str = "", error: type[HarnessError] = HarnessError, max_bytes: int = MAX_DATA_BYTES
+) -> str:
+    try:
+        return read_input(path, option, error, max_bytes).decode("utf-8")
     except UnicodeDecodeError:
         raise error(f"{option + ' ' if option else ''}{path}: not UTF-8 text") from None
 
@@ -139,8 +235,10 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:60]
 
 
-def read_json(path: str | Path, option: str = "", error: type[HarnessError] = HarnessError) -> Any:
-    text = read_input_text(path, option, error)
+def read_json(
+    path: str | Path, option: str = "", error: type[HarnessError] = HarnessError, max_bytes: int = MAX_DATA_BYTES
+) -> Any:
+    text = read_input_text(path, option, error, max_bytes)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -155,6 +253,9 @@ class JsonlAppender:
     def __init__(self, path: str | Path, sync_every: float = 0.5):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        _, st = _output_target(self.path)
+        if st is not None and not stat.S_ISREG(st.st_mode):  # opening a FIFO to append would block
+            raise HarnessError(f"{self.path}: is {file_kind(st.st_mode)}; only regular files are written")
         repair_jsonl_tail(self.path)
         self._file = open(self.path, "a", encoding="utf-8")
         self.sync_every = sync_every
@@ -182,7 +283,7 @@ class JsonlAppender:
 
 def repair_jsonl_tail(path: Path) -> None:
     """Drop a last line left incomplete by a kill mid-write (no trailing newline)."""
-    if not path.exists() or path.stat().st_size == 0:
+    if not path.is_file() or path.stat().st_size == 0:  # is_file: a FIFO is never opened
         return
     with open(path, "rb+") as f:
         f.seek(0, os.SEEK_END)
@@ -205,16 +306,14 @@ def repair_jsonl_tail(path: Path) -> None:
         f.truncate(0)
 
 
-def iter_jsonl(path: str | Path, *, strict: bool = True) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield (line number, record). With ``strict`` a bad line is a one-line HarnessError naming it."""
+def iter_jsonl(
+    path: str | Path, *, strict: bool = True, option: str = "", max_bytes: int = MAX_DATA_BYTES
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (line number, record). With ``strict`` a bad line is a one-line HarnessError naming it.
+    The file is checked as ``open_input`` checks it (a regular file within ``max_bytes``)."""
     path = Path(path)
-    try:
-        f = open(path, encoding="utf-8", errors="strict" if strict else "replace")
-    except FileNotFoundError:
-        raise HarnessError(f"file not found: {path}") from None
-    except OSError as exc:  # a directory, an unreadable file
-        raise HarnessError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    with f:
+    raw = open_input(path, option, max_bytes=max_bytes)
+    with io.TextIOWrapper(raw, encoding="utf-8", errors="strict" if strict else "replace") as f:
         lineno = 0
         while True:
             try:

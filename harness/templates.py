@@ -7,13 +7,14 @@ from importlib import resources
 from pathlib import Path
 
 from harness.errors import ConfigError
+from harness.records import MAX_SMALL_BYTES, read_input
 
 
 def load_template(name_or_path: str) -> tuple[str, str, str]:
     """Return (template text, where it came from, sha256 of its bytes)."""
     path = Path(name_or_path)
     if path.suffix == ".txt" and path.is_file():
-        data = path.read_bytes()
+        data = read_input(path, "--prompt-template", ConfigError, MAX_SMALL_BYTES)
         where = str(path.resolve())
     else:
         resource = resources.files("prompts") / f"{name_or_path}.txt"

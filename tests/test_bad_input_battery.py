@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
 from fault_server import FaultServer
+from hostile_fs import deadline, make_device, unblock_fifo
 
 from harness.cli import build_parser, main
 
@@ -35,7 +38,10 @@ def world(tmp_path_factory, hotpot_snapshot):
     assert code == 0
     gens = base / "gens.jsonl"
     gens.write_text(json.dumps({"id": json.loads((run_dir / "samples.jsonl").read_text())["id"], "answer": "x"}) + "\n")
-    return {"snapshot": str(hotpot_snapshot), "run_dir": str(run_dir), "generations": str(gens)}
+    cache = base / "page-cache"  # a FanOutQA page cache, for snapshot build --titles
+    cache.mkdir()
+    (cache / "12-dated.md").write_text("A page.\n")
+    return {"snapshot": str(hotpot_snapshot), "run_dir": str(run_dir), "generations": str(gens), "page_cache": str(cache)}
 
 
 def bases(world, out: Path) -> dict[str, list[str]]:
@@ -51,6 +57,9 @@ def bases(world, out: Path) -> dict[str, list[str]]:
         "ceiling": ["ceiling", "--context-sizes", "1024", "--dataset", "hotpotqa:dev", "--limit", "1"]
         + ["--snapshot", snap],
         "snapshot build": ["snapshot", "build", "--from", str(PHYSICS), "--out", str(out / "new.db"), "--quiet"],
+        "snapshot build --overwrite": ["snapshot", "build", "--from", str(PHYSICS), "--overwrite", "--quiet"],
+        "snapshot build cache": ["snapshot", "build", "--from", world["page_cache"], "--kind", "fanoutqa-cache"]
+        + ["--out", str(out / "cache.db"), "--quiet"],
         "snapshot info": ["snapshot", "info"],
         "snapshot search": ["snapshot", "search", snap, "Physics"],
         "leaderboard": ["leaderboard", str(Path(world["run_dir"]).parent)],
@@ -66,10 +75,11 @@ def bases(world, out: Path) -> dict[str, list[str]]:
     }
 
 
-def invoke(argv: list[str], capsys) -> tuple[int, str]:
+def invoke(argv: list[str], capsys, timeout: int = 60) -> tuple[int, str]:
     capsys.readouterr()
     try:
-        code = main(argv)
+        with deadline(timeout):
+            code = main(argv)
     except SystemExit as exc:  # argparse
         code = exc.code
     return code, capsys.readouterr().err
@@ -186,6 +196,10 @@ def test_numeric_knob_out_of_range(agent, knob, value, world, tmp_path, capsys):
 def bad_paths(tmp_path):
     d = tmp_path / "bad"
     d.mkdir()
+    os.mkfifo(d / "fifo")
+    os.mkfifo(d / "fifo.txt")
+    device = make_device(d / "null")
+    (d / "link-to-device").symlink_to(device)  # as /dev/stdout is a link to a terminal or a pipe
     (d / "a-directory").mkdir()
     (d / "a-directory.txt").mkdir()
     (d / "empty.json").write_bytes(b"")
@@ -195,7 +209,7 @@ def bad_paths(tmp_path):
     (d / "wrong.json").write_text("this is prose, not the format this option reads\n")
     (d / "wrong.txt").write_text("a template with a field nobody fills: {nope}\n")
     (d / "a-file").write_text("x")
-    return {
+    paths = {
         "dir": d / "a-directory",
         "missing": d / "missing.json",
         "empty": d / "empty.json",
@@ -209,7 +223,16 @@ def bad_paths(tmp_path):
         "empty.txt": d / "empty.txt",
         "non-utf8.txt": d / "latin1.txt",
         "wrong-format.txt": d / "wrong.txt",
+        # not regular files: an output there would be replaced by a rename, an input read would block or never end
+        "fifo": d / "fifo",
+        "fifo.txt": d / "fifo.txt",
+        "device": device,
+        "link-to-device": d / "link-to-device",
+        "dev-zero": Path("/dev/zero"),
     }
+    yield paths
+    for fifo in (d / "fifo", d / "fifo.txt"):
+        unblock_fifo(fifo)
 
 
 IN_FILE = ("dir", "missing", "empty", "non-utf8", "wrong-format")
@@ -260,6 +283,49 @@ PATH_CASES = [
     *[("power", "--paired-with", k) for k in ("a-file", "missing", "dir")],
     *[("power", "--out", k) for k in OUT_FILE],
 ]
+# Not regular files (issue 22): a FIFO or /dev/zero as every input (the open would block, the read never
+# end), a device, a FIFO or a link to a device (/dev/stdout) as every output (the atomic rename would
+# replace it with a file): refused at once, before any work, and left as they were.
+SPECIAL_IN = ("fifo", "dev-zero")
+SPECIAL_OUT = ("fifo", "device", "link-to-device")
+SPECIAL_OUT_DIR = ("fifo", "device")
+SPECIAL_PATH_CASES = [
+    *[("run", option, k) for option in ("--data-path", "--config", "--price-table", "--snapshot") for k in SPECIAL_IN],
+    ("run", "--prompt-template", "fifo.txt"),
+    *[("run", "--cache-path", k) for k in ("fifo", "device")],
+    *[("run", "--out", k) for k in SPECIAL_OUT_DIR],
+    *[("ablate", option, k) for option in ("--data-path", "--snapshot", "--config") for k in SPECIAL_IN],
+    *[("ablate", "--out", k) for k in SPECIAL_OUT_DIR],
+    *[("score", option, k) for option in ("--generations", "--data-path") for k in SPECIAL_IN],
+    *[("score", "--out", k) for k in SPECIAL_OUT],
+    ("score", "RUN_DIR", "fifo"),
+    *[("score RUN_DIR", "--data-path", k) for k in SPECIAL_IN],
+    *[(cmd, "--bleurt-checkpoint", "fifo") for cmd in ("run", "score")],
+    *[("ceiling", option, k) for option in ("--data-path", "--snapshot") for k in SPECIAL_IN],
+    *[("ceiling", "--out", k) for k in SPECIAL_OUT],
+    *[("snapshot build", "--from", k) for k in SPECIAL_IN],
+    *[("snapshot build", "--out", k) for k in SPECIAL_OUT],
+    *[("snapshot build --overwrite", "--out", k) for k in SPECIAL_OUT],
+    *[("snapshot build cache", "--titles", k) for k in SPECIAL_IN],
+    *[("snapshot info", "SNAPSHOT", k) for k in SPECIAL_IN],
+    *[("snapshot search", "SNAPSHOT", k) for k in SPECIAL_IN],
+    ("leaderboard", "ROOT", "fifo"),
+    *[("leaderboard", "--out", k) for k in SPECIAL_OUT],
+    ("export", "RUN_DIR", "fifo"),
+    *[("export", "--out", k) for k in SPECIAL_OUT_DIR],
+    *[("export", "--metadata", k) for k in SPECIAL_IN],
+    ("report", "RUN_DIR", "fifo"),
+    *[("report", "--out", k) for k in SPECIAL_OUT],
+    *[(cmd, "SNAPSHOT", k) for cmd in ("index build", "index info", "index search") for k in SPECIAL_IN],
+    *[("retrieval-eval", option, k) for option in ("--data-path", "--snapshot") for k in SPECIAL_IN],
+    *[("retrieval-eval", "--out", k) for k in SPECIAL_OUT],
+    *[("compare", "RUN", k) for k in SPECIAL_IN],
+    *[("compare", option, k) for option in ("--out", "--plot") for k in SPECIAL_OUT],
+    *[("power", "RUN", k) for k in SPECIAL_IN],
+    ("power", "--paired-with", "fifo"),
+    *[("power", "--out", k) for k in SPECIAL_OUT],
+]
+PATH_CASES += SPECIAL_PATH_CASES
 # positionals: where the argument stands in the base command line
 POSITIONAL = {
     ("score", "RUN_DIR"): ("score RUN_DIR", 1),
@@ -291,9 +357,47 @@ def test_bad_path(cmd, option, kind, world, bad_paths, tmp_path, capsys):
     if cmd == "score" and option == "--data-path":
         argv = ["score", "--dataset", "hotpotqa:dev", "--generations", world["generations"], option, path]
     before = listing(tmp_path)
-    code, err = invoke(argv, capsys)
+    code, err = invoke(argv, capsys, timeout=30)
     assert_one_line_exit_2(code, err, option, path)
     assert listing(tmp_path) == before, "a failed command left files behind"
+    assert stat.S_ISFIFO(os.stat(bad_paths["fifo"]).st_mode), "the FIFO was replaced"
+    assert stat.S_ISCHR(os.stat(bad_paths["device"]).st_mode), "the device was replaced"
+    assert bad_paths["link-to-device"].is_symlink(), "the link to a device was replaced"
+
+
+# every command that writes one file, with the option naming it
+WRITERS = {
+    "leaderboard": ("--out", ".json"),
+    "score": ("--out", ".json"),
+    "compare --out": ("--out", ".json"),
+    "compare --plot": ("--plot", ".png"),
+    "report": ("--out", ".html"),
+    "ceiling": ("--out", ".json"),
+    "snapshot build --overwrite": ("--out", ".db"),
+}
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+def test_an_output_symlink_is_written_through(writer, world, tmp_path, capsys):
+    """A symlink to a regular file (an output kept elsewhere): the file it points at is replaced
+    atomically, the link stays a link to it; nothing is left beside either."""
+    option, suffix = WRITERS[writer]
+    real_dir, link_dir = tmp_path / "real", tmp_path / "links"
+    real_dir.mkdir()
+    link_dir.mkdir()
+    real = real_dir / f"kept{suffix}"
+    real.write_bytes(b"old contents")
+    link = link_dir / f"out{suffix}"
+    link.symlink_to(real)
+    cmd = writer.split(" --")[0] if writer.startswith("compare") else writer
+    code, err = invoke([*bases(world, tmp_path)[cmd], option, str(link)], capsys, timeout=300)
+    assert code == 0, err
+    assert link.is_symlink() and link.resolve() == real.resolve()
+    assert real.read_bytes() != b"old contents" and real.stat().st_size > 0
+    if suffix == ".json":
+        json.loads(real.read_text())
+    assert sorted(p.name for p in real_dir.iterdir()) == [real.name], "temp files left beside the target"
+    assert sorted(p.name for p in link_dir.iterdir()) == [link.name], "temp files left beside the link"
 
 
 def test_export_file_name_cannot_leave_the_out_folder(world, tmp_path, capsys):
@@ -364,3 +468,109 @@ def test_bad_sample_selection(case, world, tmp_path, capsys):
     assert_one_line_exit_2(code, err, option)
     assert needle in err, err
     assert listing(tmp_path) == before, "a refused selection left files behind"
+
+
+# ---------------------------------------------------------------------------- name lists
+# A list that names nothing would select everything (every sample, the default metrics) without a word.
+NAME_LIST_CASES = [
+    (cmd, option, value)
+    for cmd, option in (
+        ("run", "--metrics"),
+        ("run", "--sample-id"),
+        ("ablate", "--sample-id"),
+        ("score", "--metrics"),
+        ("score RUN_DIR", "--metrics"),
+        ("ceiling", "--sample-id"),
+        ("retrieval-eval", "--sample-id"),
+    )
+    for value in (",", " , ,", "")
+]
+
+
+@pytest.mark.parametrize("cmd, option, value", NAME_LIST_CASES, ids=str)
+def test_an_empty_name_list_is_refused(cmd, option, value, world, tmp_path, capsys):
+    before = listing(tmp_path)
+    code, err = invoke([*bases(world, tmp_path)[cmd], f"{option}={value}"], capsys)
+    assert_one_line_exit_2(code, err, option)
+    assert "names nothing" in err, err
+    assert listing(tmp_path) == before
+
+
+# ---------------------------------------------------------------------------- dataset contents
+SHIPPED = Path(__file__).resolve().parents[1] / "harness" / "datasets" / "data"
+# dataset -> (shipped file, question key, JSON list or JSONL)
+DATASET_FILES = {
+    "hotpotqa:dev": (SHIPPED / "hotpotqa" / "hotpot_dev_distractor_first100.json", "question", "json"),
+    "qampari:sample": (SHIPPED / "qampari" / "qampari_sample.jsonl", "question_text", "jsonl"),
+    "quest:train-sample": (SHIPPED / "quest" / "train_sample.jsonl", "query", "jsonl"),
+    "topiocqa:dev": (SHIPPED / "topiocqa" / "topiocqa_dev.json", "Question", "json"),
+}
+
+
+@pytest.mark.parametrize("bad", [None, 3, "  "], ids=["null", "number", "blank"])
+@pytest.mark.parametrize("dataset", DATASET_FILES)
+def test_a_question_that_is_not_text_is_refused_at_load(dataset, bad, world, tmp_path, capsys):
+    """``"question": null`` reached the model as "None": refused while loading, with the file, the
+    question's number and its id, even when --limit would not select it."""
+    source, key, layout = DATASET_FILES[dataset]
+    if layout == "json":
+        records = json.loads(source.read_text())[:3]
+        records[1][key] = bad
+        text = json.dumps(records)
+    else:
+        records = [json.loads(line) for line in source.read_text().splitlines()[:3]]
+        records[1][key] = bad
+        text = "".join(json.dumps(r) + "\n" for r in records)
+    data = tmp_path / f"data.{layout}"
+    data.write_text(text)
+    argv = list(bases(world, tmp_path)["run"])
+    argv[argv.index("--dataset") + 1] = dataset
+    before = listing(tmp_path)
+    code, err = invoke([*argv, "--data-path", str(data)], capsys)
+    assert_one_line_exit_2(code, err, str(data))
+    assert "question #2" in err and "expected text" in err, err
+    assert listing(tmp_path) == before
+
+
+# ---------------------------------------------------------------------------- concurrent writers
+def test_a_second_snapshot_build_of_the_same_file_is_refused(world, tmp_path, capsys):
+    """Two builds of one --out both reported success and the later silently won: while a build holds
+    the file, another is refused with one line (and writes nothing); once it is done, the next runs."""
+    from wiki_snapshot.store import Page, SnapshotWriter
+
+    out = tmp_path / "S.db"
+    first = SnapshotWriter(out, source="first", options={})
+    first.add_page(Page(1, None, "First", "written by the first build", None))
+    unreadable = tmp_path / "not-records.json"  # the lock is taken before the source is read
+    unreadable.write_text("not JSON")
+    for source, overwrite in ((PHYSICS, []), (PHYSICS, ["--overwrite"]), (unreadable, ["--overwrite"])):
+        code, err = invoke(["snapshot", "build", "--from", str(source), "--out", str(out), "--quiet", *overwrite], capsys)
+        assert_one_line_exit_2(code, err, "another build is writing it")
+        assert f"pid {os.getpid()}" in err, err
+    unreadable.unlink()
+    first.finish()
+    from wiki_snapshot.store import Snapshot
+
+    with Snapshot.open(out) as snap:
+        assert snap.metadata["source"] == "first" and len(snap) == 1
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "cache") == ["S.db"], "the lock or a partial file was left"
+    code, err = invoke(["snapshot", "build", "--from", str(PHYSICS), "--out", str(out), "--quiet", "--overwrite"], capsys)
+    assert code == 0, err
+    with Snapshot.open(out) as snap:
+        assert snap.metadata["source"] != "first"
+
+
+def test_leaderboard_skips_a_results_file_that_is_a_fifo(world, tmp_path, capsys):
+    """A FIFO named results.json under the searched folder is skipped with a warning, never opened."""
+    import shutil
+
+    root = tmp_path / "runs"
+    shutil.copytree(world["run_dir"], root / "good")
+    (root / "fifo-run").mkdir()
+    os.mkfifo(root / "fifo-run" / "results.json")
+    try:
+        code, err = invoke(["leaderboard", str(root)], capsys, timeout=30)
+    finally:
+        unblock_fifo(root / "fifo-run" / "results.json")
+    assert code == 0, err
+    assert "warning: " in err and "results.json: is a FIFO" in err and "skipped" in err, err

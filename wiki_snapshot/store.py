@@ -31,6 +31,7 @@ import os
 import re
 import shutil
 import sqlite3
+import stat
 import threading
 import unicodedata
 from dataclasses import dataclass
@@ -193,19 +194,16 @@ class SnapshotWriter:
         revision_date: str | None = None,
         fts5: bool | None = None,
         batch_size: int = 1000,
+        lock: BuildLock | None = None,
     ):
+        """``lock``: the target's lock, taken by a caller that had work to do first (the writer
+        releases it when done); by default the writer takes it."""
         self.path = Path(path)
-        if self.path.is_dir():
-            raise SnapshotError(f"{self.path}: is a directory, not a snapshot file path")
-        if self.path.exists() and not overwrite:
-            raise SnapshotError(f"{self.path} already exists (use --overwrite to replace it)")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise SnapshotError(f"{self.path}: cannot create its folder ({exc.strerror or exc})") from None
-        self.tmp_path = self.path.parent / f".{self.path.name}.{os.getpid()}.partial"
+        self._lock = lock or BuildLock.take(self.path, overwrite)
+        self.target = self._lock.target
+        self.tmp_path = self.target.parent / f".{self.target.name}.{os.getpid()}.partial"
         self._remove_tmp()
-        remove_dead_leftovers(self.path.parent, re.compile(rf"^\.{re.escape(self.path.name)}\.(\d+)\.partial"))
+        remove_dead_leftovers(self.target.parent, re.compile(rf"^\.{re.escape(self.target.name)}\.(\d+)\.partial"))
         self.fts5 = fts5_available() if fts5 is None else (fts5 and fts5_available())
         self.trigram = self.fts5 and trigram_available()
         self.batch_size = max(1, batch_size)
@@ -395,9 +393,9 @@ class SnapshotWriter:
             con.close()
             with open(self.tmp_path, "rb+") as f:
                 os.fsync(f.fileno())
-            os.replace(self.tmp_path, self.path)
+            os.replace(self.tmp_path, self.target)
             try:
-                dir_fd = os.open(self.path.parent, os.O_RDONLY)
+                dir_fd = os.open(self.target.parent, os.O_RDONLY)
                 try:
                     os.fsync(dir_fd)
                 finally:
@@ -405,6 +403,7 @@ class SnapshotWriter:
             except OSError:
                 pass
             self._closed = True
+            self._lock.release()
             return meta
         except BaseException:
             self.abort()
@@ -420,6 +419,7 @@ class SnapshotWriter:
         except Exception:  # noqa: BLE001
             pass
         self._remove_tmp()
+        self._lock.release()
 
     def _remove_tmp(self) -> None:
         for suffix in ("", "-journal", "-wal", "-shm"):
@@ -427,6 +427,92 @@ class SnapshotWriter:
                 os.unlink(f"{self.tmp_path}{suffix}")
             except FileNotFoundError:
                 pass
+
+
+def output_target(path: Path) -> Path:
+    """Where a snapshot at ``path`` is written: a symlink's target (the link is kept). Only a regular
+    file or a new path: renaming over a device, FIFO or folder would replace it (/dev/null as root)."""
+    target = Path(os.path.realpath(path))
+    if target.is_symlink():  # realpath stops at a loop
+        raise SnapshotError(f"{path}: a symbolic link loop")
+    try:
+        mode = os.stat(target).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return target
+    except OSError as exc:
+        raise SnapshotError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    if stat.S_ISDIR(mode):
+        raise SnapshotError(f"{path}: is a directory, not a snapshot file path")
+    if not stat.S_ISREG(mode):
+        raise SnapshotError(f"{path}: not a regular file (a device, FIFO or socket); a snapshot is written only to a file")
+    return target
+
+
+class BuildLock:
+    """An exclusive ``flock`` on ``.NAME.lock`` beside the target while a build writes it: two builds
+    of one file would both report success and the later silently win. The kernel drops it when the
+    holder dies, so a killed build never blocks the next; the file holds the pid for the message a
+    second build gets, and is removed on release."""
+
+    @classmethod
+    def take(cls, path: Path, overwrite: bool) -> BuildLock:
+        """Lock the file a snapshot at ``path`` lands in (a symlink's target: written through, the
+        link kept), creating its folder; refused if it exists and not ``overwrite``."""
+        path = Path(path)
+        target = output_target(path)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SnapshotError(f"{path}: cannot create its folder ({exc.strerror or exc})") from None
+        lock = cls(target, path)
+        # checked under the lock: a build that finished meanwhile is not replaced without overwrite
+        if target.exists() and not overwrite:
+            lock.release()
+            raise SnapshotError(f"{path} already exists (use --overwrite to replace it)")
+        return lock
+
+    def __init__(self, target: Path, shown: Path):
+        import fcntl
+
+        self.target = target
+        self.path = target.parent / f".{target.name}.lock"
+        for _ in range(50):
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            except OSError as exc:
+                raise SnapshotError(f"{shown}: cannot create the lock {self.path} ({exc.strerror or exc})") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+                os.close(fd)
+                who = f"pid {holder}" if holder.isdigit() else "another process"
+                raise SnapshotError(
+                    f"{shown}: another build is writing it ({who}); wait for it to finish or choose another --out"
+                ) from None
+            # the holder before us may have removed the file on release: lock the one at the path now
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        else:  # pragma: no cover - only under a pathological unlink storm
+            raise SnapshotError(f"{shown}: could not lock {self.path}")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            os.unlink(self.path)  # while still locked: a waiting build then retries on a fresh file
+        except OSError:
+            pass
+        os.close(fd)
 
 
 def pid_alive(pid: int) -> bool:

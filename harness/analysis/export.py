@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
 
 from harness.errors import HarnessError
-from harness.records import plain_file_name, read_input_text, write_bytes_atomic
+from harness.records import MAX_SMALL_BYTES, plain_file_name, read_input_text, write_bytes_atomic
 
 # our --setting -> the leaderboard's setting name (folder prefix and metadata key)
 SETTING_NAMES = {"closed-book": "closedbook", "open-book": "openbook", "evidence-provided": "evidenceprovided"}
@@ -63,7 +63,7 @@ def file_stem(name: str) -> str:
 
 def load_metadata_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
-    text = read_input_text(path, "--metadata")
+    text = read_input_text(path, "--metadata", max_bytes=MAX_SMALL_BYTES)
     try:
         data = yaml.safe_load(text)  # YAML is a superset of JSON
     except yaml.YAMLError as exc:

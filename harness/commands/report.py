@@ -21,6 +21,12 @@ def add_parser(sub) -> None:
 
 
 def command(args) -> int:
+    from pathlib import Path
+
+    from harness.records import check_output_path
+
+    if not args.out and Path(args.run_dir).is_dir():  # --out is checked by the CLI; the default too, before the work
+        check_output_path(Path(args.run_dir) / REPORT_FILE, "report")
     path = write_report(args.run_dir, args.out)
     print(f"wrote {path}", file=sys.stderr)
     return 0

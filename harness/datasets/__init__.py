@@ -4,7 +4,7 @@ datasets``: built in, or an installed package's ``harness.datasets`` entry point
 
 from __future__ import annotations
 
-from harness.datasets.base import DATASETS, Dataset, DatasetInfo, Sample, from_file, parse_spec
+from harness.datasets.base import DATASETS, Dataset, DatasetInfo, Sample, check_questions, from_file, parse_spec
 from harness.errors import DatasetError, HarnessError
 
 
@@ -30,6 +30,7 @@ def load_dataset(spec: str, data_path: str | None = None) -> Dataset:
     if version not in loader.versions:
         raise DatasetError(f"unknown version {version!r} for {name} (known: {', '.join(loader.versions)})")
     dataset = loader().load(split, version, data_path)
+    check_questions(dataset)
     if entry.source in ("file", "module"):
         dataset.info.ref = entry.ref  # the spec names the reference, so re-scoring finds the loader
     dataset.info.plugin = entry.record()

@@ -121,6 +121,19 @@ def read_jsonl(path: Path) -> list[dict]:
     return records
 
 
+def check_questions(dataset: Dataset) -> None:
+    """Every sample asks a question in text: a ``null`` (or a number) would reach the model as "None"
+    ("3"), so it is refused at load, naming the file and the sample, whatever loader read it."""
+    for n, sample in enumerate(dataset.samples, 1):
+        question = sample.question
+        if isinstance(question, str) and question.strip():
+            continue
+        got = "null" if question is None else ("empty" if isinstance(question, str) else f"a {type(question).__name__}")
+        raise DatasetError(
+            f"{dataset.info.path}: question #{n} (id {sample.id}): the question is {got}, expected text"
+        )
+
+
 def _check_loader(obj: Any, ref: str) -> None:
     if not (isinstance(obj, type) and issubclass(obj, DatasetLoader)):
         raise DatasetError(f"dataset {ref}: not a dataset loader (a subclass of harness.datasets.base.DatasetLoader)")

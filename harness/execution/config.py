@@ -189,8 +189,8 @@ def build_config(flat: dict[str, Any]) -> RunConfig:
     if isinstance(top.get("sample_filter"), str):  # YAML: one FIELD=VALUE
         top["sample_filter"] = [top["sample_filter"]]
     for key in ("sample_ids", "metrics"):
-        if isinstance(top.get(key), str):
-            top[key] = [s for s in top[key].split(",") if s]
+        if key in top:
+            top[key] = name_list(top[key], "--sample-id" if key == "sample_ids" else "--metrics")
     # YAML ``agent: {name: open-book-text, max_rounds: 5}``: the name plus its knobs
     if isinstance(top.get("agent"), dict):
         section = dict(top.pop("agent"))
@@ -213,6 +213,15 @@ def build_config(flat: dict[str, Any]) -> RunConfig:
         raise ConfigError(f"{option}: {first['msg'].lower()}{shown}") from None
     except TypeError as exc:
         raise ConfigError(f"invalid configuration: {exc}") from None
+
+
+def name_list(value: Any, option: str) -> Any:
+    """``"a,b"`` -> ["a", "b"]; a value that names nothing (``","``, ``""``, ``[]``) is refused: it
+    would otherwise select everything (every sample, the default metrics) without a word."""
+    names = [s.strip() for s in value.split(",") if s.strip()] if isinstance(value, str) else value
+    if isinstance(names, list) and not names:
+        raise ConfigError(f"{option} {value!r}: names nothing (expected comma-separated names)")
+    return names
 
 
 def parse_agent_args(value: Any) -> dict[str, Any]:
@@ -251,9 +260,9 @@ def _agent_value(text: str) -> Any:
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
-    from harness.records import read_input_text
+    from harness.records import MAX_SMALL_BYTES, read_input_text
 
-    text = read_input_text(path, "--config")
+    text = read_input_text(path, "--config", ConfigError, MAX_SMALL_BYTES)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

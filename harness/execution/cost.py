@@ -61,9 +61,9 @@ class PriceTable(BaseModel):
 
 def load_price_table(path: str | Path | None = None) -> PriceTable:
     path = Path(path) if path else DEFAULT_PRICE_TABLE
-    from harness.records import read_input
+    from harness.records import MAX_SMALL_BYTES, read_input
 
-    raw = read_input(path, "--price-table")
+    raw = read_input(path, "--price-table", ConfigError, MAX_SMALL_BYTES)
     try:
         data = yaml.safe_load(raw)
     except yaml.YAMLError as exc:

@@ -17,6 +17,7 @@ from typing import Any
 from harness.errors import ConfigError
 from harness.models.base import GenerationParams, ModelResponse
 from harness.redact import redact_data
+from harness.records import file_kind
 
 
 def default_cache_path() -> Path:
@@ -51,6 +52,8 @@ class ResponseCache:
         try:
             if self.path.is_dir():
                 raise IsADirectoryError(21, "is a directory")
+            if self.path.exists() and not self.path.is_file():  # SQLite would write /dev/null-wal beside a device
+                raise OSError(22, f"{file_kind(self.path.stat().st_mode)}, not a regular file")
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")

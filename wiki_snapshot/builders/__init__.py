@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterable, Iterator, TextIO
 
 from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.store import Page, SnapshotWriter
+from wiki_snapshot.store import BuildLock, Page, SnapshotWriter
 
 
 class BuilderRegistry:
@@ -118,9 +118,29 @@ def require_file(source: str | None, what: str) -> Path:
     p = Path(source)
     if not p.exists():
         raise SnapshotError(f"{p}: not found")
-    if not p.is_file():
-        raise SnapshotError(f"{p}: not a file ({what} expected)")
+    if not p.is_file():  # is_file: a regular file; never a FIFO or a device
+        raise SnapshotError(f"{p}: not a regular file ({what} expected)")
     return p
+
+
+def read_small_file(path: str | Path, what: str, max_bytes: int = 1 << 30) -> bytes:
+    """A small input file's bytes (an evidence or titles list): only a regular file (a FIFO would
+    block, /dev/zero never ends), at most ``max_bytes`` (1 GiB)."""
+    p = Path(path)
+    if not p.exists():
+        raise SnapshotError(f"{what} {p}: not found")
+    if not p.is_file():
+        raise SnapshotError(f"{what} {p}: not a regular file")
+    if p.stat().st_size > max_bytes:
+        raise SnapshotError(f"{what} {p}: larger than the {max_bytes >> 20} MiB limit")
+    try:
+        with open(p, "rb") as f:
+            data = f.read(max_bytes + 1)  # it may have grown since the stat
+    except OSError as exc:
+        raise SnapshotError(f"{what} {p}: cannot read ({exc.strerror or exc})") from None
+    if len(data) > max_bytes:
+        raise SnapshotError(f"{what} {p}: larger than the {max_bytes >> 20} MiB limit")
+    return data
 
 
 def detect_kind(source: str) -> str:
@@ -132,6 +152,8 @@ def detect_kind(source: str) -> str:
         if any(p.glob("*-dated.md")):
             return "fanoutqa-cache"
         raise SnapshotError(f"{p}: a directory without *-dated.md files (not a FanOutQA page cache); give --kind")
+    if not p.is_file():  # a FIFO would block the read below, a device never ends
+        raise SnapshotError(f"{p}: not a regular file (a device, FIFO or socket)")
     name = p.name.lower()
     if name.endswith((".xml", ".xml.bz2", ".xml.gz", ".xml.bz")):
         return "dump"
@@ -193,8 +215,17 @@ def build_snapshot(
         if not source:
             raise SnapshotError("give --from SOURCE (or --kind api)")
         kind = detect_kind(source)
-    builder = get_builder(kind)(source, **options)
     out = Path(out)
+    # taken before the builder reads its source: a second build of the same file is refused at once
+    lock = BuildLock.take(out, overwrite)
+    try:
+        return _build(source, out, kind, lock, overwrite, progress, fts5, options)
+    finally:
+        lock.release()  # the writer releases it on finishing; this covers a builder that failed first
+
+
+def _build(source, out: Path, kind: str, lock: BuildLock, overwrite, progress, fts5, options) -> dict[str, Any]:
+    builder = get_builder(kind)(source, **options)
     started = time.perf_counter()
     prog = Progress(progress, total_bytes=builder.input_size())
     pages = redirects = 0
@@ -207,6 +238,7 @@ def build_snapshot(
         source_description=builder.source_description(),
         revision_date=builder.revision_date(),
         fts5=fts5,
+        lock=lock,
     ) as writer:
         for item in builder.items():
             if isinstance(item, Page):

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from wiki_snapshot.builders import BUILDERS, Builder, Redirect, unique_evidence
+from wiki_snapshot.builders import BUILDERS, Builder, Redirect, read_small_file, unique_evidence
 from wiki_snapshot.errors import SnapshotError
 from wiki_snapshot.store import Page
 
@@ -31,9 +31,7 @@ FANOUTQA_EPOCH = "2023-11-20"  # fanoutqa.utils.DATASET_EPOCH: revisions are the
 def load_titles_file(path: str) -> dict[int, dict[str, Any]]:
     p = Path(path)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SnapshotError(f"--titles {p}: not found") from None
+        data = json.loads(read_small_file(p, "--titles").decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise SnapshotError(f"--titles {p}: not valid JSON ({exc})") from None
     out: dict[int, dict[str, Any]] = {}

@@ -33,7 +33,7 @@ from typing import Any, Iterable, Iterator
 from urllib.parse import urlparse
 
 from wiki_snapshot._version import HARNESS_VERSION
-from wiki_snapshot.builders import BUILDERS, Builder, Redirect, collect_evidence, html_to_markdown
+from wiki_snapshot.builders import BUILDERS, Builder, Redirect, collect_evidence, html_to_markdown, read_small_file
 from wiki_snapshot.errors import SnapshotError
 from wiki_snapshot.store import Page, normalize_title, stable_pageid
 
@@ -124,11 +124,12 @@ class MediaWikiAPIBuilder(Builder):
         if source:
             p = Path(source)
             if not p.is_file():
+                what = "not a regular file" if p.exists() else "not found"
                 raise SnapshotError(
-                    f"{p}: not found (api --from takes a JSON/JSONL file of evidence {{pageid, revid, title}})"
+                    f"{p}: {what} (api --from takes a JSON/JSONL file of evidence {{pageid, revid, title}})"
                 )
             try:
-                text = p.read_text(encoding="utf-8")
+                text = read_small_file(p, "--from").decode("utf-8")
                 data = (
                     [json.loads(line) for line in text.splitlines() if line.strip()]
                     if p.suffix == ".jsonl"
