@@ -362,7 +362,8 @@ def test_a_context_below_llama_cpps_padding_is_the_one_enforced():
         try:
             with pytest.raises(ContextOverflowError):
                 await backend.generate([{"role": "user", "content": "word " * 190}], GREEDY)
-            return await backend.generate([{"role": "user", "content": "word " * 150}], GenerationParams(max_tokens=100))
+            fits = [{"role": "user", "content": "word " * 150}]
+            return await backend.generate(fits, GenerationParams(max_tokens=100))
         finally:
             await backend.close()
 
