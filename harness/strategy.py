@@ -101,7 +101,7 @@ class AgentContext:
         self.model = model
         self.params = params
         self.cache = cache
-        self.budget = budget  # harness.execution.cost.Budget (--max-cost): may refuse a request before it is sent
+        self.budget = budget  # harness.execution.cost.Budget (--max-cost): may hold a request back, or refuse it
         self.model_calls = 0  # requests actually sent to the model (cache hits excluded)
         self.cache_hits = 0
         self.usage = Usage()
@@ -136,7 +136,7 @@ class AgentContext:
                 self.cache_hits += 1
                 self._tally(hit)
                 return hit
-        hold = self.budget.reserve(self.model, messages, tools, params) if self.budget is not None else None
+        hold = await self.budget.reserve(self.model, messages, tools, params) if self.budget is not None else None
         self.model_calls += 1
         response = None
         try:

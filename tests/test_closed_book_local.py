@@ -147,3 +147,55 @@ def test_response_cache_answers_a_repeat_run(tmp_path):
     # the cache lives outside the run and holds no secrets
     cache_files = list((tmp_path / "cache").glob("responses.sqlite*"))
     assert cache_files
+
+
+def test_overflow_message_names_the_context_in_force():
+    from harness.models.llama_child import overflow_message
+
+    text = overflow_message("Requested tokens (83) exceed context window of 256", 16)
+    assert text == "prompt of 83 tokens does not fit the context of 16 tokens (with room for an answer)"
+    assert overflow_message("something else", 16) == "something else"
+
+
+@pytest.mark.slow
+def test_a_context_below_llama_cpps_padding_is_the_one_enforced(tmp_path):
+    """llama.cpp pads the context to a multiple of 256 while llama-cpp-python's token buffer has
+    the size asked for: a prompt (or prompt + answer) between the two failed inside numpy ("could not
+    broadcast"). Now the size asked for is the context: over it, a context_overflow of the sample;
+    within it, an answer cut at the context."""
+    import asyncio
+
+    from harness.errors import ContextOverflowError
+    from harness.models import BackendOptions, GenerationParams, create_backend
+
+    out = tmp_path / "tiny"
+    proc = run_harness(
+        "run", "--model", "local/smollm2", "--dataset", "qampari:sample", "--limit", "1", "--context-size", "16",
+        "--out", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    failure = json.loads((out / "failures.jsonl").read_text())
+    assert failure["error_type"] == "context_overflow", failure
+    assert failure["error"].endswith("tokens does not fit the context of 16 tokens (with room for an answer)")
+    assert not (out / "errors.log").exists()  # no code exception
+    assert json.loads((out / "results.json").read_text())["model"]["context_size"] == 16
+
+    backend = create_backend("local/smollm2", BackendOptions(context_size=100))
+    question = [{"role": "user", "content": "Name every country in Europe and its capital city, one per line. " * 3}]
+    too_long = [{"role": "user", "content": question[0]["content"] * 2}]
+
+    async def go():
+        try:
+            await backend.start()
+            assert backend.context_size() == 100  # llama.cpp itself holds 256
+            answer = await backend.generate(question, GenerationParams(max_tokens=200))
+            with pytest.raises(ContextOverflowError, match="does not fit the context of 100 tokens"):
+                await backend.generate(too_long, GenerationParams(max_tokens=8))
+            return answer
+        finally:
+            await backend.close()
+
+    answer = asyncio.run(go())
+    usage = answer.usage
+    assert 60 < usage.prompt_tokens < 100 and usage.prompt_tokens + usage.completion_tokens <= 100
+    assert answer.finish_reason == "length"  # cut where the context ends, not at max_tokens 200

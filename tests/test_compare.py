@@ -290,3 +290,50 @@ def test_clustering_and_aggregates_do_not_depend_on_the_order(tmp_path):
     assert_mirrored(ab, ba)
     assert ab["metrics"]["topiocqa.bleu_corpus"]["kind"] == "aggregate"
     assert ab["metrics"]["topiocqa.em"]["kind"] == "mean"  # x100 the mean of 0/1, in either order
+
+
+@pytest.fixture
+def broken_script():
+    def broken(messages, tools, tool_choice, params):
+        raise ValueError("no answer today")
+
+    yield register_script("cmp-broken", broken)
+    unregister_script("cmp-broken")
+
+
+def test_a_run_that_answered_nothing_is_refused(tmp_path, scripts, broken_script, capsys):
+    """Unanswered questions score 0, so a run that stopped before answering anything would compare
+    (and give a spread for power) as if its zeros were measured: refused with one line instead."""
+    from harness.cli import main
+
+    good = tmp_path / "good"
+    scripted_run(good, "cmp-a", 4)
+    broken = tmp_path / "broken"
+    config = build_config({"model": "scripted/cmp-broken", "dataset": "hotpotqa:dev", "out": str(broken), "limit": 4})
+    asyncio.run(Run(config, show_progress=False).execute())
+    results = json.loads((broken / "results.json").read_text())
+    assert results["counts"]["finished"] == 0 and results["scores"]["raw"]  # scored all the same: four zeros
+    # samples finished, but none with an answer (a strategy that gave up): scores.meta.n_answered 0
+    mute = tmp_path / "mute"
+    shutil.copytree(good, mute)
+    results = json.loads((mute / "results.json").read_text())
+    results["scores"]["meta"]["n_answered"] = 0
+    (mute / "results.json").write_text(json.dumps(results))
+    capsys.readouterr()
+    expected = {
+        broken: "the run answered nothing (0 of 4 samples finished; failed: 4 exception)",
+        mute: "the run answered nothing (4 samples finished, none of them with an answer)",
+    }
+    for bad, why in expected.items():
+        for argv in (
+            ["compare", str(good), str(bad)],
+            ["compare", str(bad), str(good)],
+            ["power", str(bad), "--metric", "em", "--delta", "0.1"],
+            ["power", str(good), "--metric", "em", "--delta", "0.1", "--paired-with", str(bad)],
+        ):
+            assert main(argv) == 2, argv
+            captured = capsys.readouterr()
+            line = f"error: {bad / 'results.json'}: {why}: its zero scores measure nothing; rerun it first"
+            assert captured.err.strip().splitlines() == [line] and captured.out == "", argv
+    # the run that answered still gives a power estimate
+    assert main(["power", str(good), "--metric", "f1", "--delta", "0.1"]) == 0

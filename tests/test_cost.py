@@ -3,6 +3,7 @@ price table of our own: per-sample and per-run cost, money spent, the budget sto
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -218,24 +219,55 @@ class _Counter:
         return len(text.split())
 
 
-def test_budget_reserves_requests_in_flight():
+def test_budget_waits_for_requests_in_flight_and_refuses_only_when_none_is():
     table = load_price_table()
     pricing = pricing_for("openai/gpt-4o", table)  # 2.5 / 10 USD per 1M
-    budget = Budget(0.001, pricing)
     params = GenerationParams(max_tokens=40)  # worst output 0.0004
     messages = [{"role": "user", "content": "one two three"}]  # 3 + 8 + 3 = 14 tokens, 0.000035
-    first = budget.reserve(_Counter(), messages, None, params)
-    second = budget.reserve(_Counter(), messages, None, params)
-    assert first == pytest.approx((14 * 2.5 + 40 * 10) / 1e6)
-    # two in flight hold 0.00087: a third could pass 0.001 even though nothing is spent yet
-    with pytest.raises(BudgetExhausted):
-        budget.reserve(_Counter(), messages, None, params)
-    assert budget.exhausted and budget.spent == 0
-    budget.settle(first, {"prompt_tokens": 14, "completion_tokens": 1})
-    budget.settle(second, None)  # a failed request costs nothing
-    assert budget.reserved == pytest.approx(0) and budget.spent == pytest.approx((14 * 2.5 + 10) / 1e6)
+    worst = (14 * 2.5 + 40 * 10) / 1e6  # 0.000435
+    cost = (14 * 2.5 + 1 * 10) / 1e6  # what one really costs: 1 completion token
+
+    async def go():
+        budget = Budget(0.001, pricing)
+        reserve = lambda: budget.reserve(_Counter(), messages, None, params)  # noqa: E731
+        first, second = await reserve(), await reserve()
+        assert first == pytest.approx(worst) and budget.in_flight == 2
+        # two in flight hold 0.00087: a third could pass 0.001 if both cost their worst, so it waits
+        third = asyncio.ensure_future(reserve())
+        await asyncio.sleep(0.01)
+        assert not third.done() and not budget.exhausted
+        budget.settle(first, {"prompt_tokens": 14, "completion_tokens": 1})
+        assert await asyncio.wait_for(third, 1) == pytest.approx(worst)  # 0.000045 + 2 x 0.000435 fits
+        fourth = asyncio.ensure_future(reserve())  # 0.000045 spent + 0.00087 in flight: it waits too
+        await asyncio.sleep(0.01)
+        assert not fourth.done()
+        budget.settle(second, None)  # a failed request costs nothing: its reservation comes back
+        assert await asyncio.wait_for(fourth, 1) == pytest.approx(worst)
+        return budget
+
+    budget = asyncio.run(go())
+    assert budget.in_flight == 2 and budget.reserved == pytest.approx(2 * worst)
+    assert budget.spent == pytest.approx(cost) and not budget.exhausted
+
+    async def stop():
+        budget = Budget(0.001, pricing, spent_before=0.0002)
+        reserve = lambda: budget.reserve(_Counter(), messages, None, params)  # noqa: E731
+        held = await reserve()  # 0.0002 + 0.000435
+        waiting = [asyncio.ensure_future(reserve()) for _ in range(3)]
+        await asyncio.sleep(0.01)
+        assert not any(w.done() for w in waiting)
+        budget.settle(held, {"prompt_tokens": 14, "completion_tokens": 40})  # cost its worst: 0.000635 spent
+        results = await asyncio.gather(*waiting, return_exceptions=True)
+        return budget, results
+
+    budget, results = asyncio.run(stop())
+    # nothing in flight and 0.000635 + 0.000435 > 0.001: the first waiter is refused, the others with it
+    assert all(isinstance(r, BudgetExhausted) for r in results)
+    assert "would exceed --max-cost $0.001" in str(results[0]) and "stopped at its budget" in str(results[1])
+    assert budget.exhausted and budget.refused["worst_usd"] == pytest.approx(worst)
+    assert budget.spent_total == pytest.approx(0.0002 + worst) and budget.in_flight == 0 and budget.reserved == 0
     with pytest.raises(BudgetExhausted):  # once stopped, stopped
-        budget.reserve(_Counter(), messages, None, params)
+        asyncio.run(budget.reserve(_Counter(), [{"role": "user", "content": "x"}], None, GenerationParams()))
     with pytest.raises(ConfigError):
         Budget(1.0, pricing_for("openai/gpt-unknown", table))
 
@@ -270,3 +302,56 @@ def test_judge_cost_is_kept_apart(server, prices, tmp_path, capsys, judge):
     assert cost["model_usd"] == pytest.approx(2 * COST)  # the model under test is unchanged
     assert cost["total_usd"] == pytest.approx(2 * COST + judge_usd)
     assert results["scores"]["llm-judge"]["llm_judge"] == 1.0
+
+
+@pytest.fixture
+def priced_script(tmp_path):
+    """A scripted model with a price: 5-word answers after 2-22 ms (fixed per question), so requests
+    overlap and finish out of order; it counts the requests in flight."""
+    state = {"now": 0, "most": 0}
+
+    async def answer(messages, tools, tool_choice, params):
+        state["now"] += 1
+        state["most"] = max(state["most"], state["now"])
+        try:
+            await asyncio.sleep(0.002 + sum(map(ord, messages[-1]["content"])) % 21 / 1000)
+            return "one two three four five"
+        finally:
+            state["now"] -= 1
+
+    register_script("cost-many", answer)
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("models:\n  scripted/cost-many: {input: 1.0, output: 1000.0}\n")
+    yield prices, state
+    unregister_script("cost-many")
+
+
+def test_max_cost_at_64_connections_spends_nearly_all_of_it(tmp_path, priced_script):
+    """A request's worst case (32 tokens out) is about six times what it costs (5 out); reserving
+    the worst case of every request in flight and refusing the first that did not fit stopped at
+    64 connections after 15% of the budget. Waiting for requests in flight to settle instead, the
+    run spends all but less than one worst case (0.032 of 0.4), and never more than the budget."""
+    from harness.execution.config import build_config
+    from harness.execution.runner import Run
+
+    prices, state = priced_script
+    budget = 0.4
+    config = build_config(
+        {
+            "model": "scripted/cost-many", "dataset": "hotpotqa:dev", "out": str(tmp_path / "run"), "cache": False,
+            "max_connections": 64, "max_cost": budget, "price_table": str(prices), "max_tokens": 32,
+        }
+    )  # fmt: skip
+    results = asyncio.run(Run(config, show_progress=False).execute())
+    spent = results["cost"]["spent_usd"]
+    assert 0.9 * budget <= spent <= budget, spent
+    assert results["status"] == "budget_exhausted" and state["most"] > 8  # many requests were in flight
+    worst = results["cost"]["budget"]["refused_request"]["worst_usd"]
+    assert spent + worst > budget  # stopped only when the next request could not fit
+    counts = results["counts"]
+    assert counts["finished"] == len(lines(tmp_path / "run" / "samples.jsonl")) > 70
+    # the samples that waited when the budget ran out fail unsent, to be retried by a rerun
+    failures = lines(tmp_path / "run" / "failures.jsonl")
+    assert failures and all(f["error_type"] == "budget_exhausted" and f["model_calls"] == 0 for f in failures)
+    assert counts["finished"] + counts["failed"] + counts["pending"] == 100
+    assert spent == pytest.approx(sum(s["spent_usd"] for s in lines(tmp_path / "run" / "samples.jsonl")))

@@ -349,3 +349,23 @@ def test_two_servers_one_killed_mid_run_every_sample_finishes_once(tmp_path):
     assert dead["failures"] >= 1 and dead["taken_out"] >= 1 and not dead["in_service_at_end"]
     assert alive["failures"] == 0 and alive["requests"] >= 8 - killed_after
     assert dead["requests"] + alive["requests"] == 8 + dead["failures"]  # every failed request was sent again
+
+
+@pytest.mark.slow
+def test_a_context_below_llama_cpps_padding_is_the_one_enforced():
+    """llama.cpp pads n_ctx 200 to 256; a prompt of about 220 tokens fell between the two and the
+    server answered 500 ("could not broadcast", retried as transient). Now the server keeps 200."""
+    backend = create_backend("llamacpp-server/smollm2", BackendOptions(context_size=200, max_attempts=3))
+
+    async def go():
+        await backend.start()
+        try:
+            with pytest.raises(ContextOverflowError):
+                await backend.generate([{"role": "user", "content": "word " * 190}], GREEDY)
+            fits = [{"role": "user", "content": "word " * 150}]
+            return await backend.generate(fits, GenerationParams(max_tokens=100))
+        finally:
+            await backend.close()
+
+    fits = asyncio.run(go())
+    assert fits.usage.prompt_tokens + fits.usage.completion_tokens <= 200

@@ -184,6 +184,73 @@ def test_failed_build_leaves_the_old_index(tmp_path):
     assert proc.returncode == 2 and "--model does not apply to --kind bm25" in proc.stderr
 
 
+@pytest.mark.slow
+def test_damaged_index_files_are_named_with_the_rebuild_command(tmp_path):
+    """A truncated or foreign file of an index is refused on opening, one line naming the file and
+    the command that rebuilds it, never a numpy or JSON error from inside a library."""
+    import shutil
+
+    snap = tmp_path / "s.db"
+    build("snapshot", "build", "--from", str(ARTICLES), "--out", str(snap), "--quiet")
+    build("index", "build", str(snap), "--kind", "bm25", "--passages", "page", "--quiet")
+    directory = index_dir(snap, "bm25", "page")
+    good = tmp_path / "good"
+    shutil.copytree(directory, good)
+    rebuild = f"rebuild it with: harness index build {snap} --kind bm25 --passages page"
+
+    def refusal(damage) -> str:
+        shutil.rmtree(directory)
+        shutil.copytree(good, directory)
+        damage(directory)
+        with Snapshot.open(snap) as s, pytest.raises(SnapshotError) as err:
+            open_retriever(s, "bm25", "page")
+        text = str(err.value)
+        assert text.startswith(f"index {directory} is damaged (") and text.endswith(rebuild) and "\n" not in text
+        return text
+
+    def halve(name):
+        def damage(d):
+            path = d / name
+            path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+        return damage
+
+    for name in ("passages.npy", "bm25/data.csc.index.npy", "bm25/indices.csc.index.npy",
+                 "bm25/indptr.csc.index.npy", "bm25/vocab.index.json", "bm25/params.index.json", "meta.json"):  # fmt: skip
+        assert f"({name}: not readable: " in refusal(halve(name)), name
+    # whole, readable files that are not this build's: sizes disagree with meta.json or each other
+    text = refusal(lambda d: np.save(d / "passages.npy", np.load(d / "passages.npy")[:3]))
+    assert "(passages.npy: shape (3,), expected (10,))" in text
+    text = refusal(lambda d: np.save(d / "passages.npy", np.zeros(10, np.int64)))
+    assert "(passages.npy: holds int64, not " in text
+    text = refusal(lambda d: np.save(d / "bm25/indptr.csc.index.npy", np.load(d / "bm25/indptr.csc.index.npy")[:-1]))
+    assert "bm25/indptr.csc.index.npy: ends at " in text
+    text = refusal(lambda d: (d / "bm25/vocab.index.json").write_text('{"a": 0}'))
+    assert "(bm25/vocab.index.json: 1 terms, the score arrays " in text
+    text = refusal(lambda d: (d / "passages.npy").unlink())
+    assert "(passages.npy: missing)" in text
+    # the command line: exit 2, the same one line
+    proc = run_harness("index", "search", str(snap), "Aristotle", "--passages", "page")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [f"error: {text}"]
+
+
+@pytest.mark.slow
+def test_damaged_dense_index_is_named(hotpot_dense_snapshot, tmp_path):
+    import shutil
+
+    snap = tmp_path / "small.db"
+    shutil.copy(hotpot_dense_snapshot, snap)  # the index is checked by content hash, not by path
+    shutil.copytree(index_dir(hotpot_dense_snapshot, "dense", "words100"), index_dir(snap, "dense", "words100"))
+    emb = index_dir(snap, "dense", "words100") / "embeddings.npy"
+    emb.write_bytes(emb.read_bytes()[:-4])
+    with Snapshot.open(snap) as s, pytest.raises(SnapshotError) as err:
+        open_retriever(s, "dense", "words100")
+    assert "is damaged (embeddings.npy: not readable: ValueError: " in str(err.value)
+    np.save(emb, np.zeros((3, 384), np.float32))
+    with Snapshot.open(snap) as s, pytest.raises(SnapshotError, match=r"embeddings.npy: shape \(3, 384\), expected"):
+        open_retriever(s, "dense", "words100")
+
+
 def test_dense_model_missing_is_one_clear_line(monkeypatch):
     import wiki_snapshot.index_dense as dense
 

@@ -18,6 +18,7 @@ term are returned (as Lucene does), so a query with no indexed term returns none
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -26,7 +27,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.retriever import Hit, Retriever, live_progress, top_k
+from wiki_snapshot.retriever import UNREADABLE, Hit, Retriever, first_line, live_progress, top_k
 
 DEFAULTS = {"method": "lucene", "k1": 0.9, "b": 0.4, "delta": 0.5, "stemmer": "porter", "stopwords": "en"}
 METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
@@ -212,7 +213,37 @@ class BM25Retriever(Retriever):
         super().__init__(directory, meta, snapshot)
         bm25s = _require_bm25s()
         self.opts = resolve_options(meta["bm25"]["options"])
-        self.model = bm25s.BM25.load(str(directory / "bm25"), mmap=True, load_vocab=True)
+        terms = self._check_files()
+        try:
+            self.model = bm25s.BM25.load(str(directory / "bm25"), mmap=True, load_vocab=True)
+        except json.JSONDecodeError as exc:  # the arrays and parameters were checked: the vocabulary
+            raise self.damaged("bm25/vocab.index.json", f"not readable: {first_line(exc)}") from None
+        except (*UNREADABLE, KeyError, TypeError) as exc:
+            raise self.damaged("bm25/", f"not readable: {first_line(exc)}") from None
+        # the score arrays hold a column per term, bm25s's empty-string term included or not
+        if len(self.model.vocab_dict) not in (terms, terms + 1):
+            raise self.damaged("bm25/vocab.index.json", f"{len(self.model.vocab_dict)} terms, the score arrays {terms}")
+
+    def _check_files(self) -> int:
+        """The score arrays (bm25s's CSC matrix) and parameters as the build wrote them: the number
+        of terms they hold. Cheap: sizes and one element, nothing read in full."""
+        data = self.load_array("bm25/data.csc.index.npy", shape=(None,))
+        self.load_array("bm25/indices.csc.index.npy", shape=(len(data),))
+        indptr = self.load_array("bm25/indptr.csc.index.npy", shape=(None,))
+        if len(indptr) == 0 or int(indptr[-1]) != len(data):
+            end = int(indptr[-1]) if len(indptr) else "nothing"
+            raise self.damaged("bm25/indptr.csc.index.npy", f"ends at {end}, the scores hold {len(data)}")
+        name = "bm25/params.index.json"
+        try:
+            params = json.loads((self.directory / name).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise self.damaged(name, "missing") from None
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise self.damaged(name, f"not readable: {first_line(exc)}") from None
+        docs = params.get("num_docs") if isinstance(params, dict) else None
+        if self.n_passages is not None and docs != self.n_passages:
+            raise self.damaged(name, f"num_docs {docs}, meta.json n_passages {self.n_passages}")
+        return len(indptr) - 1
 
     def query_token_ids(self, query: str) -> list[int]:
         tokens = tokenize([query], self.opts, return_ids=False)[0]

@@ -30,7 +30,7 @@ import numpy as np
 
 from wiki_snapshot.errors import SnapshotError
 from wiki_snapshot.parallel import NpyAppender
-from wiki_snapshot.retriever import Hit, Retriever, live_progress, top_k
+from wiki_snapshot.retriever import UNREADABLE, Hit, Retriever, first_line, live_progress, top_k
 
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 # model name -> (module carrying it, its PyPI distribution)
@@ -314,15 +314,20 @@ class DenseRetriever(Retriever):
                 f"--passages {meta['passages']}"
             )
         self.model = load_encoder(built["model"])
-        self.embeddings = np.load(directory / "embeddings.npy", mmap_mode="r")
+        self.embeddings = self.load_array("embeddings.npy", np.float32, (self.n_passages, built.get("dim")))
         self.ann = None if exact else built.get("ann")
         self.index = None
         if self.ann:
             faiss = require_faiss()
             path = directory / ANN_FILE
             if not path.is_file():
-                raise SnapshotError(f"{directory}: {ANN_FILE} is missing; rebuild the index")
-            self.index = faiss.read_index(str(path))
+                raise self.damaged(ANN_FILE, "missing")
+            try:
+                self.index = faiss.read_index(str(path))
+            except UNREADABLE as exc:  # faiss says RuntimeError, with its C++ source location
+                raise self.damaged(ANN_FILE, f"not readable: {first_line(exc)}") from None
+            if self.index.ntotal != len(self.embeddings):
+                raise self.damaged(ANN_FILE, f"{self.index.ntotal} vectors, {len(self.embeddings)} passages")
             if self.ann["method"] == "hnsw":
                 self.index.hnsw.efSearch = max(int(self.ann["ef_search"]), 1)
             else:

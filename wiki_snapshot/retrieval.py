@@ -30,7 +30,7 @@ from wiki_snapshot._version import HARNESS_VERSION
 from wiki_snapshot.errors import SnapshotError
 from wiki_snapshot.parallel import NpyAppender, batched, default_workers, ordered_map
 from wiki_snapshot.passages import PASSAGE_DTYPE, iter_passages, parse_kind, splitter_info
-from wiki_snapshot.retriever import PASSAGES_FILE, Retriever, live_progress
+from wiki_snapshot.retriever import PASSAGES_FILE, Retriever, build_command, live_progress
 
 INDEX_FORMAT = "harness-passage-index"
 INDEX_FORMAT_VERSION = 1
@@ -50,10 +50,6 @@ def index_dir(snapshot_path: str | os.PathLike, retriever: str, passages: str) -
     return index_root(snapshot_path) / f"{retriever}-{passages}"
 
 
-def build_command(snapshot_path, retriever: str, passages: str) -> str:
-    return f"harness index build {snapshot_path} --kind {retriever} --passages {passages}"
-
-
 def read_meta(snapshot_path, retriever: str, passages: str) -> tuple[Path, dict[str, Any]]:
     """The index's directory and metadata; a clear error (with the command to build it) otherwise."""
     directory = index_dir(snapshot_path, retriever, passages)
@@ -65,9 +61,16 @@ def read_meta(snapshot_path, retriever: str, passages: str) -> tuple[Path, dict[
         )
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise SnapshotError(f"{path}: unreadable index metadata ({exc}); rebuild the index") from None
-    if meta.get("format") != INDEX_FORMAT or int(meta.get("format_version") or 0) != INDEX_FORMAT_VERSION:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SnapshotError(
+            f"index {directory} is damaged ({META_FILE}: not readable: {exc}); rebuild it with: "
+            f"{build_command(snapshot_path, retriever, passages)}"
+        ) from None
+    if (
+        not isinstance(meta, dict)
+        or meta.get("format") != INDEX_FORMAT
+        or meta.get("format_version") != INDEX_FORMAT_VERSION
+    ):
         raise SnapshotError(
             f"{directory}: not a passage index of format version {INDEX_FORMAT_VERSION}; rebuild it with: "
             f"{build_command(snapshot_path, retriever, passages)}"

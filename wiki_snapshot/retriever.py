@@ -14,9 +14,16 @@ from typing import Any, TextIO
 import numpy as np
 
 from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.passages import passage_id
+from wiki_snapshot.passages import PASSAGE_DTYPE, passage_id
 
 PASSAGES_FILE = "passages.npy"
+# what a damaged file raises while it is opened (a truncated .npy: ValueError from its header or
+# memory map; a cut JSON file: JSONDecodeError, a ValueError; faiss: RuntimeError)
+UNREADABLE = (OSError, ValueError, EOFError, RuntimeError)
+
+
+def build_command(snapshot_path, retriever: str, passages: str) -> str:
+    return f"harness index build {snapshot_path} --kind {retriever} --passages {passages}"
 
 
 @dataclass(frozen=True)
@@ -94,7 +101,32 @@ class Retriever(ABC):
         self.directory = directory
         self.meta = meta
         self.snapshot = snapshot
-        self.passages = PassageTable(np.load(directory / PASSAGES_FILE, mmap_mode="r"), snapshot)
+        self.n_passages = meta.get("n_passages")
+        self.passages = PassageTable(self.load_array(PASSAGES_FILE, PASSAGE_DTYPE, (self.n_passages,)), snapshot)
+
+    def damaged(self, name: str, reason: str) -> SnapshotError:
+        """The one-line refusal of a file of this index that cannot be what its build wrote."""
+        command = build_command(self.snapshot.path, self.kind, self.meta.get("passages"))
+        return SnapshotError(f"index {self.directory} is damaged ({name}: {reason}); rebuild it with: {command}")
+
+    def load_array(self, name: str, dtype: Any = None, shape: tuple[int | None, ...] | None = None) -> np.ndarray:
+        """``name`` memory-mapped, its dtype and shape (None: any length) checked: a truncated or
+        foreign file is refused here, by name, rather than failing later inside numpy."""
+        path = self.directory / name
+        try:
+            array = np.load(path, mmap_mode="r")
+        except FileNotFoundError:
+            raise self.damaged(name, "missing") from None
+        except UNREADABLE as exc:
+            raise self.damaged(name, f"not readable: {first_line(exc)}") from None
+        if dtype is not None and array.dtype != np.dtype(dtype):
+            raise self.damaged(name, f"holds {array.dtype}, not {np.dtype(dtype)}")
+        if shape is not None and (
+            array.ndim != len(shape) or any(want is not None and got != want for got, want in zip(array.shape, shape))
+        ):
+            dims = ", ".join("any" if d is None else str(d) for d in shape) + ("," if len(shape) == 1 else "")
+            raise self.damaged(name, f"shape {array.shape}, expected ({dims})")
+        return array
 
     def __len__(self) -> int:
         return len(self.passages)
@@ -109,6 +141,11 @@ class Retriever(ABC):
         """What a run records about the index it searched."""
         keep = ("retriever", "passages", "n_passages", "splitter", "bm25", "dense", "created_at", "snapshot")
         return {"path": str(self.directory), **{k: self.meta[k] for k in keep if k in self.meta}}
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 def live_progress(stream: TextIO | None, line: str | None) -> None:

@@ -22,6 +22,7 @@ under ``skipped`` with the reason.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,11 +52,29 @@ class LoadedRun:
 
 
 def load_run(path: str | Path) -> LoadedRun:
-    """A run directory (or its results.json) with per-question scores; one-line errors."""
+    """A run directory (or its results.json) with per-question scores and at least one answer;
+    one-line errors."""
     run = LoadedRun.of(path, read_results(path))
+    nothing = answered_nothing(run.results)
+    if nothing:  # unanswered questions score 0: comparing those zeros would look like a result
+        raise HarnessError(f"{results_path(path)}: {nothing}: its zero scores measure nothing; rerun it first")
     if not run.scores.get("raw"):
         raise HarnessError(f"{results_path(path)}: no per-question scores (an unscored run: harness score {path} first)")
     return run
+
+
+def answered_nothing(results: RunResults) -> str | None:
+    """Why the run has no answer to measure (no sample finished, or none of the scored questions
+    has an answer), or None."""
+    counts = results.counts
+    meta = results.scores.meta if results.scores is not None else None
+    if counts.finished and not (meta is not None and meta.n_answered == 0):
+        return None
+    failed = Counter(note.type for note in results.failures.values())
+    why = ", ".join(f"{n} {kind}" for kind, n in failed.most_common(3))
+    if counts.finished == 0:
+        return f"the run answered nothing (0 of {counts.selected} samples finished{'; failed: ' + why if why else ''})"
+    return f"the run answered nothing ({counts.finished} samples finished, none of them with an answer)"
 
 
 def dataset_of(run: LoadedRun) -> tuple[str | None, str | None]:

@@ -1,5 +1,5 @@
 """Cost: an editable price table (``harness/prices.yaml`` or ``--price-table FILE``), the price of
-a model, and the ``--max-cost`` budget that refuses a request before it could overrun.
+a model, and the ``--max-cost`` budget that holds a request back while it could overrun.
 
 Two figures are kept apart on purpose: the list-price cost of the tokens a sample used (cache hits
 included: what reproducing the run would cost) and the money actually spent (requests sent; a cache
@@ -8,6 +8,7 @@ hit costs nothing). The budget counts the money spent, over every invocation of 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
@@ -20,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.errors import ConfigError
+from harness.models.base import WAIT_CLOCK
 
 DEFAULT_PRICE_TABLE = Path(__file__).resolve().parents[1] / "prices.yaml"
 # Backends that bill per token; every other prefix runs on the user's hardware.
@@ -166,9 +168,14 @@ def estimate_prompt_tokens(backend: Any, messages: list[dict[str, Any]], tools: 
 
 class Budget:
     """``--max-cost``: before each request, its worst case (prompt tokens at the input price plus
-    max_tokens at the output price) is reserved; if the money spent so far (this and earlier
-    invocations), the reservations in flight and it would pass the budget, the request is refused
-    and so is every later one: the run stops and a rerun with a higher budget resumes."""
+    max_tokens at the output price) is reserved, and the request is sent only while the money spent
+    so far (this and earlier invocations), the reservations in flight and it fit in the budget: the
+    budget is never passed. A request that does not fit waits for the requests in flight to settle
+    (each gives back its worst case and keeps only what it cost), since refusing it at once would
+    stop a run with many connections far short of its budget (64 connections stopped at 15%). Only
+    when nothing is in flight and it still does not fit is it refused, and so is every later one:
+    the run stops, less than one worst case short of the budget, and a rerun with a higher budget
+    resumes."""
 
     def __init__(self, max_usd: float, pricing: Pricing, spent_before: float = 0.0):
         if not pricing.priced:
@@ -178,37 +185,68 @@ class Budget:
         self.spent_before = spent_before
         self.spent = 0.0  # this invocation, requests completed
         self.reserved = 0.0  # requests in flight, at their worst case
+        self.in_flight = 0
         self.exhausted = False
         self.refused: dict[str, Any] | None = None  # the first refused request
+        self._settled = asyncio.Event()  # set (and replaced) whenever a request settles
 
     @property
     def spent_total(self) -> float:
         return self.spent_before + self.spent
 
-    def reserve(
+    def _stopped(self) -> BudgetExhausted:
+        return BudgetExhausted(f"the run stopped at its budget of ${self.max_usd:g}")
+
+    async def reserve(
         self, backend: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, params
     ) -> float:
+        """The request's reservation (its worst case), once it fits; BudgetExhausted if it never can."""
         if self.exhausted:
-            raise BudgetExhausted(f"the run stopped at its budget of ${self.max_usd:g}")
+            raise self._stopped()
         if self.pricing.free:
             return 0.0
         prompt = estimate_prompt_tokens(backend, messages, tools)
         worst = self.pricing.cost(prompt, params.max_tokens)
-        if self.spent_total + self.reserved + worst > self.max_usd:
-            self.exhausted = True
-            self.refused = {"prompt_tokens_estimate": prompt, "max_tokens": params.max_tokens, "worst_usd": worst}
-            raise BudgetExhausted(
-                f"request not sent: spent ${self.spent_total:.6f} + in flight ${self.reserved:.6f} + this request's "
-                f"worst case ${worst:.6f} would exceed --max-cost ${self.max_usd:g}"
-            )
+        while self.spent_total + self.reserved + worst > self.max_usd:
+            if self.exhausted:  # another request was refused while this one waited
+                raise self._stopped()
+            if not self.in_flight:  # nothing will give money back: it can never fit
+                self.exhausted = True
+                self.refused = {"prompt_tokens_estimate": prompt, "max_tokens": params.max_tokens, "worst_usd": worst}
+                self._wake()
+                raise BudgetExhausted(
+                    f"request not sent: spent ${self.spent_total:.6f} + this request's worst case ${worst:.6f} "
+                    f"would exceed --max-cost ${self.max_usd:g}"
+                )
+            await self._wait()
         self.reserved += worst
+        self.in_flight += 1
         return worst
+
+    async def _wait(self) -> None:
+        """Until a request settles; not on the sample's clock (as a request queued for a slot)."""
+        settled = self._settled
+        clock = WAIT_CLOCK.get()
+        if clock is not None:
+            clock.queue()
+        try:
+            await settled.wait()
+        finally:
+            if clock is not None:
+                clock.unqueue()
+
+    def _wake(self) -> None:
+        self._settled.set()
+        self._settled = asyncio.Event()
 
     def settle(self, worst: float, usage: Any | None) -> None:
         """A request ended: its reservation is replaced by what it actually cost (0 if it failed)."""
-        self.reserved = max(0.0, self.reserved - worst)
+        if not self.pricing.free:  # a free model reserves nothing
+            self.in_flight -= 1
+            self.reserved = self.reserved - worst if self.in_flight else 0.0  # no rounding drift left
         if usage is not None:
             self.spent += self.pricing.usage_cost(usage) or 0.0
+        self._wake()
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -26,6 +26,7 @@ import faulthandler
 import json
 import os
 import queue
+import re
 import sys
 import threading
 from typing import Any
@@ -113,6 +114,46 @@ def decide_and_apply(setting: str) -> dict[str, Any]:
     return {"setting": setting, "extra_buffer_types": use, "reason": reason}
 
 
+def keep_the_context_asked_for(llm: Any) -> int:
+    """The context ``llm`` really has room for, made the one it enforces. llama.cpp pads the context
+    up to a multiple of 256 (``--context-size 16`` gets 256), but llama-cpp-python sizes its token
+    buffer by the size asked for and checks prompts against the padded one: a prompt between the two
+    passed the check and failed in numpy ("could not broadcast input array"). Its check and its cap
+    on max_tokens read ``_n_ctx``: set to the buffer, a prompt over the size asked for is refused
+    as any prompt over the context (a ``context_overflow`` failure of that sample)."""
+    n_ctx = llm.n_ctx()
+    room = len(getattr(llm, "input_ids", ()))
+    if 0 < room < n_ctx and hasattr(llm, "_n_ctx"):
+        llm._n_ctx = room
+        return room
+    return n_ctx
+
+
+def enforce_the_context_asked_for() -> None:
+    """Every ``llama_cpp.Llama`` this process builds keeps the context asked for (the server's)."""
+    from llama_cpp import Llama
+
+    init = Llama.__init__
+    if getattr(init, "_harness_context", False):
+        return
+
+    def init_then_keep(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        keep_the_context_asked_for(self)
+
+    init_then_keep._harness_context = True  # type: ignore[attr-defined]
+    Llama.__init__ = init_then_keep
+
+
+def overflow_message(error: str, n_ctx: int) -> str:
+    """llama-cpp-python's "Requested tokens (N) exceed context window of M" names llama.cpp's
+    padded context, not the one in force: said again with the latter."""
+    found = re.search(r"Requested tokens \((\d+)\)", error)
+    if not found:
+        return error
+    return f"prompt of {found.group(1)} tokens does not fit the context of {n_ctx} tokens (with room for an answer)"
+
+
 def _die_with_parent(parent: int | None) -> None:
     """Linux: SIGKILL this process when the run's process dies (kill -9 included). Strictly, when the
     thread that started it ends: the run starts it from its event-loop thread, which lives as long as the run."""
@@ -160,7 +201,8 @@ def worker(args: argparse.Namespace) -> int:
     except Exception as exc:  # a file llama.cpp cannot load: said by the parent as a model error
         send(("load_error", f"{type(exc).__name__}: {exc}"))
         return 1
-    send(("ready", {"n_ctx": llm.n_ctx(), "weight_repack": decision}))
+    n_ctx = keep_the_context_asked_for(llm)
+    send(("ready", {"n_ctx": n_ctx, "weight_repack": decision}))
 
     import numpy as np
 
@@ -207,8 +249,10 @@ def worker(args: argparse.Namespace) -> int:
             result = llm.create_chat_completion(**kwargs, logits_processor=LogitsProcessorList([stop_when_cancelled]))
             send(("result", rid, result))
         except ValueError as exc:
-            kind = "context_overflow" if "exceed context window" in str(exc) else "value_error"
-            send(("error", rid, kind, str(exc)))
+            if "exceed context window" in str(exc):
+                send(("error", rid, "context_overflow", overflow_message(str(exc), n_ctx)))
+            else:
+                send(("error", rid, "value_error", str(exc)))
         except Exception as exc:  # noqa: BLE001 - reported to the sample, the worker goes on
             send(("error", rid, "exception", f"{type(exc).__name__}: {exc}"))
         cancelled.discard(rid)
@@ -221,6 +265,7 @@ def server(args: argparse.Namespace) -> int:
     decision = decide_and_apply(args.weight_repack)
     # the launching run reads this line back from the log for its records (REPORT_PREFIX)
     print(REPORT_PREFIX + json.dumps(decision), file=sys.stderr, flush=True)
+    enforce_the_context_asked_for()
     sys.argv = ["llama_cpp.server", *args.server_args]
     from llama_cpp.server.__main__ import main as serve
 
