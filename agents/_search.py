@@ -31,12 +31,19 @@ def canonical_title(snapshot, title: str) -> str:
 
 
 def evidence_recall(snapshot, needed: list[str], returned: list[str]) -> dict[str, Any]:
-    """Share of the pages a question needs that the agent's searches actually returned."""
+    """Share of the pages a question needs that the agent's searches actually returned; with the
+    distinct pages returned and those of them needed (``relevant``: the agent metric's precision)."""
+    distinct: dict[str, str] = {}  # casefolded -> its first spelling, in order
+    for t in returned:
+        distinct.setdefault(t.casefold(), t)
     if not needed:
-        return {"needed": [], "found": [], "recall": None}
+        return {"needed": [], "found": [], "recall": None, "returned": list(distinct.values()), "relevant": []}
     got = {t.casefold() for t in returned}
+    canonical = {canonical_title(snapshot, t) for t in needed}
     found = [t for t in needed if canonical_title(snapshot, t) in got]
-    return {"needed": needed, "found": found, "recall": len(found) / len(needed)}
+    relevant = [t for key, t in distinct.items() if key in canonical]
+    record = {"needed": needed, "found": found, "recall": len(found) / len(needed)}
+    return {**record, "returned": list(distinct.values()), "relevant": relevant}
 
 
 class SearchSession:

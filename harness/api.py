@@ -73,6 +73,7 @@ def score(
     judge: str | None = None,
     bleurt_checkpoint: str | None = None,
     cluster_by: str | None = None,
+    strip_reasoning: bool | None = None,
     only_answered: bool = False,
     save: bool = True,
 ) -> dict[str, Any]:
@@ -88,7 +89,9 @@ def score(
         metrics = name_list(metrics, "--metrics")
     given = {
         k: v
-        for k, v in {"judge": judge, "bleurt_checkpoint": bleurt_checkpoint, "cluster_by": cluster_by}.items()
+        for k, v in {
+            "judge": judge, "bleurt_checkpoint": bleurt_checkpoint, "cluster_by": cluster_by, "strip_reasoning": strip_reasoning
+        }.items()
         if v is not None
     }
     if run_dir:

@@ -42,7 +42,8 @@ _UNSET: Any = object()
 RECORD_KINDS: dict[str, str] = {
     "searches": "the searches made, in order: [{query, found_title, whole_page, fragments, truncated, tokens, "
     "similar_titles}]",
-    "evidence_recall": "share of the question's needed pages the strategy saw: {recall, found, needed}",
+    "evidence_recall": "share of the question's needed pages the strategy saw: {recall, found, needed, returned, "
+    "relevant} (returned: the distinct pages it saw; relevant: those of them needed)",
     "evidence": "the evidence packed into the prompt: {chunks_packed, chunks_total, prompt_tokens, cut, packed_titles}",
 }
 

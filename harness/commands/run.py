@@ -220,6 +220,14 @@ def add_scoring_options(p, metrics=None, suppress: bool = True) -> None:
         **extra,
     )
     g.add_argument(
+        "--no-strip-reasoning",
+        dest="strip_reasoning",
+        action="store_const",
+        const=False,
+        help="score answers as written, <think>/<reasoning> blocks included (default: removed before scoring)",
+        **({"default": argparse.SUPPRESS} if suppress else {"default": None}),
+    )
+    g.add_argument(
         "--bleurt-checkpoint",
         help="BLEURT checkpoint directory (without it BLEURT is reported unavailable, never 0)",
         **extra,

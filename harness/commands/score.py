@@ -55,6 +55,7 @@ def command(args: argparse.Namespace) -> int:
         judge=args.judge,
         bleurt_checkpoint=args.bleurt_checkpoint,
         cluster_by=args.cluster_by,
+        strip_reasoning=args.strip_reasoning,
         only_answered=args.only_answered,
     )
     if args.out:

@@ -20,21 +20,28 @@ from harness.datasets.base import (
 from harness.errors import DatasetError
 
 
-def fanoutqa_evidence(rec: dict) -> list[dict]:
-    """Evidence pages of a question: test files list them (necessary_evidence); dev files carry them
-    on the decomposition's sub-questions (walked depth-first, like fanoutqa's DevQuestion). Deduplicated."""
+def fanoutqa_hops(rec: dict) -> list[dict]:
+    """The hops of a dev question: the sub-questions of its decomposition that name an evidence page,
+    walked depth-first (like fanoutqa's DevQuestion); [] without a decomposition (test files)."""
     found: list[dict] = []
 
     def walk(subqs):
         for subq in subqs or []:
             if subq.get("evidence"):
-                found.append(subq["evidence"])
+                found.append(subq)
             walk(subq.get("decomposition"))
 
+    walk(rec.get("decomposition"))
+    return found
+
+
+def fanoutqa_evidence(rec: dict) -> list[dict]:
+    """Evidence pages of a question: test files list them (necessary_evidence); dev files carry them
+    on the decomposition's hops (``fanoutqa_hops``). Deduplicated."""
     if rec.get("necessary_evidence"):
-        found.extend(rec["necessary_evidence"])
+        found = list(rec["necessary_evidence"])
     else:
-        walk(rec.get("decomposition"))
+        found = [hop["evidence"] for hop in fanoutqa_hops(rec)]
     seen, unique = set(), []
     for e in found:
         key = e.get("pageid") or e.get("title")

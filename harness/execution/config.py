@@ -46,6 +46,7 @@ NOT_HASHED = frozenset(
         "epochs",
         "epoch_reducer",
         "cluster_by",  # error bars only: scoring, never generation
+        "strip_reasoning",  # what is scored, never what is asked
         "max_cost",  # like --limit: raising the budget resumes the same run
         "price_table",
         # the strategy enters the key through its identity (resolved name, plugin, knobs by value)
@@ -99,6 +100,9 @@ class RunConfig(BaseModel):
         None, description="sample field whose questions share a cluster in the error bars (e.g. category); "
         "default: the dataset's (TopiOCQA: Conversation_no), 'none' for independent questions"
     )
+    strip_reasoning: bool = Field(
+        True, description="score answers without their <think>/<reasoning> blocks (the rows keep them)"
+    )
     stream_scoring: Literal["auto", "on", "off"] = Field(
         "auto",
         description="score samples in a worker process as they finish (auto: from 64 samples to do; "
@@ -141,7 +145,11 @@ class RunConfig(BaseModel):
         from harness.scoring.metrics import ScoringOptions
 
         return ScoringOptions(
-            judge=self.judge, bleurt_checkpoint=self.bleurt_checkpoint, cache_path=self.cache_path, cluster_by=self.cluster_by
+            judge=self.judge,
+            bleurt_checkpoint=self.bleurt_checkpoint,
+            cache_path=self.cache_path,
+            cluster_by=self.cluster_by,
+            strip_reasoning=self.strip_reasoning,
         )
 
     def config_hash(self, extra: dict[str, Any] | None = None) -> str:

@@ -24,7 +24,7 @@ from harness.execution.cost import Budget, load_price_table, pricing_for, run_co
 from harness.execution.lock import RunLock
 from harness.execution.progress import Progress
 from harness.execution.record import RunResults, read_results
-from harness.execution.scoring import score_records
+from harness.execution.scoring import run_metrics, score_records
 from harness.execution.summary import build_results, now_iso, snapshot_hash
 from harness.models import create_backend
 from harness.models.cache import ResponseCache
@@ -99,6 +99,9 @@ class Run:
         self.dataset = load_dataset(config.dataset, config.data_path)
         self.samples = select_samples(self.dataset, config)
         self.agent = create_agent(config)
+        metrics = run_metrics(config.metrics, self.dataset, self.agent.records)  # recorded: `score RUN_DIR` reads it
+        if metrics != config.metrics:
+            self.config = config = config.model_copy(update={"metrics": metrics})
         # Constructed now (cheap: no model load, no server) so a bad model name or a missing
         # API key is reported before anything is written.
         self.backend = create_backend(config.model, config.backend)

@@ -44,17 +44,35 @@ def score_records(
     def answers_of(epoch: int) -> list[dict[str, Any]]:
         return [{"id": r["id"], "answer": r["answer"]} for r in by_epoch.get(epoch, []) if r.get("answer") is not None]
 
+    def rows_of(epoch: int) -> dict[str, dict[str, Any]]:  # for the metrics that read rows (``agent``)
+        return {r["id"]: r for r in by_epoch.get(epoch, [])}
+
     if n == 1:
-        return score_answers(dataset, questions, answers_of(1), metrics, only_answered, options, precomputed)
+        return score_answers(dataset, questions, answers_of(1), metrics, only_answered, options, precomputed, rows_of(1))
     from harness.scoring.epochs import reduce_epoch_scores
     from harness.scoring.metrics import resolve_metrics
 
     fns = {name: entry.obj for name, entry in resolve_metrics(list(metrics or dataset.metrics)).items()}
     per_epoch = [
-        score_answers(dataset, questions, answers_of(e), metrics, only_answered, options, (precomputed or {}).get(e))
+        score_answers(
+            dataset, questions, answers_of(e), metrics, only_answered, options, (precomputed or {}).get(e), rows_of(e)
+        )
         for e in range(1, n + 1)
     ]
     return reduce_epoch_scores(per_epoch, reducer, questions, fns)
+
+
+# Record kinds (harness.strategy.RECORD_KINDS) that give a strategy's runs the ``agent`` metrics by default
+AGENT_METRIC_RECORDS = ("searches", "evidence_recall")
+
+
+def run_metrics(metrics: list[str] | None, dataset: Dataset, records: tuple[str, ...] | list[str]) -> list[str] | None:
+    """A run's metrics: ``--metrics`` as given; else, for a strategy that records searches or
+    evidence recall (open-book, retrieve-read), the dataset's plus ``agent``; else None (the
+    dataset's). The runner records the result in its config, so ``harness score RUN_DIR`` scores it too."""
+    if metrics or not set(records) & set(AGENT_METRIC_RECORDS):
+        return metrics
+    return [*dataset.metrics, "agent"]
 
 
 def read_run_files(run_dir: str | Path) -> tuple[RunResults | None, RunClaim | None]:

@@ -216,11 +216,16 @@ class ModelResponse(BaseModel):
     attempts: int = 1
     cached: bool = False
     server: str | None = None  # which of several servers (--base-url URL1,URL2) answered, credentials stripped
+    # the reasoning a server returns beside the content (``reasoning_content``): never the answer
+    reasoning: str | None = None
 
     def as_message(self) -> dict[str, Any]:
         """The assistant message to append to a transcript (content "" not None with tool calls:
-        llama.cpp's server rejects null content)."""
+        llama.cpp's server rejects null content); the reasoning, if any, kept under
+        ``reasoning_content`` (``clean_messages`` drops it from what is sent back)."""
         msg: dict[str, Any] = {"role": "assistant", "content": self.content or ""}
+        if self.reasoning:
+            msg["reasoning_content"] = self.reasoning
         if self.tool_calls:
             msg["tool_calls"] = [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}

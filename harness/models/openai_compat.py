@@ -277,12 +277,13 @@ async def discover_context_size(
 # --------------------------------------------------------------------------- messages
 def clean_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Copies fit for any OpenAI-compatible server: ``content: ""`` (not null) on assistant
-    messages that carry tool calls (llama.cpp rejects null)."""
+    messages that carry tool calls (llama.cpp rejects null), no ``reasoning_content``."""
     out = []
     for msg in messages:
         msg = dict(msg)
         if msg.get("role") == "assistant" and msg.get("content") is None:
             msg["content"] = ""
+        msg.pop("reasoning_content", None)  # kept in the transcript, never sent back (DeepSeek refuses it)
         out.append(msg)
     return out
 
@@ -335,6 +336,9 @@ def response_from_completion(completion: Any, where: str = "server") -> ModelRes
     message = shape.get(choice, "message", "choices[0]", (dict,), "an object", optional=False)
     path = "choices[0].message"
     content = shape.get(message, "content", path, (str,), "text")
+    # reasoning servers (vLLM, llama.cpp --reasoning-format, DeepSeek) return it beside the content;
+    # read leniently: a shape of it this parser does not know is never a fault
+    reasoning = next((v for k in ("reasoning_content", "reasoning") if isinstance(v := message.get(k), str) and v), None)
     calls = []
     for i, call in enumerate(shape.get(message, "tool_calls", path, (list,), "a list") or []):
         where_call = f"{path}.tool_calls[{i}]"
@@ -358,6 +362,7 @@ def response_from_completion(completion: Any, where: str = "server") -> ModelRes
             prompt_tokens=shape.count(usage, "prompt_tokens"), completion_tokens=shape.count(usage, "completion_tokens")
         ),
         model=shape.get(completion, "model", "reply", (str,), "text"),
+        reasoning=reasoning,
     )
 
 

@@ -36,11 +36,30 @@ class ScoringOptions(BaseModel):
     # Error bars only (never a value): the sample field whose questions form one cluster; None: the
     # dataset's default (TopiOCQA: its conversations), "none": every question independent.
     cluster_by: str | None = Field(None, description="sample field clustering the questions in the error bars")
+    # <think>/<reasoning> blocks removed from each answer before any metric reads it (harness.scoring.reasoning)
+    strip_reasoning: bool = Field(True, description="score answers without their <think>/<reasoning> blocks")
 
 
 # fn(questions, answers, only_score_answered, options=ScoringOptions)
 #   -> {"raw": {qid: {...}}, "info": {...}, "aggregate"?: {...}}
 MetricFn = Callable[..., dict[str, Any]]
+
+
+def reads(*what: str):
+    """Declare what a metric reads besides the answer. ``reads("row")``: each answer record also
+    carries ``row``, the sample's row (a ``samples.jsonl`` line; None when scoring bare generations),
+    and comes for every finished sample, answered or not (``answer`` None)."""
+
+    def mark(fn: MetricFn) -> MetricFn:
+        fn.reads = tuple(what)
+        return fn
+
+    return mark
+
+
+def reads_rows(fn: Any) -> bool:
+    return "row" in (getattr(fn, "reads", None) or ())
+
 
 # Names a metric cannot have: the other keys of a scores dict and of its rows.
 RESERVED_NAMES = frozenset(SECTIONS) | {"question_id", "n", "oversized_answer"}
@@ -61,6 +80,7 @@ METRICS: Registry[MetricFn] = Registry(
         "topiocqa": "harness.scoring.topiocqa_metrics:topiocqa",
         "bleurt": "harness.scoring.bleurt:bleurt",
         "llm-judge": "harness.scoring.llm_judge:llm_judge",
+        "agent": "harness.scoring.agent_metrics:agent",
     },
     validate=_check_metric,
 )
@@ -183,11 +203,13 @@ def score_answers(
     only_answered: bool = False,
     options: ScoringOptions | None = None,
     precomputed: dict[str, dict[str, Any]] | None = None,
+    sample_rows: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Score ``answers`` ({"id", "answer"}) on ``questions``; unanswered questions count 0
     unless ``only_answered`` (mirrors the official Scorer's ``only_score_answered``).
     ``precomputed``: {metric: {"raw": {qid: value}, "info": {...}}} of streamable metrics, scored one
     sample at a time while a run went (``score_one``); only the other questions are scored here.
+    ``sample_rows``: {question id: its sample row} for the metrics that read rows (``reads("row")``).
     Returns a results-format-2 scores dict (see ``harness.scoring.results``)."""
     if not dataset.info.has_answers:
         raise HarnessError(f"{dataset.info.spec()} has no reference answers; it cannot be scored here")
@@ -195,7 +217,7 @@ def score_answers(
     fns = {name: entry.obj for name, entry in entries.items()}
     names = list(fns)
     options = options or ScoringOptions()
-    answers, oversized = cap_answers(answers, options.max_answer_chars)
+    answers, oversized, reasoning = prepare_answers(answers, options)
     if only_answered:  # the official scorer walks the answers in their order
         known = {q.id for q in questions}
         order = list(dict.fromkeys(a["id"] for a in answers if a["id"] in known))
@@ -208,7 +230,8 @@ def score_answers(
     for name, fn in fns.items():
         stored = (precomputed or {}).get(name) if getattr(fn, "streamable", False) and not only_answered else None
         if stored is None:
-            result = fn(questions, answers, only_answered, options=options)
+            given = with_rows(answers, sample_rows) if reads_rows(fn) else answers
+            result = fn(questions, given, only_answered, options=options)
         else:
             result = _complete(fn, stored, questions, answers, order, options)
         per_question = result["raw"]
@@ -240,6 +263,7 @@ def score_answers(
         "n_questions": len(order),
         "n_answered": sum(1 for a in answers if a.get("answer") is not None),
         "n_oversized_answers": len(oversized),
+        "reasoning_removed": reasoning,
         "only_score_answered": only_answered,
         "dataset": dataset.info.spec(),
         "dataset_sha256": dataset.info.sha256,
@@ -308,7 +332,7 @@ def score_some(
     out: list[dict[str, Any]] = [{} for _ in samples]
     for positions in _rounds_without_repeats([s.id for s in samples]):
         chosen = [samples[i] for i in positions]
-        given, _ = cap_answers([{"id": samples[i].id, "answer": answers[i]} for i in positions], options.max_answer_chars)
+        given, _, _ = prepare_answers([{"id": samples[i].id, "answer": answers[i]} for i in positions], options)
         for name, fn in entries:
             result = fn(chosen, given, False, options=options)
             for i, sample in zip(positions, chosen):
@@ -328,6 +352,39 @@ def _rounds_without_repeats(ids: list[str]) -> list[list[int]]:
             rounds.append([])
         rounds[k].append(position)
     return rounds
+
+
+def prepare_answers(
+    answers: list[dict[str, Any]], options: ScoringOptions
+) -> tuple[list[dict[str, Any]], dict[str, int], dict[str, Any]]:
+    """The answers as every metric reads them: reasoning removed (``strip_reasoning``), then capped
+    (``cap_answers``). Returns (answers, oversized lengths, what meta records of the reasoning removed:
+    how many answers had some, and the ids of those with a block never closed, cut from its tag on)."""
+    from harness.scoring.reasoning import strip_reasoning
+
+    stripped, unclosed = 0, []
+    if options.strip_reasoning:
+        out = []
+        for a in answers:
+            text, done = strip_reasoning(a.get("answer"))
+            if done is not None:
+                stripped += 1
+                if done == "unclosed":
+                    unclosed.append(a["id"])
+                a = {**a, "answer": text}
+            out.append(a)
+        answers = out
+    answers, oversized = cap_answers(answers, options.max_answer_chars)
+    return answers, oversized, {"n_answers": stripped, "unclosed": unclosed}
+
+
+def with_rows(answers: list[dict[str, Any]], rows: dict[str, dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """What a metric that reads rows is given: one record per row, its answer prepared as every
+    metric's (None: finished unanswered), with ``row``; without rows, the answers with ``row`` None."""
+    if rows is None:
+        return [{**a, "row": None} for a in answers]
+    prepared = {a["id"]: a["answer"] for a in answers}
+    return [{"id": qid, "answer": prepared.get(qid), "row": row} for qid, row in rows.items()]
 
 
 def cap_answers(answers: list[dict[str, Any]], max_chars: int) -> tuple[list[dict[str, Any]], dict[str, int]]:

@@ -137,9 +137,13 @@ def per_question(scores: dict[str, Any] | None) -> dict[str, dict[str, float]]:
 PERCENT_SCALE = frozenset({"topiocqa.em", "topiocqa.f1", "topiocqa.bleu", "topiocqa.bleu_corpus"})
 
 
+# The agent namespace's numbers that are not shares (harness.scoring.agent_metrics): means per question, in these units.
+UNITS = {"agent.searches": "searches", "agent.rounds": "model calls", "agent.tokens": "tokens", "agent.cost": "USD"}
+
+
 def scale_of(name: str) -> str:
-    """The scale of a ``METRIC.NAME`` score: "0-100" or "0-1"."""
-    return "0-100" if name in PERCENT_SCALE else "0-1"
+    """The scale of a ``METRIC.NAME`` score: "0-100", "0-1", or the unit of a mean per question (``UNITS``)."""
+    return "0-100" if name in PERCENT_SCALE else UNITS.get(name, "0-1")
 
 
 def is_count(value: Any) -> bool:
@@ -185,8 +189,14 @@ def breakdown_values(scores: dict[str, Any] | None) -> dict[str, dict[str, dict[
     return out
 
 
+# Of the agent namespace, tables show the evidence recall, searches and hops (the rest: scores, report).
+AGENT_DETAIL = frozenset({"agent.evidence_precision", "agent.rounds", "agent.tokens", "agent.cost"})
+
+
 def headline_of(name: str) -> bool:
     """Shown in tables: F-scores and accuracies, not their precision/recall parts."""
+    if name.startswith("agent."):
+        return name not in AGENT_DETAIL
     last = name.rsplit(".", 1)[-1]
     return not (last in ("precision", "recall") or last.endswith(("_precision", "_recall")))
 
