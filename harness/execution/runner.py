@@ -154,6 +154,12 @@ class Run:
 
         for name in self.config.metrics or []:
             get_metric(name)  # unknown names: one line listing the known ones
+        if self.config.epochs > 1:  # --epoch-reducer mode on continuous values: refused here
+            from harness.scoring.epochs import check_reducer
+            from harness.scoring.metrics import resolve_metrics
+
+            fns = {name: entry.obj for name, entry in resolve_metrics(self.metric_names).items()}
+            check_reducer(self.config.epoch_reducer, fns, self.config.epochs)
         self.agent.check_template(self.samples)
         if self.config.cache:
             ResponseCache(self.config.cache_path).close()

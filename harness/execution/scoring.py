@@ -34,7 +34,7 @@ def score_records(
     i.e. 0, exactly like a question missing from an official submission.
 
     Records of several epochs (``--epochs``; a record's ``epoch``, 1 when absent): each epoch is
-    scored alone, then reduced per question (``harness.scoring.epochs``); ``precomputed`` is then
+    scored alone, then its numbers combined by the reducer (``harness.scoring.epochs``); ``precomputed`` is then
     {epoch: the streamed values of that epoch}."""
     by_epoch: dict[int, list[dict[str, Any]]] = {}
     for r in records:
@@ -49,10 +49,11 @@ def score_records(
 
     if n == 1:
         return score_answers(dataset, questions, answers_of(1), metrics, only_answered, options, precomputed, rows_of(1))
-    from harness.scoring.epochs import reduce_epoch_scores
+    from harness.scoring.epochs import check_reducer, reduce_epoch_scores
     from harness.scoring.metrics import resolve_metrics
 
     fns = {name: entry.obj for name, entry in resolve_metrics(list(metrics or dataset.metrics)).items()}
+    check_reducer(reducer, fns, n)  # mode on continuous values: refused before any epoch is scored
     per_epoch = [
         score_answers(
             dataset, questions, answers_of(e), metrics, only_answered, options, (precomputed or {}).get(e), rows_of(e)

@@ -1,10 +1,22 @@
-"""Several epochs of one run (``--epochs N``): each epoch is scored like a run of its own, then each
-question's values are reduced over its epochs (``--epoch-reducer mean|max|mode``) and the metrics'
-aggregates are taken over the reduced per-question values, so the headline of an N-epoch run is a
-score per question as usual (and its standard error is over questions, not over question x epoch).
+"""Several epochs of one run (``--epochs N``): each epoch is scored like a run of its own, then its
+numbers are combined by the reducer (``--epoch-reducer``), every number the same way, derived and
+corpus-level ones included (FanOutQA's strict accuracy, QAMPARI's F1>=0.5 share, TopiOCQA's corpus BLEU):
 
-The scores dict gains an ``epochs`` section: N, the reducer, every epoch's own headline numbers and,
-per metric value, the mean over questions of the between-epoch variance (sample variance, N - 1).
+* ``mean``: every number is the mean of the epochs' own (``scores.epochs.per_epoch``), exactly;
+* ``max``: pass@N: each question's values are its best over the epochs (a question counts as right
+  if any epoch was), then the metric's aggregate of those; a number with no per-question value
+  (TopiOCQA's corpus BLEU) is the best epoch's;
+* ``mode``: the same with each question's most frequent value (a tie to the earliest epoch), for
+  metrics whose per-question values are discrete only (``discrete_values``); others are refused
+  before the run (``check_reducer``).
+
+``scores.raw`` holds each question's values reduced the same way, with the per-question value of a
+declared indicator leaf (fanoutqa-string's ``acc==1``: under mean, the share of the question's
+epochs fully right), so the mean over questions of a leaf's per-question column is its headline and
+the error bars are over questions, not question x epoch; a number that is no such mean is
+bootstrapped over questions, each drawn with all its epochs. ``scores.epochs`` records N, the
+reducer and its meaning, every epoch's own headline numbers and, per value, the mean over questions
+of the between-epoch variance (sample variance, N - 1).
 """
 
 from __future__ import annotations
@@ -13,13 +25,39 @@ import statistics
 from collections import Counter
 from typing import Any
 
+from harness.errors import ConfigError
 from harness.scoring.results import numeric_leaves
+from harness.scoring.uncertainty import compute_uncertainty, leaf
 
 REDUCERS = ("mean", "max", "mode")
+MEANING = {
+    "mean": "every number is the mean of the epochs' own numbers (scores.epochs.per_epoch)",
+    "max": "pass@N: a question counts as right if any epoch was (each question's best value over the epochs, "
+    "then the metric's aggregate); a number with no per-question value (corpus BLEU) is the best epoch's",
+    "mode": "majority vote: each question's most frequent value over the epochs (a tie to the earliest), "
+    "then the metric's aggregate; a number with no per-question value is the most frequent epoch's",
+}
+EPOCH_ROWS = "epoch_rows"  # a question's rows of every epoch, in the rows the error bars see (never in scores.raw)
 
 
 def _number(value: Any) -> bool:
     return isinstance(value, (bool, int, float))
+
+
+def check_reducer(reducer: str, fns: dict[str, Any], epochs: int) -> None:
+    """``mode`` takes the most frequent value: refused for metrics whose per-question values are
+    continuous (a mode of F1s is the first epoch's), before anything is run or scored."""
+    if reducer not in REDUCERS:
+        raise ConfigError(f"unknown epoch reducer {reducer!r} (known: {', '.join(REDUCERS)})")
+    if reducer != "mode" or epochs < 2:
+        return
+    continuous = [name for name, fn in fns.items() if not getattr(fn, "discrete_values", False)]
+    if continuous:
+        raise ConfigError(
+            f"--epoch-reducer mode needs discrete per-question values, but {', '.join(continuous)} "
+            "score(s) questions on a continuous scale (ROUGE, F1, BLEU); use mean or max, or a metric with "
+            "discrete values (llm-judge)"
+        )
 
 
 def reduce_values(values: list[Any], reducer: str) -> Any:
@@ -47,52 +85,134 @@ def reduce_values(values: list[Any], reducer: str) -> Any:
     return next(v for v in present if counts[v] == top)
 
 
+def combine(own: list[Any], pooled: Any, reducer: str) -> Any:
+    """One number (nested dicts alike) from the epochs' own numbers ``own`` and, for max and mode,
+    ``pooled``: the metric's aggregate of the reduced per-question values, used where it has a number.
+    Elsewhere the epochs' numbers reduced (mean: every number); a count the same in every epoch
+    (TopiOCQA's turns, a breakdown's n) stays that count."""
+    present = [v for v in own if v is not None]
+    if present and all(isinstance(v, dict) for v in present):
+        sub = pooled if isinstance(pooled, dict) else {}
+        keys = list(dict.fromkeys(k for v in present for k in v))
+        return {k: combine([v.get(k) for v in present], sub.get(k), reducer) for k in keys}
+    if reducer != "mean" and _number(pooled):
+        return pooled
+    if present and all(type(v) is int for v in present) and len(set(present)) == 1:
+        return present[0]
+    return reduce_values(present, reducer)
+
+
+def _reduced_row(bundle: list[Any], reducer: str, declared: list[tuple[str, ...]]) -> Any:
+    """A question's values of one metric over its epochs (None where an epoch lacks it) reduced, with
+    each declared indicator leaf (``("acc==1",)``) reduced from the epochs' own indicators."""
+    reduced = reduce_values(bundle, reducer)
+    if not isinstance(reduced, dict):
+        return reduced
+    for path in declared:
+        values = [leaf(v, path) for v in bundle if v is not None]
+        parent = leaf(reduced, path[:-1]) if len(path) > 1 else reduced
+        if isinstance(parent, dict) and values and all(_number(v) for v in values):
+            parent[path[-1]] = reduce_values(values, reducer)
+    return reduced
+
+
+def _indicator_leaves(fn: Any) -> list[tuple[str, ...]]:
+    """The metric's declared per-question indicator leaves (``KEY==NUMBER``) as key paths."""
+    sources = (getattr(fn, "per_question_leaves", None) or {}).values()
+    return [tuple(s.split(".")) for s in sources if "==" in s.split(".")[-1]]
+
+
+class OverEpochs:
+    """A metric seen through its epochs, for the error bars: each row it is given carries the question's
+    rows of every epoch (``EPOCH_ROWS``), so a bootstrap draws questions with all their epochs and
+    recomputes each number as the headline is computed (``combine`` of the epochs' own aggregates)."""
+
+    def __init__(self, fn: Any, reducer: str, n_epochs: int):
+        self.fn, self.reducer, self.n_epochs = fn, reducer, n_epochs
+        self.per_question_leaves = getattr(fn, "per_question_leaves", None) or {}
+        self.aggregate_rows = self._aggregate_rows if getattr(fn, "aggregate_rows", None) else None
+        self.aggregate_sums = (self._vector, self._finish) if getattr(fn, "aggregate_sums", None) else None
+
+    def _aggregate_rows(self, rows: list[dict[str, Any]], n: float) -> dict[str, Any]:
+        own = []
+        for e in range(self.n_epochs):
+            column = [r[EPOCH_ROWS][e] for r in rows if r[EPOCH_ROWS][e] is not None]
+            scale = n if len(column) == len(rows) else n * len(column) / len(rows)
+            own.append(self.fn.aggregate_rows(column, scale) if column else None)
+        pooled = None if self.reducer == "mean" else self.fn.aggregate_rows(rows, n)
+        return combine(own, pooled, self.reducer)
+
+    def _vector(self, row: dict[str, Any]) -> list[float] | None:
+        """The question's sums vector of every epoch, one after the other (zeros for an epoch without
+        it: adds nothing to that epoch's sums)."""
+        per_row = self.fn.aggregate_sums[0]
+        vectors = [per_row(r) if r is not None else [] for r in row[EPOCH_ROWS]]
+        if any(v is None for v in vectors):
+            return None
+        width = max(len(v) for v in vectors)
+        return [x for v in vectors for x in (v or [0] * width)]
+
+    def _finish(self, totals: list[float]) -> dict[str, Any]:
+        finish = self.fn.aggregate_sums[1]
+        width = len(totals) // self.n_epochs
+        own = [finish(list(totals[e * width : (e + 1) * width])) for e in range(self.n_epochs)]
+        return combine(own, None, self.reducer)
+
+
 def reduce_epoch_scores(
     epoch_scores: list[dict[str, Any]], reducer: str, questions: list, fns: dict[str, Any]
 ) -> dict[str, Any]:
-    """One results-format-2 scores dict from each epoch's (in epoch order, the same questions and
-    metrics): per-question values reduced, aggregates and breakdown recomputed from them."""
+    """One results-format-2 scores dict from each epoch's (in epoch order, the same metrics): every
+    number combined over the epochs by the reducer (see the module), per-question rows reduced."""
     from harness.scoring.metrics import _breakdown
     from harness.scoring.values import mean_values
 
+    check_reducer(reducer, fns, len(epoch_scores))
     first = epoch_scores[0]
     names = list(first["meta"]["metrics"])
     per_epoch_rows = [{row["question_id"]: row for row in scores["raw"]} for scores in epoch_scores]
-    order = [row["question_id"] for row in first["raw"]]
-    rows: dict[str, dict[str, Any]] = {}
+    order = list(dict.fromkeys(row["question_id"] for scores in epoch_scores for row in scores["raw"]))
+    rows: dict[str, dict[str, Any]] = {}  # scores.raw
+    bundles: dict[str, dict[str, Any]] = {}  # what the error bars see: reduced values and every epoch's
     for qid in order:
-        row: dict[str, Any] = {"question_id": qid}
+        rows[qid], bundles[qid] = {"question_id": qid}, {"question_id": qid}
         for name in names:
-            values = [epoch[qid][name] for epoch in per_epoch_rows if qid in epoch and name in epoch[qid]]
-            if values:
-                row[name] = reduce_values(values, reducer)
-        rows[qid] = row
+            bundle = [(epoch.get(qid) or {}).get(name) for epoch in per_epoch_rows]
+            if all(v is None for v in bundle):
+                continue
+            rows[qid][name] = _reduced_row(bundle, reducer, _indicator_leaves(fns.get(name)))
+            if isinstance(rows[qid][name], dict):
+                bundles[qid][name] = {**rows[qid][name], EPOCH_ROWS: bundle}
+    pooled: dict[str, Any] = {}
+    if reducer != "mean":  # the metric's aggregate of the reduced values (pass@N, majority vote)
+        for name in names:
+            reduced = [rows[qid][name] for qid in order if name in rows[qid]]
+            aggregate_rows = getattr(fns.get(name), "aggregate_rows", None)
+            pooled[name] = aggregate_rows(reduced, len(order)) if aggregate_rows else mean_values(reduced)
+        pooled["breakdown"] = _breakdown([q for q in questions if q.id in rows], rows, names, fns)
     out: dict[str, Any] = {"results_format": first["results_format"]}
-    aggregation: dict[str, str] = {}
     for name in names:
-        reduced = [rows[qid][name] for qid in order if name in rows[qid]]
-        fn = fns.get(name)
-        aggregate_rows = getattr(fn, "aggregate_rows", None)
-        if aggregate_rows is not None:
-            out[name] = aggregate_rows(reduced, len(order))
-            aggregation[name] = f"the metric's own, over the {reducer} of each question's epochs"
-        else:
-            out[name] = mean_values(reduced)
-            aggregation[name] = f"mean over questions of the {reducer} of each question's epochs"
+        out[name] = combine([scores.get(name) for scores in epoch_scores], pooled.get(name), reducer)
     out["raw"] = list(rows.values())
-    breakdown = _breakdown([q for q in questions if q.id in rows], rows, names, fns)
+    breakdown = combine([scores.get("breakdown") for scores in epoch_scores], pooled.get("breakdown"), reducer)
     if breakdown:
         out["breakdown"] = breakdown
-    from harness.scoring.uncertainty import compute_uncertainty
-
-    # error bars over questions (each question's reduced value), clustered as each epoch was
+    # error bars over questions, each with all its epochs, clustered as each epoch was
     clusters = (first["meta"].get("clustering") or {}).get("clusters")
-    out["uncertainty"] = compute_uncertainty(fns, {**out, "meta": {"n_questions": len(order)}}, clusters)
+    seen = {name: OverEpochs(fns.get(name), reducer, len(epoch_scores)) for name in names}
+    out["uncertainty"] = compute_uncertainty(
+        seen, {**out, "raw": list(bundles.values()), "meta": {"n_questions": len(order)}}, clusters
+    )
     out["epochs"] = {
         "n": len(epoch_scores),
         "reducer": reducer,
+        "reducer_meaning": MEANING[reducer],
         "per_epoch": [_headline(scores, names) for scores in epoch_scores],
         "between_epoch_variance": _between_epoch_variance(per_epoch_rows, order, names),
+    }
+    aggregation = {
+        name: f"{reducer} of {len(epoch_scores)} epochs: {MEANING[reducer]}; each epoch: {first['meta']['aggregation'][name]}"
+        for name in names
     }
     out["meta"] = {**first["meta"], "aggregation": aggregation, "epochs": len(epoch_scores), "epoch_reducer": reducer}
     return out

@@ -22,7 +22,7 @@ from harness.datasets.base import Sample
 from harness.errors import HarnessError
 from harness.models.base import GenerationParams, ModelResponse
 from harness.scoring.fanoutqa_metrics import str_answer
-from harness.scoring.metrics import METRICS, ScoringOptions
+from harness.scoring.metrics import METRICS, ScoringOptions, discrete_values
 
 # --- copied byte for byte from fanoutqa==1.1.1 fanoutqa/eval/llm.py -----------------------------
 factuality_system = "You are comparing a submitted answer to an expert answer on a given question."
@@ -133,6 +133,7 @@ def _run(coro):
 
 
 @METRICS.register("llm-judge")
+@discrete_values
 def llm_judge(
     questions: list[Sample], answers: list[dict[str, Any]], only_answered: bool, options: ScoringOptions | None = None
 ) -> dict[str, Any]:

@@ -112,6 +112,13 @@ def streamable(
     return mark
 
 
+def discrete_values(fn: MetricFn) -> MetricFn:
+    """Mark a metric whose every per-question number takes a few values (0/1 verdicts): the only
+    metrics ``--epoch-reducer mode`` accepts (a plugin may set ``fn.discrete_values = True``)."""
+    fn.discrete_values = True
+    return fn
+
+
 def resolve_metrics(names: list[str]) -> dict[str, Entry[MetricFn]]:
     """Each name or reference resolved (all before any runs); keyed by the name its scores go under."""
     out: dict[str, Entry[MetricFn]] = {}
