@@ -60,9 +60,10 @@ def test_three_epochs_reduce_per_question_and_resume(tmp_path, script, capsys):
     assert scores["epochs"]["between_epoch_variance"]["em-f1.em"] == pytest.approx(1 / 3)  # var(1, 0, 1)
     assert all(row["em-f1"]["em"] == pytest.approx(2 / 3) for row in scores["raw"])
     assert len(scores["raw"]) == 4
-    # the error bar is over the 4 questions' reduced values (all 2/3: no spread), not the 12 samples
+    # the error bar is over the 4 questions' reduced values (all 2/3: no spread, said), not the 12 samples
     em = scores["uncertainty"]["em-f1.em"]
-    assert em["n"] == 4 and em["stderr"] == pytest.approx(0.0) and em["method"].startswith("analytic")
+    assert em["n"] == 4 and em["stderr"] is None and em["ci95"] is None and em["method"].startswith("analytic")
+    assert em["note"] == "all 4 values equal: no spread to estimate"
     assert score_run(tmp_path / "run") == scores  # re-scoring the run directory gives the same
 
     # a fourth epoch resumes the same run: only its 4 samples are sent
