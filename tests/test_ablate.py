@@ -47,8 +47,9 @@ def check_outputs(out: Path, setting: str) -> dict:
         assert row["metrics"] == metrics  # the JSON holds every number of the run, unchanged
         for name, value in metrics.items():
             if is_headline(name):  # the table shows them to 4 decimals, then their standard error
-                se = (row["uncertainty"].get(name) or {}).get("stderr")
-                assert cells[head.index(name)] == f"{value:.4f}" + ("" if se is None else f" ± {se:.4f}")
+                se, note = ((row["uncertainty"].get(name) or {}).get(k) for k in ("stderr", "note"))
+                bar = f" ± {se:.4f}" if se is not None else " ± n/a" if note else ""  # n/a: no spread, said
+                assert cells[head.index(name)] == f"{value:.4f}{bar}"
         assert cells[head.index("tokens")] == str(results["tokens"]["total"])
         assert cells[head.index("ceiling loose")] == f"{row['ceiling']['loose']:.4f}"
     assert set(ablation["plotted_metrics"]) >= {

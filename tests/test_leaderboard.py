@@ -102,8 +102,9 @@ def test_leaderboard_rows_json_and_markdown(root, tmp_path):
         cells = by_path[row["path"]]
         for metric, value in row["metrics"].items():
             if is_headline(metric):  # the value, then its standard error where it has one
-                stderr = row["stderr"].get(metric)
-                want = f"{value:.4f}" if stderr is None else f"{value:.4f} ± {stderr:.4f}"
+                stderr, note = row["stderr"].get(metric), row["uncertainty_note"].get(metric)
+                bar = f" ± {stderr:.4f}" if stderr is not None else " ± n/a" if note else ""
+                want = f"{value:.4f}{bar}"
                 assert cells[head.index(f"{metric} ({board['scales'][metric]})")] == want
     assert by_path[str(root / "a")][head.index("knobs")] == "max_tokens=16"
     assert by_path[str(root / "c")][head.index("cost USD")] == "—"

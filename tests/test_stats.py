@@ -14,6 +14,7 @@ from harness.datasets import load_dataset
 from harness.scoring.metrics import score_answers
 from harness.scoring.results import SECTIONS, metric_aggregates, summary_lines
 from harness.scoring.uncertainty import collapse_repeats
+from statsmodels.stats.proportion import proportion_confint
 
 
 # ---------------------------------------------------------------------------- known values
@@ -123,12 +124,13 @@ def test_every_headline_number_has_an_interval(hotpot_scores):
     assert "uncertainty" in SECTIONS and "uncertainty" not in metric_aggregates(hotpot_scores)
     em = u["em-f1.em"]
     column = [r["em-f1"]["em"] for r in hotpot_scores["raw"]]
-    assert em["method"] == "analytic" and em["value"] == hotpot_scores["em-f1"]["em"]
+    assert em["method"] == "wilson" and em["value"] == hotpot_scores["em-f1"]["em"]  # a share: 0/1 per question
     assert em["stderr"] == pytest.approx(np.std(column, ddof=1) / math.sqrt(40))
-    assert u["fanoutqa-string.acc.loose"]["method"] == "analytic"  # the mean of per-question acc
+    assert em["ci95"] == pytest.approx(list(proportion_confint(sum(column), 40, method="wilson")), abs=1e-12)
+    assert u["fanoutqa-string.acc.loose"]["method"] in ("analytic", "wilson")  # the mean of per-question acc
     strict = u["fanoutqa-string.acc.strict"]  # the share of fully found answers: the mean of acc == 1
     found = [float(r["fanoutqa-string"]["acc"] == 1) for r in hotpot_scores["raw"]]
-    assert strict["method"] == "analytic" and strict["per_question"] == ["acc==1"]
+    assert strict["method"] == "wilson" and strict["per_question"] == ["acc==1"]
     assert strict["value"] == hotpot_scores["fanoutqa-string"]["acc"]["strict"] == pytest.approx(sum(found) / 40)
     assert strict["stderr"] == pytest.approx(np.std(found, ddof=1) / math.sqrt(40))
     assert strict["ci95"][0] <= strict["value"] <= strict["ci95"][1]
@@ -161,13 +163,14 @@ def test_topiocqa_clusters_by_conversation_and_cluster_by_option():
     clustering = s["meta"]["clustering"]
     assert clustering["by"] == "Conversation_no" and clustering["n_clusters"] == len(conversations)
     em = s["uncertainty"]["topiocqa.em"]
-    assert em["method"] == "analytic-clustered" and em["n_clusters"] == len(conversations) and em["scale"] == 100
+    assert em["method"] == "wilson-clustered" and em["n_clusters"] == len(conversations) and em["scale"] == 100
+    assert 0 <= em["ci95"][0] < em["value"] < em["ci95"][1] <= 100 and em["n_effective"] <= len(qs)
     assert "topiocqa.turns" not in s["uncertainty"]  # a count: no interval
     corpus = s["uncertainty"]["topiocqa.bleu_corpus"]  # a corpus number: bootstrapped from per-turn sums
     assert corpus["method"] == "bootstrap-percentile-clustered" and corpus["n_clusters"] == len(conversations)
     assert corpus["ci95"][0] < s["topiocqa"]["bleu_corpus"] < corpus["ci95"][1]
     off = score_answers(ds, qs, answers, options=ScoringOptions(cluster_by="none"))
-    assert off["meta"]["clustering"] == {"by": None} and off["uncertainty"]["topiocqa.em"]["method"] == "analytic"
+    assert off["meta"]["clustering"] == {"by": None} and off["uncertainty"]["topiocqa.em"]["method"] == "wilson"
     assert off["topiocqa"] == s["topiocqa"]  # clustering never changes a score
     with pytest.raises(HarnessError, match="--cluster-by nope"):
         score_answers(ds, qs, answers, options=ScoringOptions(cluster_by="nope"))
@@ -251,7 +254,7 @@ def test_corpus_bleu_from_turn_sums_is_sacrebleus_and_its_bootstrap_is_the_row_b
         return loaded_run(path, scores, ds)
 
     a, b = run("a", 1), run("b", 2)
-    fast_interval = a["scores"]["uncertainty"]["topiocqa.bleu_corpus"]
+    fast_interval = a.scores["uncertainty"]["topiocqa.bleu_corpus"]
     assert fast_interval["aggregate"] == "the metric's own, from per-question sums"  # the fast path ran
     with monkeypatch.context() as m:  # the fast compare never swaps rows one by one
         m.setattr(stats, "swap_test", lambda *a, **k: pytest.fail("row-by-row swap test on a sums metric"))
@@ -286,7 +289,7 @@ def test_rows_without_the_corpus_statistics_get_no_made_up_interval():
     old = compute_uncertainty({"topiocqa": get_metric("topiocqa")}, scores)
     e = old["topiocqa.bleu_corpus"]
     assert e["method"] == "none" and e["value"] == scores["topiocqa"]["bleu_corpus"] and "older version" in e["reason"]
-    assert old["topiocqa.em"]["method"] == "analytic-clustered" or old["topiocqa.em"]["method"] == "analytic"
+    assert old["topiocqa.em"]["method"] == "wilson"  # EM is 0/1 per turn (x100): a share
     run = loaded_run("old", scores, ds)
     result = compare_runs([run, run])
     assert "topiocqa.bleu_corpus" not in result["metrics"] and "topiocqa.em" in result["metrics"]

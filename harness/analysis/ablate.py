@@ -54,7 +54,7 @@ def _row(size: int, run_dir: Path, results: RunResults, ceiling_row: dict[str, A
         "counts": results.counts.model_dump(mode="json", exclude_unset=True),
         "metrics": metrics,
         "uncertainty": {
-            m: {k: errors[m].get(k) for k in ("stderr", "ci95", "method")} for m in metrics if m in errors
+            m: {k: errors[m].get(k) for k in ("stderr", "ci95", "method", "note")} for m in metrics if m in errors
         },
         "step": None,  # the change from the previous size, filled by add_steps
         "tokens": results.tokens.model_dump(mode="json") if results.tokens is not None else None,
@@ -94,7 +94,7 @@ def add_steps(rows: list[dict[str, Any]], results: list[RunResults]) -> None:
             rows[i]["step"] = {"error": str(exc)}
             continue
         rows[i]["step"] = {
-            m: {k: e["diffs"][0][k] for k in ("diff", "ci95", "p", "test", "significant")}
+            m: {k: e["diffs"][0].get(k) for k in ("diff", "ci95", "p", "p_mc_error", "test", "significant")}
             for m, e in result["metrics"].items()
             if is_headline(m)
         }
@@ -107,7 +107,9 @@ def _step_text(step: dict[str, Any] | None) -> str:
     if "error" in step:
         return step["error"]
     parts = [
-        f"{m.split('.', 1)[-1]} {s['diff']:+.4f} p={s['p']:.3g}{' *' if s['significant'] else ''}"
+        f"{m.split('.', 1)[-1]} {s['diff']:+.4f} p={s['p']:.3g}"
+        + (f"±{s['p_mc_error']:.1g}" if s.get("p_mc_error") else "")  # a Monte Carlo p's error
+        + (" *" if s["significant"] else "")
         for m, s in step.items()
     ]
     return "; ".join(parts) or "—"
@@ -135,8 +137,8 @@ def format_table(ablation: dict[str, Any]) -> str:
         errors = r.get("uncertainty") or {}
         cells = [str(r["context_size"])]
         for m in metrics:
-            se = (errors.get(m) or {}).get("stderr")
-            cells.append(num(r["metrics"].get(m)) + ("" if se is None else f" ± {se:.4f}"))
+            se, note = (errors.get(m) or {}).get("stderr"), (errors.get(m) or {}).get("note")
+            cells.append(num(r["metrics"].get(m)) + (f" ± {se:.4f}" if se is not None else " ± n/a" if note else ""))
         cells += [num(ceiling.get("loose")), num(ceiling.get("strict"))]
         cells += [str(r["counts"]["finished"]), str(r["counts"]["failed"]), str((r["tokens"] or {}).get("total"))]
         cells.append(num(r["cost_usd"], 6))

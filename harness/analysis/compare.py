@@ -4,11 +4,15 @@ Each later run is compared with the first (the baseline), leaf by leaf of every 
 runs have, whichever run comes first or has more questions:
 
 * each run's value and 95% interval on the shared questions (as ``scores["uncertainty"]`` computes
-  them: analytic for means, bootstrap through the metric's aggregate otherwise);
-* the difference (run - baseline) with a paired bootstrap interval (the same resampled questions,
-  or conversations when clustered, for both runs);
-* a p-value: exact McNemar for 0/1 per-question values, else a paired sign-flip permutation test
-  (a mean) or a paired swap permutation of the metric's own aggregate (any other number);
+  them: Wilson for shares, analytic for other means, bootstrap through the metric's aggregate
+  otherwise; n/a with a note where there is no spread to estimate);
+* the difference (run - baseline) with Newcombe's paired score interval for two unclustered shares,
+  else a paired bootstrap interval (the same resampled questions, or clusters when clustered, for
+  both runs); either stays within the difference's range;
+* a p-value: exact McNemar for unclustered 0/1 per-question values, else a paired sign-flip
+  permutation test (a mean) or a paired swap permutation of the metric's own aggregate (any other
+  number); each permutes the unit its interval resamples (whole clusters when clustered), and a
+  Monte Carlo p records its error (``p_mc_error``);
 * the questions whose value changed most.
 
 How a leaf is compared is decided from each run's own aggregate and all of its own rows (a mean
@@ -31,8 +35,8 @@ import numpy as np
 
 from harness.errors import HarnessError
 from harness.execution.record import RunResults, read_results, results_path
-from harness.scoring.results import metric_aggregates
-from harness.scoring.uncertainty import _flat_leaves, collapse_repeats, leaf, plan_leaf_of_runs, sums_of
+from harness.scoring.results import interval_text, metric_aggregates
+from harness.scoring.uncertainty import _flat_leaves, bounds_of, collapse_repeats, leaf, plan_leaf_of_runs, sums_of
 
 ALPHA = 0.05
 TOP_CHANGED = 5
@@ -279,7 +283,7 @@ def compare_runs(
                 if reason:
                     out["skipped"][key] = f"not a mean of per-question values, and {reason}"
                     continue
-            out["metrics"][key] = _compare_leaf(stats, fn, path, plan, per, shared, clusters, len(runs))
+            out["metrics"][key] = _compare_leaf(stats, fn, key, path, plan, per, shared, clusters, len(runs))
     if metrics and not out["metrics"]:
         why = "".join(f" ({key}: {reason})" for key, reason in list(out["skipped"].items())[:1])
         raise HarnessError(f"no comparable number among {', '.join(metrics)}{why}")
@@ -304,22 +308,29 @@ def _no_aggregate(fn, why_not, name, path, per) -> str | None:
     return None
 
 
-def _compare_leaf(stats, fn, path, plan, per, shared, clusters, k) -> dict[str, Any]:
-    """One leaf's entry: ``plan`` a mean (analytic, McNemar or sign-flip) or None (the metric's own
-    aggregate of the shared rows, bootstrapped and swap-tested)."""
+def _compare_leaf(stats, fn, key, path, plan, per, shared, clusters, k) -> dict[str, Any]:
+    """One leaf's entry: ``plan`` a mean (Wilson/analytic interval; difference: Newcombe's for two
+    unclustered shares, else paired bootstrap; McNemar or sign-flip) or None (the metric's own
+    aggregate of the shared rows, bootstrapped and swap-tested, whole clusters when clustered)."""
     n = len(shared)
     entry: dict[str, Any] = {"runs": [], "diffs": []}
     if plan is not None:
-        cols = [[plan["scale"] * float(leaf(r, plan["source"])) for r in col] for col in per]
+        raw = [[float(leaf(r, plan["source"])) for r in col] for col in per]
+        cols = [[plan["scale"] * v for v in col] for col in raw]
         entry["kind"] = "mean"
-        for col in cols:
-            entry["runs"].append(_short(stats.mean_ci(col, clusters)))
-        binary = stats.is_binary(*[[leaf(r, plan["source"]) for r in col] for col in per])
+        for col, values in zip(cols, raw):
+            entry["runs"].append(_short(stats.mean_ci(col, clusters, bounds=bounds_of(key, values, plan["scale"]))))
+        binary = stats.is_binary(*raw)  # 0/1 per question (before any x100 scale)
         for j in range(1, k):
             d = stats.paired_bootstrap_diff(cols[0], cols[j], clusters)
+            d["method"] = "paired " + d["method"]
             diffs = [b - a for a, b in zip(cols[0], cols[j])]
-            if binary and clusters is None:  # 0/1 per question (before any x100 scale)
-                test = stats.mcnemar_exact(*[[float(leaf(r, plan["source"])) for r in per[i]] for i in (0, j)])
+            if binary and clusters is None:
+                test = stats.mcnemar_exact(raw[0], raw[j])
+                both = sum(1 for a, b in zip(raw[0], raw[j]) if a == b == 1)
+                neither = n - both - test["only_a"] - test["only_b"]
+                lo, hi = stats.newcombe_paired_interval(both, test["only_a"], test["only_b"], neither)
+                d = {**d, "ci95": [plan["scale"] * lo, plan["scale"] * hi], "method": "newcombe paired score"}
             else:
                 test = stats.sign_flip_test(diffs, clusters)
             order = sorted(range(n), key=lambda i: (-abs(diffs[i]), shared[i]))
@@ -337,6 +348,7 @@ def _compare_leaf(stats, fn, path, plan, per, shared, clusters, k) -> dict[str, 
 
     entry["kind"] = "aggregate"
     counts = stats.draw_counts(n, clusters)  # the same resamples for every run: paired
+    n_clusters = len(set(clusters)) if clusters else None
     sums = _sums_of(fn, path, per)
     if sums is not None:  # a function of summed per-question numbers (corpus BLEU): products, not loops
         vectors, of_sums = sums
@@ -344,29 +356,17 @@ def _compare_leaf(stats, fn, path, plan, per, shared, clusters, k) -> dict[str, 
     else:
         idx = [np.repeat(np.arange(n), c) for c in counts]
         values = [[agg([col[i] for i in ix]) for ix in idx] for col in per]
-
+    method = "bootstrap-percentile" + ("-clustered" if clusters else "")
     for col, draws in zip(per, values):
-        draws = np.asarray(draws)
-        entry["runs"].append(
-            {
-                "value": agg(col),
-                "stderr": float(draws.std(ddof=1)),
-                "ci95": stats.percentile_interval(draws),
-                "method": "bootstrap-percentile" + ("-clustered" if clusters else ""),
-            }
-        )
+        entry["runs"].append({"value": agg(col), **stats.summarize_draws(draws, n, n_clusters), "method": method})
     for j in range(1, k):
         d = np.asarray(values[j]) - np.asarray(values[0])
-        boot = {
-            "value": agg(per[j]) - agg(per[0]),
-            "stderr": float(d.std(ddof=1)),
-            "ci95": stats.percentile_interval(d),
-            "method": "paired bootstrap-percentile" + ("-clustered" if clusters else ""),
-        }
+        boot = {"value": agg(per[j]) - agg(per[0]), **stats.summarize_draws(d, n, n_clusters)}
+        boot["method"] = "paired " + method
         if sums is not None:
-            test = stats.swap_test_sums(sums[0][0], sums[0][j], sums[1])
+            test = stats.swap_test_sums(sums[0][0], sums[0][j], sums[1], clusters)
         else:
-            test = stats.swap_test(per[0], per[j], agg)
+            test = stats.swap_test(per[0], per[j], agg, clusters)
         entry["diffs"].append(_diff_entry(boot, test, []))
     return entry
 
@@ -384,21 +384,26 @@ def _sums_of(fn, path, per) -> tuple[list[list[Any]], Any] | None:
 
 
 def _short(entry: dict[str, Any]) -> dict[str, Any]:
-    return {k: entry.get(k) for k in ("value", "stderr", "ci95", "method")}
+    out = {k: entry.get(k) for k in ("value", "stderr", "ci95", "method")}
+    return {**out, "note": entry["note"]} if entry.get("note") else out
 
 
 def _diff_entry(boot: dict[str, Any], test: dict[str, Any], changed: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
+    out = {
         "diff": boot["value"],
         "stderr": boot["stderr"],
         "ci95": boot["ci95"],
-        "interval": "paired bootstrap-percentile" + ("-clustered" if "clustered" in boot.get("method", "") else ""),
+        "interval": boot["method"],
         "p": test["p"],
+        "p_mc_error": test.get("p_mc_error"),  # None: an exact p
         "test": test["test"],
         "significant": bool(test["p"] < ALPHA),
-        "test_detail": {k: v for k, v in test.items() if k not in ("p", "test")},
+        "test_detail": {k: v for k, v in test.items() if k not in ("p", "test", "p_mc_error")},
         "most_changed": changed,
     }
+    if boot.get("note"):
+        out["note"] = boot["note"]
+    return out
 
 
 def _fmt(value: Any, digits: int = 4) -> str:
@@ -407,6 +412,12 @@ def _fmt(value: Any, digits: int = 4) -> str:
 
 def _ci(ci: list[float] | None) -> str:
     return "" if not ci else f"[{_fmt(ci[0])}, {_fmt(ci[1])}]"
+
+
+def p_text(d: dict[str, Any]) -> str:
+    """``p = 0.31 ± 0.0046`` (the Monte Carlo error of a permutation p; none for an exact p)."""
+    err = d.get("p_mc_error")
+    return f"p = {d['p']:.4g}" + (f" ± {err:.2g}" if err else "")
 
 
 def format_comparison(result: dict[str, Any], headline_only: bool = True) -> str:
@@ -429,12 +440,12 @@ def format_comparison(result: dict[str, Any], headline_only: bool = True) -> str
             continue
         lines.append(key)
         for i, r in enumerate(entry["runs"]):
-            se = f" ± {_fmt(r['stderr'])}" if r.get("stderr") is not None else ""
-            lines.append(f"  {names[i]}      {_fmt(r['value'])}{se} {_ci(r['ci95'])}")
+            lines.append(f"  {names[i]}      {_fmt(r['value'])}{interval_text(r)}")
         for j, d in enumerate(entry["diffs"], 1):
             mark = "significant" if d["significant"] else "not significant"
+            ci = _ci(d["ci95"]) or f"[n/a: {d.get('note') or 'no interval'}]"
             lines.append(
-                f"  {names[j]} - A  {d['diff']:+.4f} {_ci(d['ci95'])}  p = {d['p']:.4g} ({d['test']}; {mark} at {result['alpha']})"
+                f"  {names[j]} - A  {d['diff']:+.4f} {ci}  {p_text(d)} ({d['test']}; {mark} at {result['alpha']})"
             )
             if d["most_changed"]:
                 moved = ", ".join(
@@ -481,7 +492,7 @@ def plot_comparison(result: dict[str, Any], path: Path) -> list[str]:
         ax.axvline(0, color="black", linewidth=0.8)
         ax.set_yticks([y for y, _ in ys], [key for _, key in ys], fontsize="small")
         ax.invert_yaxis()
-        ax.set_xlabel("difference from the baseline (95% paired bootstrap interval)")
+        ax.set_xlabel("difference from the baseline (95% interval)")
         ax.set_title(f"{result['n_shared']} shared questions; baseline {result['runs'][0]['label']}", fontsize="small")
         ax.grid(True, axis="x", alpha=0.3)
         if k > 1:

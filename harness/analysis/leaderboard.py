@@ -91,6 +91,8 @@ def load_row(run_dir: Path) -> dict[str, Any]:
         "stderr": {m: (errors.get(m) or {}).get("stderr") for m in metrics if m in errors},
         "ci95": {m: (errors.get(m) or {}).get("ci95") for m in metrics if m in errors},
         "uncertainty_method": {m: errors[m].get("method") for m in metrics if m in errors},
+        # why a value has no standard error (all values equal, one cluster): shown as ± n/a
+        "uncertainty_note": {m: errors[m]["note"] for m in metrics if (errors.get(m) or {}).get("note")},
         "tokens": results.tokens.model_dump(mode="json") if results.tokens is not None else None,
         "cost_usd": cost.total_usd,
         "cost_per_sample_usd": cost.per_sample_usd,
@@ -160,11 +162,12 @@ def _cell(value: Any, digits: int = 4) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
-def _with_error(value: Any, stderr: Any) -> Any:
-    """``0.4100 ± 0.0300`` (the value alone without a standard error)."""
-    if value is None or stderr is None:
+def _with_error(value: Any, stderr: Any, note: Any = None) -> Any:
+    """``0.4100 ± 0.0300``; ``0.0000 ± n/a`` where the run says why there is none (``note``: all
+    values equal, one cluster); the value alone without an error bar."""
+    if value is None or (stderr is None and not note):
         return value
-    return f"{_cell(value)} ± {_cell(stderr)}"
+    return f"{_cell(value)} ± {'n/a' if stderr is None else _cell(stderr)}"
 
 
 def format_markdown(board: dict[str, Any]) -> str:
@@ -184,7 +187,10 @@ def format_markdown(board: dict[str, Any]) -> str:
             knobs,
             r["n_scored"] if r["n_scored"] is not None else r["n_finished"],
             r["status"],
-            *[_with_error(r["metrics"].get(m), (r.get("stderr") or {}).get(m)) for m in metrics],
+            *[
+                _with_error(r["metrics"].get(m), *((r.get(k) or {}).get(m) for k in ("stderr", "uncertainty_note")))
+                for m in metrics
+            ],
             (r["tokens"] or {}).get("total"),
             _cell(r["cost_usd"], 6) if r["cost_usd"] is not None else "—",
             _cell(r["cost_per_sample_usd"], 6) if r["cost_per_sample_usd"] is not None else "—",

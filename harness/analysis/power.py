@@ -45,25 +45,27 @@ def power_analysis(
         table = compute_uncertainty({m: metric_of_run(run, m) for m in metric_aggregates(scores)}, scores, clusters)
     key = resolve_metric(metric, list(table))
     entry = table[key]
-    if entry.get("stderr") is None:
-        raise HarnessError(
-            f"--metric {key}: the run has no standard error for it (n={entry.get('n')}; {entry.get('method')})"
-        )
+    if entry.get("stderr") is None and not stats.measured_no_spread(entry):  # all equal: sd 0, said below
+        why = "; ".join(str(v) for v in (entry.get("method"), entry.get("note")) if v)
+        raise HarnessError(f"--metric {key}: the run has no standard error for it (n={entry.get('n')}; {why})")
     out: dict[str, Any] = {
         "run": run.path, "metric": key, "delta": delta, "alpha": alpha, "power": power,
         "pilot": {"n": entry["n"], "value": entry["value"], "stderr": entry["stderr"], "method": entry["method"]},
+        **({"note": entry["note"]} if entry.get("note") else {}),
     }
     if other is not None:
         result = compare_runs([run, other], metrics=[key])
         if key not in result["metrics"]:
             raise HarnessError(f"--metric {key}: not comparable between the two runs")
         diff = result["metrics"][key]["diffs"][0]
+        if diff["stderr"] is None and not stats.measured_no_spread(diff):
+            raise HarnessError(f"--metric {key}: the paired difference has no standard error ({diff.get('note')})")
         n = result["n_shared"]
-        sd = diff["stderr"] * math.sqrt(n)
+        sd = (diff["stderr"] or 0.0) * math.sqrt(n)
         out.update(design="paired", paired_with=other.path, n_shared=n, sd=sd, observed_diff=diff["diff"])
     else:
         n = entry["n"]
-        sd = entry["stderr"] * math.sqrt(n)
+        sd = (entry["stderr"] or 0.0) * math.sqrt(n)
         out.update(design="unpaired (two independent runs)", sd=sd)
     paired = bool(paired_with)
     out["n_required"] = stats.required_n(sd, delta, alpha, power, paired=paired) if sd > 0 else None
@@ -72,15 +74,20 @@ def power_analysis(
     return out
 
 
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
 def format_power(r: dict[str, Any]) -> str:
     pilot = r["pilot"]
     per = "per run" if r["design"].startswith("unpaired") else "shared by both runs"
     lines = [
-        f"{r['metric']}: pilot {pilot['value']:.4f} ± {pilot['stderr']:.4f} (n={pilot['n']}, {pilot['method']}); "
+        f"{r['metric']}: pilot {pilot['value']:.4f} ± {_fmt(pilot['stderr'])} (n={pilot['n']}, {pilot['method']}); "
         f"per-question SD {r['sd']:.4f} ({r['design']})",
     ]
     if r["n_required"] is None:
-        lines.append("the pilot shows no spread (every question scored the same): no sample size can be estimated")
+        why = r.get("note") or "every question scored the same"
+        lines.append(f"the pilot shows no spread ({why}): no sample size can be estimated")
     else:
         lines.append(
             f"to detect a difference of {r['delta']:g} with power {r['power']:g} at alpha {r['alpha']:g} (two-sided): "

@@ -274,9 +274,10 @@ def _scores_section(results: RunResults) -> str:
         method = e.get("method") or ""
         if e.get("n_clusters"):
             method += f" ({e['n_clusters']} clusters)"
-        cells = [_fmt(value), "" if e.get("stderr") is None else _fmt(e["stderr"])]
-        cells.append(f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "")
-        cells.append(method)
+        na = "n/a" if e.get("note") else ""  # no spread to estimate: said, never ± 0
+        cells = [_fmt(value), na if e.get("stderr") is None else _fmt(e["stderr"])]
+        cells.append(f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else na)
+        cells.append(f"{method}; {e['note']}" if e.get("note") else method)
         label = f"{name} ({scale_of(name)})"
         body.append(f"<tr><th>{_e(label)}</th>" + "".join(f'<td class="num">{_e(c)}</td>' for c in cells) + "</tr>")
     clustered_by = results.scores.meta.clustering.get("by")

@@ -10,9 +10,11 @@ def add_parser(sub) -> None:
         "compare",
         description=(
             "Compare runs question by question on the questions they share: per metric, each run's value with "
-            "its 95%% interval, each later run's difference from the first (the baseline) with a paired bootstrap "
-            "interval, a p-value (exact McNemar for 0/1 values, else a paired permutation test) and the questions "
-            "that changed most. Runs of different datasets (or dataset files) are refused unless --allow-mismatch."
+            "its 95%% interval, each later run's difference from the first (the baseline) with its interval "
+            "(Newcombe's for two shares, else a paired bootstrap), a p-value (exact McNemar for 0/1 values, else a "
+            "paired permutation test of the units the interval resamples: whole clusters when clustered) and the "
+            "questions that changed most. Runs of different datasets (or dataset files) are refused unless "
+            "--allow-mismatch."
         ),
     )
     p.add_argument("runs", nargs="+", metavar="RUN", help="run directories (or their results.json); the first is the baseline")

@@ -259,20 +259,33 @@ def _num(value: Any) -> str:
     return f"{value:.4f}"
 
 
-def interval_text(entry: dict[str, Any] | None) -> str:
-    """`` ± SE [LO, HI]`` of an uncertainty entry ('' without one)."""
-    if not entry or entry.get("stderr") is None:
+def interval_text(entry: dict[str, Any] | None, with_note: bool = True) -> str:
+    """`` ± SE [LO, HI]`` of an uncertainty entry; `` ± n/a [LO, HI]`` where only the interval exists
+    (a share whose values are all equal: Wilson), `` ± n/a (why)`` where neither does (the note left
+    to the caller without ``with_note``); '' without an entry."""
+    if not entry:
         return ""
-    text = f" ± {entry['stderr']:.4f}"
-    if entry.get("ci95"):
-        lo, hi = entry["ci95"]
-        text += f" [{lo:.4f}, {hi:.4f}]"
+    stderr, ci = entry.get("stderr"), entry.get("ci95")
+    if stderr is None and not ci:
+        if not entry.get("note"):
+            return ""
+        return f" ± n/a ({entry['note']})" if with_note else " ± n/a"
+    text = " ± n/a" if stderr is None else f" ± {stderr:.4f}"
+    if ci:
+        text += f" [{ci[0]:.4f}, {ci[1]:.4f}]"
     return text
+
+
+def _notes(entries: list[dict[str, Any] | None]) -> str:
+    """`` (n/a: why)`` once for the entries without an interval (each reason once)."""
+    notes = [e["note"] for e in entries if e and e.get("note") and e.get("stderr") is None and not e.get("ci95")]
+    return f" (n/a: {'; '.join(dict.fromkeys(notes))})" if notes else ""
 
 
 def summary_lines(scores: dict[str, Any] | None) -> list[str]:
     """One line per metric with its aggregate numbers (each ``± stderr [95% interval]`` where the
-    scores carry their uncertainty), for the console."""
+    scores carry their uncertainty, ``± n/a`` and the reason once where there is none to estimate),
+    for the console."""
     scores = upgrade(scores) or {}
     info = (scores.get("meta") or {}).get("metric_info") or {}
     errors = scores.get("uncertainty") or {}
@@ -291,15 +304,16 @@ def summary_lines(scores: dict[str, Any] | None) -> list[str]:
                     ("ROUGE-L F", "rouge.rougeL.fscore"),
                 )
             ]
-            shown = " ".join(f"{label}{interval_text(e)}" for label, e in parts if interval_text(e))
+            shown = " ".join(f"{label}{interval_text(e, False)}" for label, e in parts if interval_text(e))
             if shown:
-                text += f" | 95% CI: {shown}"
+                text += f" | 95% CI: {shown}{_notes([e for _, e in parts])}"
         else:
             leaves = _leaves(agg)
+            entries = [errors.get(f"{name}.{k}") for k in leaves]
             text = (
-                " ".join(f"{k} {_num(v)}{interval_text(errors.get(f'{name}.{k}'))}" for k, v in leaves.items())
+                " ".join(f"{k} {_num(v)}{interval_text(e, False)}" for (k, v), e in zip(leaves.items(), entries))
                 or "no values"
-            )
+            ) + _notes(entries)
             reason = (info.get(name) or {}).get("reason")
             if leaves and all(v is None for v in leaves.values()) and reason:
                 text = f"unavailable ({reason})"

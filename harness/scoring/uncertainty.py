@@ -4,8 +4,11 @@ For each numeric leaf of a metric's aggregate (``"METRIC.LEAF"``):
 
 * the leaf is the mean of the same-named per-question value (or of the one the metric names in
   ``per_question_leaves``, e.g. fanoutqa-string's ``acc.loose`` is the mean of ``acc``), possibly
-  times 100 (TopiOCQA's EM/F1): **analytic** (CLT) interval of that mean, cluster-robust when the
-  questions are clustered;
+  times 100 (TopiOCQA's EM/F1): a share (every value 0 or 1) gets the **Wilson** interval (clustered:
+  with the effective size n / design effect), another mean the **analytic** (CLT) interval,
+  cluster-robust when the questions are clustered, clipped to the range its scale allows
+  (``bounds_of``); with no spread to estimate (all values equal, one cluster) stderr is None and a
+  ``note`` says why;
 * otherwise, when the metric has an aggregate of per-question rows (``aggregate_rows``: shares
   above a threshold, ratios, micro F1): **percentile bootstrap** through that very function
   (``stats.RESAMPLES`` resamples, fixed seed; clusters resampled whole when clustered);
@@ -96,6 +99,17 @@ def _mean_scales(value: Any, column: list[Any]) -> list[float]:
     return [scale for scale in (1.0, 100.0) if _close(float(value), scale * mean)]
 
 
+def bounds_of(key: str, column: list[float], scale: float) -> tuple[float, float] | None:
+    """The range of a mean's per-question values times ``scale``, from its metric's scale
+    (``results.scale_of``): [0, 100] on the 0-100 scale (TopiOCQA's x100 EM/F1, per-turn BLEU),
+    else [0, scale] when every value lies in [0, 1]; None (unbounded, a mean count) otherwise."""
+    from harness.scoring.results import scale_of
+
+    if scale_of(key) == "0-100":
+        return (0.0, 100.0) if all(0 <= v * scale <= 100 for v in column) else None
+    return (0.0, scale) if all(0 <= v <= 1 for v in column) else None
+
+
 def plan_leaf_of_runs(
     path: tuple[str, ...],
     values: list[Any],
@@ -155,7 +169,7 @@ def metric_uncertainty(
         if plan["kind"] in ("count", "none"):
             continue  # a count (or no value): no interval
         column = [float(leaf(r, plan["source"])) for r in rows]
-        entry = stats.mean_ci(column, clusters, plan["scale"])
+        entry = stats.mean_ci(column, clusters, plan["scale"], bounds_of(key, column, plan["scale"]))
         entry["value"] = value  # the metric's own number, bit for bit
         entry["per_question"] = list(plan["source"])  # its key path in each raw row's metric values
         if plan["scale"] != 1.0:
