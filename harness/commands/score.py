@@ -55,6 +55,8 @@ def command(args: argparse.Namespace) -> int:
         judge=args.judge,
         bleurt_checkpoint=args.bleurt_checkpoint,
         cluster_by=args.cluster_by,
+        metric_options=args.metric_options,
+        max_answer_chars=args.max_answer_chars,
         only_answered=args.only_answered,
     )
     if args.out:

@@ -147,10 +147,10 @@ class Run:
     def _preflight(self) -> None:
         """Everything checkable without a model: a doomed run exits 2 before the first request."""
         check_sample_ids(self.dataset, self.config.data_path)
-        from harness.scoring.metrics import get_metric
+        from harness.scoring.metrics import check_metrics
 
-        for name in self.config.metrics or []:
-            get_metric(name)  # unknown names: one line listing the known ones
+        # names, gold types, a judge or checkpoint, metric options: each metric's declaration
+        check_metrics(self.dataset, self.samples, self.metric_names, self.scoring_options)
         self.agent.check_template(self.samples)
         if self.config.cache:
             ResponseCache(self.config.cache_path).close()
