@@ -33,6 +33,10 @@ def build_run_config(options: dict[str, Any] | RunConfig) -> RunConfig:
         if isinstance(given.get("agent"), str):
             section["name"] = given.pop("agent")
         flat["agent"] = section
+    if flat.get("metric_options") is not None and given.get("metric_options") is not None:
+        # flags add to (and override) the YAML metric_options: section
+        extra = given["metric_options"]
+        given["metric_options"] = [flat["metric_options"], *(extra if isinstance(extra, list) else [extra])]
     flat.update(given)
     if "out" in flat:
         from harness.records import check_output_path
@@ -74,14 +78,18 @@ def score(
     bleurt_checkpoint: str | None = None,
     cluster_by: str | None = None,
     strip_reasoning: bool | None = None,
+    metric_options: dict[str, dict[str, Any]] | list[str] | None = None,
+    max_answer_chars: int | None = None,
     only_answered: bool = False,
     save: bool = True,
 ) -> dict[str, Any]:
     """``harness score`` from Python. Either re-score a run directory (its results.json is rewritten
     unless ``save=False``), or score ``generations`` ({"id", "answer"} records, or a JSONL file of
-    them) against ``dataset``. Returns the scores dict; no model is called (except a named judge)."""
+    them) against ``dataset``. ``metric_options``: {metric: {option: value}} or NAME.KEY=VALUE strings,
+    over a run's own. Returns the scores dict; no model is called (except a named judge)."""
     from harness.errors import HarnessError
-    from harness.scoring.metrics import ScoringOptions, score_answers
+    from harness.execution.config import parse_metric_options
+    from harness.scoring.metrics import ScoringOptions, check_metrics, score_answers, validate_metric_options
 
     if metrics is not None:
         from harness.execution.config import name_list
@@ -90,16 +98,24 @@ def score(
     given = {
         k: v
         for k, v in {
-            "judge": judge, "bleurt_checkpoint": bleurt_checkpoint, "cluster_by": cluster_by, "strip_reasoning": strip_reasoning
+            "judge": judge,
+            "bleurt_checkpoint": bleurt_checkpoint,
+            "cluster_by": cluster_by,
+            "max_answer_chars": max_answer_chars,
+            "strip_reasoning": strip_reasoning,
         }.items()
         if v is not None
     }
+    _check_scoring_options(given)
+    named_options = validate_metric_options(parse_metric_options(metric_options))
     if run_dir:
         if generations is not None or dataset:
             raise HarnessError("a run is re-scored on its own dataset: give RUN_DIR, or --dataset and --generations")
         from harness.execution.scoring import rescore_run
 
-        scores, saved = rescore_run(run_dir, metrics, given, only_answered, data_path, save=save)
+        scores, saved = rescore_run(
+            run_dir, metrics, given, only_answered, data_path, save=save, metric_options=named_options
+        )
         if save and not saved:
             print(f"warning: {run_dir} has no results.json: scores printed, not saved", file=sys.stderr)
         return scores
@@ -113,7 +129,26 @@ def score(
     unknown = [a["id"] for a in answers if a["id"] not in known]
     if unknown:
         print(f"warning: {len(unknown)} id(s) not in {loaded.info.spec()} ignored (e.g. {unknown[0]})", file=sys.stderr)
-    return score_answers(loaded, loaded.samples, answers, metrics, only_answered, ScoringOptions(**given))
+    options = ScoringOptions(**given, metric_options=named_options)
+    check_metrics(loaded, loaded.samples, list(metrics or loaded.metrics), options, answers)
+    return score_answers(loaded, loaded.samples, answers, metrics, only_answered, options)
+
+
+def _check_scoring_options(given: dict[str, Any]) -> None:
+    """Scoring options named now, checked as a run's are: one line naming the option."""
+    from pydantic import ValidationError
+
+    from harness.errors import ConfigError
+    from harness.scoring.metrics import ScoringOptions
+
+    try:
+        ScoringOptions(**given)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = str(first["loc"][0]) if first["loc"] else "scoring"
+        got = first.get("input")
+        shown = f" (got {got!r})" if isinstance(got, (int, float, str)) and len(repr(got)) < 80 else ""
+        raise ConfigError(f"--{name.replace('_', '-')}: {first['msg'].lower()}{shown}") from None
 
 
 def read_generations(generations: str | list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -174,6 +174,7 @@ class Agent(ABC):
     needs_context_size: ClassVar[bool] = False  # packs pages by token budget: refused without one
     records: ClassVar[tuple[str, ...]] = ()  # the RECORD_KINDS it writes in ``extra``
     protocol: ClassVar[str | None] = None  # tool-using strategies: "native" (the API's tool calls) or "text"
+    chosen_by: str | None = None  # "agent option" (--agent), "dataset default" or "setting default"
 
     def __init__(self, config: Any, knobs: Knobs | None = None):
         self.config = config  # harness.execution.config.RunConfig: the core options
@@ -247,6 +248,8 @@ class Agent(ABC):
             out["protocol"] = self.protocol
         if self.records:
             out["records"] = list(self.records)
+        if self.chosen_by:
+            out["chosen_by"] = self.chosen_by
         return out
 
     def summarize(self, extras: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -299,12 +302,32 @@ AGENTS: Registry[type[Agent]] = Registry(
 register_agent = AGENTS.register
 
 
-def resolve_agent(agent: str | None, setting: str | None) -> tuple[Entry[type[Agent]], str]:
-    """(the strategy's registry entry, the setting it runs in). Without --setting, a strategy
-    runs in the first setting it declares; a strategy never runs in a setting it does not implement."""
+def dataset_default_agent(dataset: str | None, setting: str) -> str | None:
+    """The strategy dataset ``dataset`` (a spec) runs in ``setting`` unless --agent names one
+    (``DatasetLoader.default_agents``: TopiOCQA's conversational strategies); None: the setting's own."""
+    if not dataset:
+        return None
+    from harness.datasets.base import DATASETS, parse_spec
+    from harness.errors import HarnessError
+
+    try:
+        loader = DATASETS.get(parse_spec(dataset)[0])
+    except HarnessError:  # said when the dataset is loaded
+        return None
+    return (getattr(loader, "default_agents", None) or {}).get(setting)
+
+
+def resolve_agent(
+    agent: str | None, setting: str | None, dataset: str | None = None
+) -> tuple[Entry[type[Agent]], str]:
+    """(the strategy's registry entry, the setting it runs in). Without --agent: the dataset's
+    strategy for the setting (closed-book without --setting), else the setting's own. Without
+    --setting, a strategy runs in the first setting it declares; never in one it does not implement."""
     if setting is not None and setting not in SETTINGS:
         raise ConfigError(f"unknown setting {setting!r} (known: {', '.join(SETTINGS)})")
-    entry = AGENTS.resolve(agent or SETTINGS[setting or "closed-book"])
+    if agent is None:
+        agent = dataset_default_agent(dataset, setting or "closed-book") or SETTINGS[setting or "closed-book"]
+    entry = AGENTS.resolve(agent)
     cls = entry.obj
     setting = setting or cls.settings[0]
     if setting not in cls.settings:
@@ -331,11 +354,18 @@ def parse_knobs(cls: type[Agent], name: str, args: dict[str, Any]) -> Knobs:
 
 def create_agent(config: Any) -> Agent:
     """The strategy of ``config`` (RunConfig) with its knobs validated; nothing is started."""
-    entry, _ = resolve_agent(config.agent, config.setting)
+    dataset = getattr(config, "dataset", None)
+    entry, setting = resolve_agent(config.agent, config.setting, dataset)
     cls = entry.obj
     cls.name = entry.name
     agent = cls(config, parse_knobs(cls, entry.name, dict(config.agent_args)))
     agent.plugin = entry.record()
+    if config.agent:
+        agent.chosen_by = "agent option"
+    elif dataset_default_agent(dataset, setting) == entry.name:
+        agent.chosen_by = "dataset default"  # DatasetLoader.default_agents
+    else:
+        agent.chosen_by = "setting default"  # SETTINGS
     return agent
 
 

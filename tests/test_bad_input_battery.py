@@ -496,6 +496,49 @@ def test_an_empty_name_list_is_refused(cmd, option, value, world, tmp_path, caps
     assert listing(tmp_path) == before
 
 
+# ---------------------------------------------------------------------------- metric declarations
+# What a metric scores and needs, and its options (issue 23): refused before the first model call (a
+# run's model is a dead URL), before scoring anything, before re-scoring; hotpotqa's golds are text.
+METRIC_CASES = {
+    "gold type": (["--metrics", "quest"], "metric quest cannot score hotpotqa:dev"),
+    "no judge": (["--metrics", "llm-judge"], "metric llm-judge needs --judge MODEL"),
+    "judge without key": (["--metrics", "llm-judge", "--judge", "openai/gpt-4o"], "OPENAI_API_KEY is not set"),
+    "no checkpoint": (["--metrics", "bleurt"], "metric bleurt needs --bleurt-checkpoint"),
+    "option not scored": (["--metric-option", "quest.light=true"], "metric quest is not scored here"),
+    "metric without options": (["--metric-option", "em-f1.strict=true"], "metric em-f1 has no options"),
+    "unknown option": (["--metrics", "set-f1", "--metric-option", "set-f1.clean=true"], "has no option 'clean'"),
+    "bad option value": (["--metrics", "set-f1", "--metric-option", "set-f1.clean_items=2"], "valid boolean"),
+    "unknown metric": (["--metric-option", "nope.x=1"], "unknown metric 'nope'"),
+    "no value": (["--metric-option", "quest.light"], "NAME.KEY=VALUE"),
+    "no key": (["--metric-option", "quest=true"], "NAME.KEY=VALUE"),
+}
+
+
+@pytest.mark.parametrize("cmd", ["run", "ablate", "score", "score RUN_DIR"])
+@pytest.mark.parametrize("case", METRIC_CASES)
+def test_a_metric_that_cannot_score_is_refused(cmd, case, world, tmp_path, capsys):
+    extra, needle = METRIC_CASES[case]
+    before = listing(tmp_path)
+    run_dir = Path(world["run_dir"]) / "results.json"
+    results = run_dir.read_bytes()
+    code, err = invoke([*bases(world, tmp_path)[cmd], *extra], capsys)
+    assert_one_line_exit_2(code, err, needle)
+    assert listing(tmp_path) == before
+    assert run_dir.read_bytes() == results, "a refused re-scoring rewrote the run's results"
+
+
+@pytest.mark.parametrize(
+    "option, needle",
+    [("mrecall.cap=often", "mrecall.cap: input should be a valid boolean"), ("recall.cap=true", "no metric with options"),
+     ("evidence_recall.lcs=fuzzy", "evidence_recall.lcs"), ("mrecall", "NAME.KEY=VALUE")],
+)  # fmt: skip
+def test_a_bad_retrieval_metric_option_is_refused(option, needle, world, tmp_path, capsys):
+    before = listing(tmp_path)
+    code, err = invoke([*bases(world, tmp_path)["retrieval-eval"], "--metric-option", option], capsys)
+    assert_one_line_exit_2(code, err, needle)
+    assert listing(tmp_path) == before
+
+
 # ---------------------------------------------------------------------------- dataset contents
 SHIPPED = Path(__file__).resolve().parents[1] / "harness" / "datasets" / "data"
 # dataset -> (shipped file, question key, JSON list or JSONL)

@@ -72,8 +72,11 @@ def metric_names(dataset: str) -> list[str]:
     }.get(dataset, ["page_recall", "all_pages"])
 
 
-def score_question(dataset: str, sample, hits, ks: list[int], snapshot) -> dict[str, Any] | None:
-    """Per-K values for one question, or a dict with ``skip`` (the reason)."""
+def score_question(
+    dataset: str, sample, hits, ks: list[int], snapshot, options: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any] | None:
+    """Per-K values for one question, or a dict with ``skip`` (the reason). ``options``: the retrieval
+    metrics' options (``retrieval_options``; default official)."""
     from harness.scoring.retrieval_metrics import (
         answer_recall_at_k,
         evidence_recall_at_k,
@@ -81,6 +84,9 @@ def score_question(dataset: str, sample, hits, ks: list[int], snapshot) -> dict[
         recall_at_k,
     )
 
+    from harness.scoring.retrieval_metrics import retrieval_options
+
+    options = options or retrieval_options({})
     titles = [h.title for h in hits]
     texts = [h.text for h in hits]
     values: dict[str, dict[str, float]] = {}
@@ -95,7 +101,8 @@ def score_question(dataset: str, sample, hits, ks: list[int], snapshot) -> dict[
         retrieved = [{"title": h.title, "text": h.text} for h in hits]
         values["answer_recall"] = {str(k): answer_recall_at_k(texts, answers, k) for k in ks}
         if proofs:
-            values["evidence_recall"] = {str(k): evidence_recall_at_k(retrieved, proofs, k) for k in ks}
+            lcs = options["evidence_recall"]["lcs"]
+            values["evidence_recall"] = {str(k): evidence_recall_at_k(retrieved, proofs, k, lcs=lcs) for k in ks}
         return {"values": values, **info}
     if dataset == "topiocqa":
         present, missing = resolve(snapshot, list(sample.needed_titles))
@@ -114,16 +121,21 @@ def score_question(dataset: str, sample, hits, ks: list[int], snapshot) -> dict[
     if dataset == "quest":
         ranked = unique_titles(hits)
         values["recall"] = {str(k): recall_at_k(ranked, present, k) for k in ks}
-        values["mrecall"] = {str(k): mrecall_at_k(ranked, present, k) for k in ks}
+        cap = options["mrecall"]["cap"]
+        values["mrecall"] = {str(k): mrecall_at_k(ranked, present, k, cap=cap) for k in ks}
     else:
         values["page_recall"] = {str(k): recall_at_k(titles, present, k) for k in ks}
         values["all_pages"] = {str(k): mrecall_at_k(titles, present, k, cap=False) for k in ks}
     return {"values": values, **info}
 
 
-def evaluate(dataset: str, samples, snapshot, retriever, ks: list[int], representation: str) -> dict[str, Any]:
-    from harness.scoring.retrieval_metrics import metric_info
+def evaluate(
+    dataset: str, samples, snapshot, retriever, ks: list[int], representation: str, options: dict | None = None
+) -> dict[str, Any]:
+    """``options``: the retrieval metrics' options as ``retrieval_options`` gives them (default official)."""
+    from harness.scoring.retrieval_metrics import metric_info, retrieval_options
 
+    options = options or retrieval_options({})
     depth = max(ks)
     if dataset == "quest" and retriever.meta.get("passages") != "page":
         depth *= 8  # documents ranked by their best passage: deeper, so max(K) distinct pages can be reached
@@ -136,7 +148,7 @@ def evaluate(dataset: str, samples, snapshot, retriever, ks: list[int], represen
     sums: dict[str, dict[str, list[float]]] = {}
     gold_total = gold_present = 0
     for sample, query, hits in zip(samples, queries, rankings):
-        row = score_question(dataset, sample, hits, ks, snapshot)
+        row = score_question(dataset, sample, hits, ks, snapshot, options)
         gold_total += row.get("gold_pages", 0)
         gold_present += row.get("gold_pages_present", 0)
         entry = {"id": sample.id, "query": query, "hits": [[h.passage_id, h.title, round(h.score, 6)] for h in hits]}
@@ -164,7 +176,8 @@ def evaluate(dataset: str, samples, snapshot, retriever, ks: list[int], represen
         "metric_names": metric_names(dataset),
         "metrics": metrics,
         "metric_counts": counts,
-        "metric_info": metric_info(),
+        "metric_info": metric_info(lcs=options["evidence_recall"]["lcs"], cap=options["mrecall"]["cap"]),
+        "metric_options": options,
         "timing": {
             "queries": len(queries),
             "seconds": round(seconds, 4),

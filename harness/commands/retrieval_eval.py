@@ -31,6 +31,13 @@ def add_parser(sub) -> None:
         help="conversations (TopiOCQA): the question alone, or every previous turn with it ('q1 [SEP] a1 [SEP] q2', "
         "the official retriever input; default). 'rewritten' needs a model: use harness run --setting retrieve-read",
     )
+    p.add_argument(
+        "--metric-option",
+        dest="metric_options",
+        action="append",
+        metavar="NAME.KEY=VALUE",
+        help="mrecall.cap=true (the papers' capped MRecall), evidence_recall.lcs=exact; defaults are official",
+    )
     p.add_argument("--limit", type=int, help="only the first N questions")
     p.add_argument("--sample-id", dest="sample_ids", help="comma-separated question ids")
     p.add_argument("--out", help="write the full result (per question too) as JSON")
@@ -54,7 +61,11 @@ def command(args: argparse.Namespace) -> int:
     from wiki_snapshot.retrieval import open_retriever
     from wiki_snapshot.store import Snapshot
 
+    from harness.execution.config import parse_metric_options
+    from harness.scoring.retrieval_metrics import retrieval_options
+
     ks = parse_ks(args.k)
+    options = retrieval_options(parse_metric_options(args.metric_options))
     if args.limit is not None and args.limit < 1:
         raise HarnessError("--limit must be at least 1")
     config = build_config({"dataset": args.dataset, "limit": args.limit, "sample_ids": args.sample_ids})
@@ -63,7 +74,7 @@ def command(args: argparse.Namespace) -> int:
     passages = args.passages or ("page" if dataset.info.name == "quest" else "words100")
     with Snapshot.open(args.snapshot) as snapshot:
         retriever = open_retriever(snapshot, args.retriever, passages)
-        result = evaluate(dataset.info.name, samples, snapshot, retriever, ks, args.question_representation)
+        result = evaluate(dataset.info.name, samples, snapshot, retriever, ks, args.question_representation, options)
     result.update(
         {
             "dataset": {"spec": dataset.info.spec(), "sha256": dataset.info.sha256, "n_selected": len(samples)},

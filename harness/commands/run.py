@@ -229,7 +229,22 @@ def add_scoring_options(p, metrics=None, suppress: bool = True) -> None:
     )
     g.add_argument(
         "--bleurt-checkpoint",
-        help="BLEURT checkpoint directory (without it BLEURT is reported unavailable, never 0)",
+        help="BLEURT checkpoint directory (--metrics bleurt needs one)",
+        **extra,
+    )
+    g.add_argument(
+        "--metric-option",
+        dest="metric_options",
+        action="append",
+        metavar="NAME.KEY=VALUE",
+        help="an option of a metric (repeat), e.g. --metric-option quest.light=true, set-f1.clean_items=true; "
+        "defaults are the official values; harness list metrics -v shows each metric's options",
+        **extra,
+    )
+    g.add_argument(
+        "--max-answer-chars",
+        type=int,
+        help="longer answers are scored on their first this-many characters (kept whole; default 100000)",
         **extra,
     )
 
@@ -296,6 +311,23 @@ def print_scores(scores: Scores | None, file) -> None:
         print(f"  (errors clustered by {clustering['by']}: {clustering['n_clusters']} clusters)", file=file)
     for line in breakdown_lines(as_dict):
         print(f"  {line}", file=file)
+    line = oversized_line(as_dict)
+    if line:
+        print(line, file=file)
+
+
+def oversized_line(scores: dict[str, Any]) -> str | None:
+    """One line on the answers scored only in part (longer than max_answer_chars), or None."""
+    meta = scores.get("meta") or {}
+    n = meta.get("n_oversized_answers") or 0
+    if not n:
+        return None
+    cap = (meta.get("options") or {}).get("max_answer_chars")
+    first = f"{cap:,}" if isinstance(cap, int) else "max_answer_chars"
+    return (
+        f"{n} answer{'s' if n != 1 else ''} longer than max_answer_chars {'were' if n != 1 else 'was'} scored on "
+        f"{'their' if n != 1 else 'its'} first {first} characters (--max-answer-chars)"
+    )
 
 
 # failures a rerun of the same command cannot fix, and what can

@@ -56,6 +56,8 @@ def command(args: argparse.Namespace) -> int:
         bleurt_checkpoint=args.bleurt_checkpoint,
         cluster_by=args.cluster_by,
         strip_reasoning=args.strip_reasoning,
+        metric_options=args.metric_options,
+        max_answer_chars=args.max_answer_chars,
         only_answered=args.only_answered,
     )
     if args.out:

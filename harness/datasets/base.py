@@ -60,6 +60,8 @@ class Dataset:
     # Questions that are not independent (the turns of one conversation): the sample field
     # (``Sample.groups`` or ``Sample.raw`` key) whose value is a question's cluster in the error bars.
     cluster_by: str | None = None
+    # the answer types of its golds (harness.scoring.gold.ANSWER_TYPES); None: read from the values
+    answer_types: tuple[str, ...] | None = None
 
     def by_id(self) -> dict[str, Sample]:
         return {s.id: s for s in self.samples}
@@ -76,6 +78,11 @@ class DatasetLoader:
     license: ClassVar[str]
     metrics: ClassVar[list[str]]
     cluster_by: ClassVar[str | None] = None  # default clustering of the error bars (see Dataset)
+    # the answer types of its golds (harness.scoring.gold.ANSWER_TYPES), checked against each metric's
+    # declaration before a run; None: read from the gold values
+    answer_types: ClassVar[tuple[str, ...] | None] = None
+    # {setting: strategy} run in that setting unless --agent names one (else the setting's own)
+    default_agents: ClassVar[dict[str, str]] = {}
 
     def load(self, split: str, version: str, data_path: str | None = None) -> Dataset:
         raise NotImplementedError
@@ -93,7 +100,13 @@ class DatasetLoader:
             license=self.license,
             has_answers=has_answers,
         )
-        return Dataset(info=info, samples=samples, metrics=list(self.metrics), cluster_by=self.cluster_by)
+        return Dataset(
+            info=info,
+            samples=samples,
+            metrics=list(self.metrics),
+            cluster_by=self.cluster_by,
+            answer_types=tuple(self.answer_types) if self.answer_types is not None else None,
+        )
 
 
 def shipped_file(*parts: str) -> Path:

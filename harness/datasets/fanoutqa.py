@@ -60,6 +60,7 @@ class FanOutQA(DatasetLoader):
     default_version = "nov23"
     license = "CC BY-SA 4.0"
     metrics = ["fanoutqa-string"]  # acc (loose/strict) + ROUGE-1/2/L
+    answer_types = ("str", "number", "bool", "list_of_str", "list", "dict")
 
     def load(self, split: str, version: str, data_path: str | None = None) -> Dataset:
         if data_path:

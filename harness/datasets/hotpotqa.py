@@ -18,6 +18,7 @@ class HotpotQA(DatasetLoader):
     default_version = "distractor-first100"
     license = "CC BY-SA 4.0"
     metrics = ["fanoutqa-string", "em-f1"]
+    answer_types = ("str",)
 
     def load(self, split: str, version: str, data_path: str | None = None) -> Dataset:
         if data_path:

@@ -33,6 +33,7 @@ class Qampari(DatasetLoader):
     default_version = "v1"
     license = "CC BY-SA 4.0 (QAMPARI data; the shipped sample: CC0 + MIT, see SOURCE.md)"
     metrics = ["set-f1"]
+    answer_types = ("entity_list",)
 
     def load(self, split: str, version: str, data_path: str | None = None) -> Dataset:
         if data_path:

@@ -25,6 +25,7 @@ class Quest(DatasetLoader):
     default_version = "v1"
     license = "CC BY 4.0"
     metrics = ["quest"]
+    answer_types = ("list_of_str",)
 
     def load(self, split: str, version: str, data_path: str | None = None) -> Dataset:
         if data_path:

@@ -44,6 +44,9 @@ class TopiOCQA(DatasetLoader):
     default_version = "719c4548"
     license = "CC BY-NC-SA 4.0"
     metrics = ["topiocqa"]
+    answer_types = ("str", "references")
+    # the conversational strategies: each turn asked with the conversation so far (the benchmark's setting)
+    default_agents = {"closed-book": "conversational", "open-book": "conversational-open-book"}
     cluster_by = "Conversation_no"  # the turns of one conversation are not independent questions
 
     def load(self, split: str, version: str, data_path: str | None = None) -> Dataset:

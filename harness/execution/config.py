@@ -47,6 +47,8 @@ NOT_HASHED = frozenset(
         "epoch_reducer",
         "cluster_by",  # error bars only: scoring, never generation
         "strip_reasoning",  # what is scored, never what is asked
+        "metric_options",
+        "max_answer_chars",  # how much of an answer is scored (it is kept whole)
         "max_cost",  # like --limit: raising the budget resumes the same run
         "price_table",
         # the strategy enters the key through its identity (resolved name, plugin, knobs by value)
@@ -103,6 +105,14 @@ class RunConfig(BaseModel):
     strip_reasoning: bool = Field(
         True, description="score answers without their <think>/<reasoning> blocks (the rows keep them)"
     )
+    metric_options: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="each metric's options (--metric-option NAME.KEY=VALUE, YAML metric_options: "
+        "{quest: {light: true}}), checked against the metric's declared options; default: the official values",
+    )
+    max_answer_chars: int = Field(
+        100_000, ge=1_000, le=10_000_000, description="longer answers are scored on their first this-many characters"
+    )
     stream_scoring: Literal["auto", "on", "off"] = Field(
         "auto",
         description="score samples in a worker process as they finish (auto: from 64 samples to do; "
@@ -150,6 +160,8 @@ class RunConfig(BaseModel):
             cache_path=self.cache_path,
             cluster_by=self.cluster_by,
             strip_reasoning=self.strip_reasoning,
+            metric_options=self.metric_options,
+            max_answer_chars=self.max_answer_chars,
         )
 
     def config_hash(self, extra: dict[str, Any] | None = None) -> str:
@@ -207,6 +219,10 @@ def build_config(flat: dict[str, Any]) -> RunConfig:
         top["agent_args"] = {**section, **parse_agent_args(top.get("agent_args"))}
     elif "agent_args" in top:
         top["agent_args"] = parse_agent_args(top["agent_args"])
+    if "metric_options" in top:
+        from harness.scoring.metrics import validate_metric_options
+
+        top["metric_options"] = validate_metric_options(parse_metric_options(top["metric_options"]))
     try:
         return RunConfig(**top, generation=GenerationParams(**generation), backend=BackendOptions(**backend))
     except ValidationError as exc:
@@ -254,6 +270,36 @@ def parse_agent_args(value: Any) -> dict[str, Any]:
         if not sep or not key.isidentifier():
             raise ConfigError(f"--agent-arg {item!r}: expected KEY=VALUE, e.g. --agent-arg max_rounds=5")
         out[key] = _agent_value(text.strip())
+    return out
+
+
+def parse_metric_options(value: Any) -> dict[str, dict[str, Any]]:
+    """``["quest.light=true", "set-f1.clean_items=true"]`` (repeated --metric-option) and/or mappings
+    (YAML ``metric_options: {quest: {light: true}}``) -> {metric: {option: value}}, later ones over
+    earlier ones. A CLI value is read as JSON when it is JSON, else kept as text (as --agent-arg)."""
+    if value is None:
+        return {}
+    items = value if isinstance(value, list) else [value]
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        if isinstance(item, dict):
+            for metric, values in item.items():
+                if not isinstance(values, dict):
+                    raise ConfigError(f"metric_options.{metric}: expected a mapping of option names to values")
+                out.setdefault(str(metric), {}).update(values)
+            continue
+        if not isinstance(item, str):
+            raise ConfigError(
+                f"--metric-option: expected NAME.KEY=VALUE strings or a mapping, got {type(item).__name__}"
+            )
+        target, sep, text = item.partition("=")
+        metric, dot, key = target.strip().rpartition(".")
+        key = key.strip()
+        if not sep or not dot or not metric.strip() or not key.isidentifier():
+            raise ConfigError(
+                f"--metric-option {item!r}: expected NAME.KEY=VALUE, e.g. --metric-option quest.light=true"
+            )
+        out.setdefault(metric.strip(), {})[key] = _agent_value(text.strip())
     return out
 
 

@@ -32,8 +32,8 @@ class Progress:
         self._started = self._last_line = time.monotonic()
         self._done_at_line = 0
         self._timer = None
-        self._headline: str | None = None  # "METRIC.VALUE" of the first scored sample
-        self._score_sum = 0.0
+        self._headline: str | None = None  # the metric of the headline: the first one scored
+        self._rows: list[dict[str, Any]] = []  # its per-question values, in the order they finished
         self._scored = 0
 
     def __enter__(self):
@@ -79,23 +79,40 @@ class Progress:
                 self._line()
 
     def _add_score(self, scores: dict[str, Any]) -> None:
-        """Sums the headline value (the first metric's first number that is not a precision, a recall or
-        a count: FanOutQA acc, set-F1 f1, EM) of each sample scored as it finished."""
+        """Keeps the first metric's values of each sample scored as it finished: the headline is that
+        metric's first aggregate number that is not a precision, a recall or a count (FanOutQA
+        acc.loose, set-F1 f1, EM), computed as the run's scores compute it, so on their scale
+        (TopiOCQA's EM x100)."""
         if self._headline is None:
             for metric, value in scores.items():
-                leaf = _first_headline_leaf(value)
-                if leaf is not None:
-                    self._headline = f"{metric}.{'.'.join(leaf)}"
+                if _first_headline_leaf(value) is not None:
+                    self._headline = metric
                     break
             else:
                 return
-        metric, *path = self._headline.split(".")
-        value: Any = scores.get(metric)  # a record's scores: {metric: its per-question values}
-        for key in path:
-            value = value.get(key) if isinstance(value, dict) else None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            self._score_sum += value
+        value = scores.get(self._headline)  # a record's scores: {metric: its per-question values}
+        if isinstance(value, dict):
+            self._rows.append(value)
             self._scored += 1
+
+    def headline(self) -> tuple[str, float] | None:
+        """("METRIC.NAME", value) of the samples scored so far, or None."""
+        if not self._rows:
+            return None
+        from harness.scoring.values import mean_values
+
+        aggregate_rows = _aggregate_of(self._headline)
+        try:
+            values = aggregate_rows(self._rows, len(self._rows)) if aggregate_rows else mean_values(self._rows)
+        except Exception:  # noqa: BLE001 - a progress line never stops a run
+            values = mean_values(self._rows)
+        leaf = _first_headline_leaf(values)
+        if leaf is None:
+            return None
+        value: Any = values
+        for key in leaf:
+            value = value[key]
+        return f"{self._headline}.{'.'.join(leaf)}", float(value)
 
     def line(self) -> str:
         done = self.ok + self.failed
@@ -109,8 +126,9 @@ class Progress:
             parts.append(f"ETA {_duration((self.total - done) / rate)}")
         else:
             parts.append("ETA unknown")
-        if self._scored:
-            parts.append(f"{self._headline} {self._score_sum / self._scored:.3f} (mean of {self._scored} scored)")
+        headline = self.headline() if self._scored else None
+        if headline is not None:
+            parts.append(f"{headline[0]} {headline[1]:.3f} (mean of {self._scored} scored)")
         return ", ".join(parts)
 
     def _line(self) -> None:
@@ -140,6 +158,18 @@ class Progress:
         if self.lines and self.ok + self.failed > self._done_at_line:
             self._line()
         return False
+
+
+def _aggregate_of(metric: str | None):
+    """The metric's own aggregate of per-question rows (``streamable(aggregate)``), or None: the mean."""
+    if metric is None:
+        return None
+    try:
+        from harness.scoring.metrics import METRICS
+
+        return getattr(METRICS.get(metric), "aggregate_rows", None)
+    except Exception:  # noqa: BLE001 - a plugin metric named by file: its rows' mean
+        return None
 
 
 def _first_headline_leaf(raw: Any, path: tuple[str, ...] = ()) -> tuple[str, ...] | None:

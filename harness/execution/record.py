@@ -69,6 +69,11 @@ class AgentRecord(_Open):
     protocol: Literal["native", "text"] | None = Field(
         None, description="how a tool-using strategy calls its tools: the API's tool calls or tags in text"
     )
+    chosen_by: str | None = Field(
+        None,
+        description="agent option (--agent), dataset default (the dataset's strategy for the setting) or "
+        "setting default",
+    )
 
 
 class ModelRecord(_Open):

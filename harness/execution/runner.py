@@ -150,10 +150,10 @@ class Run:
     def _preflight(self) -> None:
         """Everything checkable without a model: a doomed run exits 2 before the first request."""
         check_sample_ids(self.dataset, self.config.data_path)
-        from harness.scoring.metrics import get_metric
+        from harness.scoring.metrics import check_metrics
 
-        for name in self.config.metrics or []:
-            get_metric(name)  # unknown names: one line listing the known ones
+        # names, gold types, a judge or checkpoint, metric options: each metric's declaration
+        check_metrics(self.dataset, self.samples, self.metric_names, self.scoring_options)
         if self.config.epochs > 1:  # --epoch-reducer mode on continuous values: refused here
             from harness.scoring.epochs import check_reducer
             from harness.scoring.metrics import resolve_metrics

@@ -14,7 +14,7 @@ from harness.errors import DatasetError, HarnessError
 from harness.execution.config import RunConfig
 from harness.execution.record import RunClaim, RunResults, parse_results, read_claim, read_results
 from harness.records import CONFIG_FILE, RESULTS_FILE, record_epoch, work_key
-from harness.scoring.metrics import ScoringOptions, score_answers
+from harness.scoring.metrics import ScoringOptions, check_metrics, score_answers
 from harness.scoring.results import RESULTS_FORMAT
 
 
@@ -127,9 +127,11 @@ def score_run(
     options: ScoringOptions | None = None,
     only_answered: bool = False,
     data_path: str | None = None,
+    named_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Scores of a run directory's finished samples (results format 2). ``metrics`` and
-    ``options`` default to the run's own; nothing is written."""
+    ``options`` default to the run's own; nothing is written. Checked first as a run is
+    (``check_metrics``); ``named_options``: the metric options named now."""
     from harness.records import load_finished
     from harness.execution.selection import select_samples
 
@@ -151,12 +153,21 @@ def score_run(
     questions = [by_id[i] for i in ids]
     epochs = max([config.epochs, *(record_epoch(r) for r in finished.values())])
     records = [finished[work_key(i, e)] for e in range(1, epochs + 1) for i in ids if work_key(i, e) in finished]
+    options = options or recorded_options(config)
+    check_metrics(
+        dataset,
+        questions,
+        list(metrics or config.metrics or dataset.metrics),
+        options,
+        [{"id": r["id"], "answer": r.get("answer")} for r in records],
+        given=named_options or {},
+    )
     return score_records(
         dataset,
         questions,
         records,
         metrics or config.metrics,
-        options or recorded_options(config),
+        options,
         only_answered,
         epochs=epochs,
         reducer=config.epoch_reducer,
@@ -170,10 +181,12 @@ def rescore_run(
     only_answered: bool = False,
     data_path: str | None = None,
     save: bool = True,
+    metric_options: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """``harness score RUN_DIR``: ``score_run`` with the run's options updated by ``given`` (judge,
-    bleurt_checkpoint named now), written into its results.json in results format 2 whatever
-    format it had. Returns (scores, whether results.json was written: a killed run has none)."""
+    bleurt_checkpoint named now) and its metric options by ``metric_options`` (option by option),
+    written into its results.json in results format 2 whatever format it had. Returns (scores,
+    whether results.json was written: a killed run has none)."""
     from harness.execution.cost import refresh_judge_cost
     from harness.execution.lock import RunLock
     from harness.records import write_json_atomic
@@ -183,7 +196,11 @@ def rescore_run(
     with RunLock(run_dir, purpose="re-scoring"):  # no run appends samples or writes results.json meanwhile
         results, claimed = read_run_files(run_dir)
         options = recorded_options(run_config(results, claimed)).model_copy(update=given or {})
-        scores = score_run(run_dir, metrics, options, only_answered, data_path=data_path)
+        merged = {name: dict(values) for name, values in options.metric_options.items()}
+        for name, values in (metric_options or {}).items():
+            merged.setdefault(name, {}).update(values)
+        options = options.model_copy(update={"metric_options": merged})
+        scores = score_run(run_dir, metrics, options, only_answered, data_path=data_path, named_options=metric_options)
         if results is None or not save:
             return scores, False
         data = results.model_dump(mode="json", exclude_unset=True)

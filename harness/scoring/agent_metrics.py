@@ -29,9 +29,11 @@ from __future__ import annotations
 from typing import Any
 
 from harness.datasets.base import Sample
-from harness.scoring.metrics import METRICS, ScoringOptions, reads
+from harness.scoring.metrics import METRICS, ScoringOptions, declare, reads
 
 
+# any gold answer (it reads the rows and the gold evidence pages, never the answer's type); needs nothing
+@declare()
 @reads("row")
 @METRICS.register("agent")
 def agent(

@@ -22,7 +22,8 @@ from typing import Any
 from harness.datasets.base import Sample
 from harness.errors import HarnessError
 from harness.scoring.fanoutqa_metrics import str_answer
-from harness.scoring.metrics import METRICS, ScoringOptions, _dist_version
+from harness.scoring.gold import gold_text
+from harness.scoring.metrics import FANOUTQA_SHAPES, METRICS, ScoringOptions, _dist_version, declare
 
 BATCH_SIZE = 16  # bleurt.score.BleurtScorer's default batch size
 NO_CHECKPOINT = (
@@ -103,11 +104,25 @@ def checkpoint_info(checkpoint: str | Path, model, tokenizer) -> dict[str, Any]:
     }
 
 
+def check_installed(options: ScoringOptions) -> None:
+    """Before any model call: the packages BLEURT runs on are installed."""
+    from importlib.util import find_spec
+
+    missing = [name for name in ("torch", "transformers", "bleurt_pytorch") if find_spec(name) is None]
+    if missing:
+        raise HarnessError(
+            f"metric bleurt needs torch, transformers<5 and bleurt-pytorch (pip install -e .[bleurt]); "
+            f"missing: {', '.join(missing)}"
+        )
+
+
+# references are read by gold_text (FanOutQA's str_answer; QAMPARI entities by their answer text)
+@declare(accepts=(*FANOUTQA_SHAPES, "entity_list"), needs=("bleurt_checkpoint",), check=check_installed)
 @METRICS.register("bleurt")
 def bleurt(
     questions: list[Sample], answers: list[dict[str, Any]], only_answered: bool, options: ScoringOptions | None = None
 ) -> dict[str, Any]:
-    """BLEURT of str_answer(answer) against str_answer(reference); unanswered -> candidate ""."""
+    """BLEURT of the answer against the reference (as FanOutQA's str_answer prints them); unanswered -> ""."""
     options = options or ScoringOptions()
     by_id = {a["id"]: a.get("answer") for a in answers}
     pool = [q for q in questions if q.id in by_id] if only_answered else questions
@@ -122,7 +137,7 @@ def bleurt(
         return _unavailable(pool, " ".join(reason.split()))
 
     model, tokenizer = load_bleurt(options.bleurt_checkpoint)
-    references = [str_answer(q.answer) for q in pool]
+    references = [gold_text(q.answer) for q in pool]
     candidates = [str_answer(by_id.get(q.id)) for q in pool]  # missing or None -> ""
     scores = bleurt_scores(model, tokenizer, references, candidates) if pool else []
     raw = {q.id: {"bleurt": s} for q, s in zip(pool, scores)}

@@ -16,25 +16,15 @@ from functools import lru_cache
 from typing import Any, Iterable, Iterator
 
 from harness.errors import HarnessError
+from harness.scoring.gold import scalar_text, str_answer
 from harness.scoring.normalize import normalize, normalize_many
+
+__all__ = ["answer_in_text", "score_fanoutqa", "str_answer"]  # str_answer: FanOutQA's, in harness.scoring.gold
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
 AccuracyResult = namedtuple("AccuracyResult", "found score missing")
 
 _rouge = None
-
-
-def str_answer(ans: Any) -> str:
-    """An answer as text for ROUGE (not normalized); same as the official ``str_answer``."""
-    if isinstance(ans, list):
-        return "\n".join(map(str_answer, ans))
-    elif isinstance(ans, dict):
-        return "\n".join(f"{k} - {str_answer(v)}" for k, v in ans.items())
-    elif isinstance(ans, bool):
-        return "yes" if ans else "no"
-    elif ans is None:
-        return ""
-    return str(ans)
 
 
 def answer_in_text(reference: Any, candidate: Any) -> AccuracyResult:
@@ -61,7 +51,7 @@ def _answer_in(reference: Any, norm_cand: str) -> AccuracyResult:
         n_found = n_ref - len(missing)  # nested lists can make this differ from the item count; as official
         return AccuracyResult(found=n_found == n_ref, score=n_found / n_ref, missing=missing)
     if isinstance(reference, bool):
-        reference = "yes" if reference else "no"
+        reference = scalar_text(reference)
     norm_ans = normalize(reference)
     if not _bounded(norm_ans).search(norm_cand):
         return AccuracyResult(found=False, score=0, missing=[norm_ans])
@@ -83,7 +73,7 @@ def _primitives(reference: Any) -> Iterator[Any]:
         for a in itertools.chain(reference.keys(), reference.values()):
             yield from _primitives(a)
     elif isinstance(reference, bool):
-        yield "yes" if reference else "no"
+        yield scalar_text(reference)
     else:
         yield reference
 

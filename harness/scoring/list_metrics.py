@@ -23,7 +23,8 @@ Mirrored from the official code (checked case by case in tests/test_qampari_ques
 Where the official code divides by zero (no predictions, or no gold answers) the question scores
 precision = recall = F1 = 0 and still counts in the means.
 
-Options (keyword parameters of ``set_f1``, recorded in its ``info``; the defaults are official):
+Options (keyword parameters of ``set_f1``, ``--metric-option set-f1.KEY=VALUE``, recorded in its
+``info``; the defaults are official):
 
 * ``clean_items=True``: strip the items of a list answer and drop the empty ones;
 * ``alias_fallback=True``: an answer whose ``aliases`` list is empty is matched by its
@@ -52,8 +53,10 @@ import string
 from typing import Any
 
 import regex
+from pydantic import Field
 
-from harness.scoring.metrics import METRICS, ScoringOptions, streamable
+from harness.scoring.gold import scalar_text
+from harness.scoring.metrics import FANOUTQA_SHAPES, METRICS, MetricOptions, ScoringOptions, declare, streamable
 
 _PUNCT = set(string.punctuation)
 # ``regex``, not ``re``: upstream's module; the two disagree on \b next to "²", "½", combining marks.
@@ -149,13 +152,6 @@ def _is_entry(item: Any) -> bool:
     return isinstance(item, dict) and "answer_text" in item
 
 
-def _item_text(value: Any) -> str:
-    # FanOutQA's own metric reads booleans as yes/no (fanoutqa_metrics.str_answer)
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    return value if isinstance(value, str) else str(value)
-
-
 def gold_items(answer: Any) -> list[Any]:
     """The gold answer of a question as a list of items for set-F1.
 
@@ -185,7 +181,7 @@ def gold_items(answer: Any) -> list[Any]:
         elif _is_entry(value):
             flat.append(value)
         elif value is not None:
-            flat.append(_item_text(value))
+            flat.append(scalar_text(value))
 
     walk(answer)
     items: list[Any] = []
@@ -261,9 +257,9 @@ def predictions_from(
     if answer is None:
         return []
     if isinstance(answer, dict):  # a mapping answer (FanOutQA's shape): its keys and values
-        answer = [_item_text(a) for a in [*answer.keys(), *answer.values()]]
+        answer = [scalar_text(a) for a in [*answer.keys(), *answer.values()]]
     if isinstance(answer, list):
-        items = [a if isinstance(a, str) else str(a) for a in answer]
+        items = [scalar_text(a) for a in answer]
         return [a.strip() for a in items if a.strip()] if clean_items else items
     known = {normalize_answer(a) for ans in answer_list for a in answer_aliases(ans, alias_fallback)[1]}
     return split_items(str(answer), known, pairs=pairs)
@@ -277,6 +273,14 @@ def aggregate_set_f1(rows: list[dict[str, Any]], n: int) -> dict[str, float]:
     return agg
 
 
+class SetF1Options(MetricOptions):
+    """set-f1's options; the defaults are QAMPARI's official scorer."""
+
+    clean_items: bool = Field(False, description="strip a list answer's items and drop the empty ones")
+    alias_fallback: bool = Field(False, description="an answer with no aliases matches by its answer_text")
+
+
+@declare(accepts=(*FANOUTQA_SHAPES, "entity_list"), options=SetF1Options)
 @streamable(aggregate_set_f1)
 @METRICS.register("set-f1")
 def set_f1(

@@ -21,8 +21,8 @@ from typing import Any
 from harness.datasets.base import Sample
 from harness.errors import HarnessError
 from harness.models.base import GenerationParams, ModelResponse
-from harness.scoring.fanoutqa_metrics import str_answer
-from harness.scoring.metrics import METRICS, ScoringOptions, discrete_values
+from harness.scoring.gold import gold_text, str_answer  # noqa: F401 - FanOutQA's str_answer, as before
+from harness.scoring.metrics import FANOUTQA_SHAPES, METRICS, ScoringOptions, declare, discrete_values
 
 # --- copied byte for byte from fanoutqa==1.1.1 fanoutqa/eval/llm.py -----------------------------
 factuality_system = "You are comparing a submitted answer to an expert answer on a given question."
@@ -71,7 +71,7 @@ def judge_messages(question: str, reference: Any, answer: str) -> list[dict[str,
         answer = answer[:MAX_ANSWER_CHARS]
     return [
         {"role": "system", "content": factuality_system},
-        {"role": "user", "content": factuality_prompt(question, str_answer(reference), answer)},
+        {"role": "user", "content": factuality_prompt(question, gold_text(reference), answer)},
     ]
 
 
@@ -132,6 +132,22 @@ def _run(coro):
         return pool.submit(asyncio.run, coro).result()
 
 
+def check_judge(options: ScoringOptions) -> None:
+    """Before any model call: the judge's backend can be made (a known backend) and, for an API,
+    its key is set; nothing is started."""
+    from harness.errors import ModelError
+    from harness.models import create_backend
+
+    backend = create_backend(options.judge)
+    if callable(getattr(backend, "api_key", None)):
+        try:
+            backend.api_key()
+        except ModelError as exc:
+            raise ModelError(f"--judge {options.judge}: {exc}") from None
+
+
+# the expert answer is gold_text(reference): FanOutQA's str_answer, QAMPARI entities by their answer text
+@declare(accepts=(*FANOUTQA_SHAPES, "entity_list"), needs=("judge",), check=check_judge)
 @METRICS.register("llm-judge")
 @discrete_values
 def llm_judge(

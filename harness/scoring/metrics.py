@@ -8,16 +8,22 @@ metrics do not each re-implement the mean. A metric whose official aggregate is 
 (FanOutQA's acc/ROUGE as fanoutqa computes them, QAMPARI's F1>=0.5 shares, corpus BLEU) also
 returns ``"aggregate"``, which is used as it is. Each metric's numbers live under its own name in
 the scores (results format 2, see ``harness.scoring.results``), so two metrics cannot clash.
+
+A metric declares (``declare``) what it can score (gold and answer types, datasets), what it needs
+(a judge, a checkpoint) and its options (a pydantic model, passed to it as keyword arguments);
+``check_metrics`` checks all of it before any model call. A metric without a declaration (a plugin
+that has none) is taken to score any answer, need nothing and have no options.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.datasets.base import Dataset, Sample
-from harness.errors import HarnessError
+from harness.errors import ConfigError, HarnessError
 from harness.registry import Entry, Registry
 from harness.scoring.results import RESULTS_FORMAT, SECTIONS
 from harness.scoring.values import mean_values
@@ -38,6 +44,9 @@ class ScoringOptions(BaseModel):
     cluster_by: str | None = Field(None, description="sample field clustering the questions in the error bars")
     # <think>/<reasoning> blocks removed from each answer before any metric reads it (harness.scoring.reasoning)
     strip_reasoning: bool = Field(True, description="score answers without their <think>/<reasoning> blocks")
+    # {metric: {option: value}} as given (--metric-option / YAML metric_options), checked against each
+    # metric's declared options; what is not given is the metric's default (the official value)
+    metric_options: dict[str, dict[str, Any]] = Field(default_factory=dict, description="each metric's options")
 
 
 # fn(questions, answers, only_score_answered, options=ScoringOptions)
@@ -65,9 +74,85 @@ def reads_rows(fn: Any) -> bool:
 RESERVED_NAMES = frozenset(SECTIONS) | {"question_id", "n", "oversized_answer"}
 
 
+class MetricOptions(BaseModel):
+    """Base of a metric's options: unknown names and NaN/inf refused; defaults are the official values."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, protected_namespaces=())
+
+
+# what a metric may need set: the option and how to set it
+NEEDS = {
+    "judge": "--judge MODEL (e.g. openai/gpt-4o-2024-11-20, FanOutQA's; no judge runs unless named: it costs money)",
+    "bleurt_checkpoint": "--bleurt-checkpoint DIR (a bleurt-pytorch checkpoint folder; none can be downloaded here)",
+}
+
+
+@dataclass(frozen=True)
+class MetricDeclaration:
+    """What a metric scores and needs. ``accepts``: the gold answer types it scores
+    (``harness.scoring.gold.ANSWER_TYPES``), ``answers``: the answer types, ``datasets``: the only
+    datasets it scores; None: any. ``needs``: ScoringOptions fields that must be set. ``options``: its
+    options (a ``MetricOptions`` model), passed to it as keyword arguments. ``check(options)``: more
+    checks before any model call (raise HarnessError)."""
+
+    accepts: tuple[str, ...] | None = None
+    answers: tuple[str, ...] | None = None
+    datasets: tuple[str, ...] | None = None
+    needs: tuple[str, ...] = ()
+    options: type[MetricOptions] | None = None
+    check: Callable[[ScoringOptions], None] | None = None
+
+
+def declare(
+    *,
+    accepts: tuple[str, ...] | None = None,
+    answers: tuple[str, ...] | None = None,
+    datasets: tuple[str, ...] | None = None,
+    needs: tuple[str, ...] = (),
+    options: type[MetricOptions] | None = None,
+    check: Callable[[ScoringOptions], None] | None = None,
+):
+    """Decorator: the metric's ``MetricDeclaration`` (``fn.declaration``)."""
+    from harness.scoring.gold import ANSWER_TYPES
+
+    for kind, names in (("accepts", accepts), ("answers", answers)):
+        unknown = [t for t in names or () if t not in ANSWER_TYPES]
+        if unknown:
+            raise ValueError(f"declare({kind}=...): unknown answer types {unknown} (known: {', '.join(ANSWER_TYPES)})")
+    unknown = [n for n in needs if n not in ScoringOptions.model_fields]
+    if unknown:
+        known = ", ".join(ScoringOptions.model_fields)
+        raise ValueError(f"declare(needs=...): {unknown} are not scoring options ({known})")
+    if options is not None and not (isinstance(options, type) and issubclass(options, BaseModel)):
+        raise ValueError("declare(options=...): a pydantic model (subclass harness.scoring.metrics.MetricOptions)")
+    declaration = MetricDeclaration(
+        tuple(accepts) if accepts is not None else None,
+        tuple(answers) if answers is not None else None,
+        tuple(datasets) if datasets is not None else None,
+        tuple(needs),
+        options,
+        check,
+    )
+
+    def mark(fn: MetricFn) -> MetricFn:
+        fn.declaration = declaration
+        return fn
+
+    return mark
+
+
+def declaration_of(fn: Any) -> MetricDeclaration:
+    """The metric's declaration; a metric without one scores anything and needs nothing."""
+    declared = getattr(fn, "declaration", None)
+    return declared if isinstance(declared, MetricDeclaration) else MetricDeclaration()
+
+
 def _check_metric(obj: Any, ref: str) -> None:
     if not callable(obj):
         raise HarnessError(f"metric {ref}: not a metric function fn(questions, answers, only_answered, options)")
+    declared = getattr(obj, "declaration", None)
+    if declared is not None and not isinstance(declared, MetricDeclaration):
+        raise HarnessError(f"metric {ref}: its declaration must come from harness.scoring.metrics.declare(...)")
 
 
 METRICS: Registry[MetricFn] = Registry(
@@ -140,13 +225,129 @@ def get_metric(name: str) -> MetricFn:
     return entry.obj
 
 
+def _option_error(metric: str, exc: ValidationError, model: type[BaseModel]) -> ConfigError:
+    first = exc.errors()[0]
+    key = ".".join(str(p) for p in first["loc"])
+    where = f"--metric-option {metric}.{key}" if key else f"--metric-option {metric}"
+    if first["type"] == "extra_forbidden":
+        known = ", ".join(model.model_fields) or "none"
+        return ConfigError(f"{where}: metric {metric} has no option {key!r} (its options: {known})")
+    got = first.get("input")
+    shown = f" (got {got!r})" if isinstance(got, (int, float, str)) and len(repr(got)) < 80 else ""
+    return ConfigError(f"{where}: {first['msg'].lower()}{shown}")
+
+
+def validate_metric_options(given: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{metric: {option: value}}`` checked against each metric's declared options (unknown metric,
+    option or value: one line); returns the given values converted, keyed by the metric's scores name."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, values in given.items():
+        if not isinstance(values, dict):
+            raise ConfigError(f"metric_options.{name}: expected a mapping of option names to values")
+        try:
+            entry = METRICS.resolve(str(name))
+        except HarnessError as exc:
+            raise ConfigError(f"--metric-option {name}: {exc}") from None
+        model = declaration_of(entry.obj).options
+        if model is None:
+            if values:
+                raise ConfigError(f"--metric-option {name}.{next(iter(values))}: metric {entry.name} has no options")
+            continue
+        try:
+            parsed = model.model_validate(values)
+        except ValidationError as exc:
+            raise _option_error(entry.name, exc, model) from None
+        out.setdefault(entry.name, {}).update(parsed.model_dump(mode="json", exclude_unset=True))
+    return out
+
+
+def option_values(name: str, fn: Any, options: ScoringOptions) -> dict[str, Any]:
+    """The keyword arguments metric ``name`` is called with: its declared options, the values given
+    (``options.metric_options[name]``) over the defaults."""
+    model = declaration_of(fn).options
+    if model is None:
+        return {}
+    try:
+        return model.model_validate((options.metric_options or {}).get(name) or {}).model_dump()
+    except ValidationError as exc:
+        raise _option_error(name, exc, model) from None
+
+
+def check_metrics(
+    dataset: Dataset,
+    questions: list[Sample],
+    names: list[str],
+    options: ScoringOptions,
+    answers: list[dict[str, Any]] | None = None,
+    given: dict[str, Any] | None = None,
+) -> dict[str, Entry[MetricFn]]:
+    """Everything about the metrics that can be checked before any model call, as each declares it:
+    the names, the datasets and the gold answer types of ``questions`` it scores, the answer types of
+    ``answers`` (when known), what it needs set, its options, its own checks. ``given``: the metric
+    options named now, each for a metric scored here (default: all of ``options.metric_options``)."""
+    from harness.scoring.gold import answer_type
+
+    entries = resolve_metrics(list(names))
+    scored = {entry.name for entry in entries.values()}
+    for name, values in (options.metric_options if given is None else given).items():
+        key = METRICS.resolve(str(name)).name
+        if key not in scored:
+            first = f"{name}.{next(iter(values))}" if isinstance(values, dict) and values else name
+            raise ConfigError(
+                f"--metric-option {first}: metric {key} is not scored here (metrics: {', '.join(entries)}); "
+                "add it with --metrics"
+            )
+    if not dataset.info.has_answers:  # nothing is scored
+        return entries
+    declared = getattr(dataset, "answer_types", None)
+    golds: dict[str, str] = {}  # answer type -> the first question that has it
+    for q in questions:
+        kind = answer_type(q.answer, declared)
+        if kind is not None:
+            golds.setdefault(kind, q.id)
+    ids = {q.id for q in questions}
+    given_answers: dict[str, str] = {}
+    for a in answers or []:
+        kind = answer_type(a.get("answer")) if a.get("id") in ids else None
+        if kind is not None:
+            given_answers.setdefault(kind, a["id"])
+    for name, entry in entries.items():
+        declared_by = declaration_of(entry.obj)
+        if declared_by.datasets is not None and dataset.info.name not in declared_by.datasets:
+            raise ConfigError(
+                f"metric {name} scores only {', '.join(declared_by.datasets)}, not {dataset.info.spec()}"
+            )
+        checks = (("gold answers", golds, declared_by.accepts), ("answers", given_answers, declared_by.answers))
+        for what, found, accepted in checks:
+            bad = [kind for kind in found if accepted is not None and kind not in accepted]
+            if bad:
+                shown = ", ".join(f"{kind} (e.g. question {found[kind]})" for kind in bad[:3])
+                raise ConfigError(
+                    f"metric {name} cannot score {dataset.info.spec()}: its {what} include {shown}, and {name} "
+                    f"scores {', '.join(accepted)} (harness list metrics -v)"
+                )
+        for need in declared_by.needs:
+            if not getattr(options, need, None):
+                raise ConfigError(f"metric {name} needs {NEEDS.get(need, '--' + need.replace('_', '-'))}")
+        option_values(name, entry.obj, options)
+        if declared_by.check is not None:
+            declared_by.check(options)
+    return entries
+
+
 def _aggregate_fanoutqa(rows: list[dict[str, Any]], n: int) -> dict[str, Any]:
     from harness.scoring.fanoutqa_metrics import aggregate_fanoutqa
 
     return aggregate_fanoutqa(rows, n)
 
 
+# gold types with a reading of their own in each built-in metric (harness.scoring.gold.ANSWER_TYPES)
+SCALARS = ("str", "number", "bool")
+FANOUTQA_SHAPES = (*SCALARS, "list_of_str", "list", "dict")
+
+
 # strict = the share of questions whose every answer was found: the mean of the indicator acc == 1
+@declare(accepts=FANOUTQA_SHAPES)
 @streamable(_aggregate_fanoutqa, per_question_leaves={"acc.loose": "acc", "acc.strict": "acc==1"})
 @METRICS.register("fanoutqa-string")
 def fanoutqa_string(
@@ -172,12 +373,16 @@ def fanoutqa_string(
     return {"aggregate": {"acc": scores["acc"], "rouge": scores["rouge"]}, "raw": raw, "info": info}
 
 
+# a gold that is not text is compared as its text (harness.scoring.gold.gold_text: booleans yes/no,
+# a list's items one per line, QAMPARI entities by their answer text)
+@declare(accepts=(*FANOUTQA_SHAPES, "entity_list"))
 @streamable()
 @METRICS.register("em-f1")
 def em_f1(
     questions: list[Sample], answers: list[dict[str, Any]], only_answered: bool, options: ScoringOptions | None = None
 ) -> dict[str, Any]:
     """HotpotQA's official answer EM / F1 / precision / recall; unanswered questions count 0."""
+    from harness.scoring.gold import gold_text
     from harness.scoring.hotpotqa_metrics import exact_match_score, f1_score
 
     by_id = {a["id"]: a["answer"] for a in answers}
@@ -185,12 +390,14 @@ def em_f1(
     raw: dict[str, dict[str, Any]] = {}
     for q in pool:
         if q.id in by_id and by_id[q.id] is not None:
-            f1, precision, recall = f1_score(str(by_id[q.id]), str(q.answer))
-            em = float(exact_match_score(str(by_id[q.id]), str(q.answer)))
+            answer, gold = gold_text(by_id[q.id]), gold_text(q.answer)
+            f1, precision, recall = f1_score(answer, gold)
+            em = float(exact_match_score(answer, gold))
         else:
             em = f1 = precision = recall = 0.0
         raw[q.id] = {"em": em, "f1": f1, "f1_precision": precision, "f1_recall": recall}
-    return {"raw": raw, "info": {"reference": "hotpot_evaluate_v1.py (answer metrics)"}}  # means: score_answers
+    info = {"reference": "hotpot_evaluate_v1.py (answer metrics)", "golds": "not text: read as gold_text (yes/no)"}
+    return {"raw": raw, "info": info}  # means: score_answers
 
 
 def _dist_version(name: str) -> str | None:
@@ -224,6 +431,7 @@ def score_answers(
     fns = {name: entry.obj for name, entry in entries.items()}
     names = list(fns)
     options = options or ScoringOptions()
+    kwargs = {name: option_values(name, fn, options) for name, fn in fns.items()}
     answers, oversized, reasoning = prepare_answers(answers, options)
     if only_answered:  # the official scorer walks the answers in their order
         known = {q.id for q in questions}
@@ -238,9 +446,9 @@ def score_answers(
         stored = (precomputed or {}).get(name) if getattr(fn, "streamable", False) and not only_answered else None
         if stored is None:
             given = with_rows(answers, sample_rows) if reads_rows(fn) else answers
-            result = fn(questions, given, only_answered, options=options)
+            result = fn(questions, given, only_answered, options=options, **kwargs[name])
         else:
-            result = _complete(fn, stored, questions, answers, order, options)
+            result = _complete(fn, stored, questions, answers, order, options, kwargs[name])
         per_question = result["raw"]
         for qid in order:
             if qid in per_question:
@@ -254,9 +462,9 @@ def score_answers(
         info[name] = result.get("info", {})
         if entries[name].source != "builtin":
             info[name] = {**info[name], "plugin": entries[name].record()}
+    oversized = {qid: chars for qid, chars in oversized.items() if qid in rows}  # the questions scored
     for qid, chars in oversized.items():
-        if qid in rows:
-            rows[qid]["oversized_answer"] = {"chars": chars, "scored_chars": options.max_answer_chars}
+        rows[qid]["oversized_answer"] = {"chars": chars, "scored_chars": options.max_answer_chars}
     out["raw"] = list(rows.values())
     breakdown = _breakdown(questions, rows, names, fns)
     if breakdown:
@@ -268,7 +476,8 @@ def score_answers(
     out["meta"] = {
         "metrics": names,
         "n_questions": len(order),
-        "n_answered": sum(1 for a in answers if a.get("answer") is not None),
+        # the questions scored that have an answer (an id the dataset does not hold is not one)
+        "n_answered": len({a["id"] for a in answers if a["id"] in rows and a.get("answer") is not None}),
         "n_oversized_answers": len(oversized),
         "reasoning_removed": reasoning,
         "only_score_answered": only_answered,
@@ -276,7 +485,8 @@ def score_answers(
         "dataset_sha256": dataset.info.sha256,
         "metric_info": info,
         "aggregation": aggregation,
-        "options": options.model_dump(),
+        # the options used: each declared metric option, given or its default
+        "options": {**options.model_dump(), "metric_options": {n: v for n, v in kwargs.items() if v}},
         "clustering": clustering,
     }
     return out
@@ -299,7 +509,7 @@ def _clustering(dataset: Dataset, questions: list[Sample], order: list[str], opt
     return {"by": field, "source": source, "n_clusters": len(set(labels)), "clusters": clusters}, clusters
 
 
-def _complete(fn, stored, questions, answers, order, options) -> dict[str, Any]:
+def _complete(fn, stored, questions, answers, order, options, kwargs=None) -> dict[str, Any]:
     """A streamable metric's result from the stored per-question values, the questions without one
     (unanswered, failed) scored now; its aggregate from all of them in scoring order."""
     raw = dict(stored["raw"])
@@ -307,12 +517,13 @@ def _complete(fn, stored, questions, answers, order, options) -> dict[str, Any]:
     info = stored.get("info") or {}
     if missing:
         ids = {q.id for q in missing}
-        rest = fn(missing, [a for a in answers if a["id"] in ids], False, options=options)
+        rest = fn(missing, [a for a in answers if a["id"] in ids], False, options=options, **(kwargs or {}))
         raw.update(rest["raw"])
         info = rest.get("info", info)
     if not info and questions:  # every value stored by an earlier invocation: the info of one question
         first = questions[0]
-        info = fn([first], [a for a in answers if a["id"] == first.id], False, options=options).get("info", {})
+        only = [a for a in answers if a["id"] == first.id]
+        info = fn([first], only, False, options=options, **(kwargs or {})).get("info", {})
     rows = [raw[qid] for qid in order if qid in raw]
     result: dict[str, Any] = {"raw": raw, "info": info}
     if fn.aggregate_rows is not None:
@@ -335,13 +546,17 @@ def score_some(
     go to each metric in rounds with no id twice in a round; within a round, one call per metric
     (spaCy lemmatizes the round in one batch). Streamable metrics score each question alone, so the
     values are those of separate calls."""
-    entries = [(name, entry.obj) for name, entry in resolve_metrics(names).items() if getattr(entry.obj, "streamable", False)]
+    entries = [
+        (name, entry.obj, option_values(name, entry.obj, options))
+        for name, entry in resolve_metrics(names).items()
+        if getattr(entry.obj, "streamable", False)
+    ]
     out: list[dict[str, Any]] = [{} for _ in samples]
     for positions in _rounds_without_repeats([s.id for s in samples]):
         chosen = [samples[i] for i in positions]
         given, _, _ = prepare_answers([{"id": samples[i].id, "answer": answers[i]} for i in positions], options)
-        for name, fn in entries:
-            result = fn(chosen, given, False, options=options)
+        for name, fn, kwargs in entries:
+            result = fn(chosen, given, False, options=options, **kwargs)
             for i, sample in zip(positions, chosen):
                 out[i][name] = {"raw": result["raw"][sample.id], "info": result.get("info", {})}
     return out

@@ -9,7 +9,8 @@ The official script compares exact title strings and normalizes nothing; so do w
 prediction, and a list answer is scored as given. A free-form string answer (our extension) is
 read one title per line, each line stripped of surrounding whitespace, empty lines dropped.
 
-``title_normalization="light"`` (recorded in ``info``) also cleans predictions that are not
+``title_normalization="light"`` (the option ``--metric-option quest.light=true``; recorded in
+``info``) also cleans predictions that are not
 already a gold title: strips bullets ("- ", "* ", "• "), numbering ("1.", "1)"), wrapping quotes /
 ``**`` / ``[[...]]``, collapses internal whitespace, upper-cases the first character (Wikipedia
 titles are case-insensitive in their first letter only), and drops empty ones. Gold titles are
@@ -22,7 +23,9 @@ import re
 from collections.abc import Collection
 from typing import Any
 
-from harness.scoring.metrics import METRICS, ScoringOptions, streamable
+from pydantic import Field
+
+from harness.scoring.metrics import METRICS, MetricOptions, ScoringOptions, declare, streamable
 
 _BULLET = re.compile(r"^\s*(?:[-*•]\s+|\(?\d+[.)]\s+)")
 TITLE_NORMALIZATIONS = ("none", "light")
@@ -96,6 +99,14 @@ def aggregate_quest(rows: list[dict[str, Any]], n: int) -> dict[str, float]:
     return {k: (sum(r[k] for r in rows) / n if n else 0.0) for k in ("precision", "recall", "f1")}
 
 
+class QuestOptions(MetricOptions):
+    """quest's options; the default is QUEST's official run_eval.py (exact titles)."""
+
+    light: bool = Field(False, description='title_normalization "light": predictions cleaned of bullets, numbering, '
+                        "quotes, first letter upper-cased, unless already a gold title")
+
+
+@declare(accepts=("list_of_str",), answers=("str", "list_of_str"), options=QuestOptions)
 @streamable(aggregate_quest)
 @METRICS.register("quest")
 def quest(
@@ -105,7 +116,10 @@ def quest(
     options: ScoringOptions | None = None,
     *,
     title_normalization: str = "none",
+    light: bool = False,
 ) -> dict[str, Any]:
+    if light:  # the option (--metric-option quest.light=true)
+        title_normalization = "light"
     _check(title_normalization)
     by_id = {a["id"]: a.get("answer") for a in answers}
     pool = [q for q in questions if q.id in by_id] if only_answered else questions

@@ -27,11 +27,49 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from difflib import SequenceMatcher
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
 
 from harness.scoring.list_metrics import answer_aliases, normalize_answer
+from harness.scoring.metrics import MetricOptions, _option_error
 
 LCS_KINDS = ("official", "exact")
+
+
+class MRecallOptions(MetricOptions):
+    """MRecall@K (QUEST): the official subset test by default."""
+
+    cap: bool = Field(False, description="the papers' wording: 1 when min(K, |gold|) gold items are in the top K")
+
+
+class ERecallOptions(MetricOptions):
+    """ERecall@K (QAMPARI): the official longest common substring by default."""
+
+    lcs: Literal["official", "exact"] = Field("official", description="official (QAMPARI's, quirks included) or exact")
+
+
+# harness retrieval-eval's metrics with options (--metric-option NAME.KEY=VALUE); defaults official
+RETRIEVAL_OPTIONS: dict[str, type[MetricOptions]] = {"mrecall": MRecallOptions, "evidence_recall": ERecallOptions}
+
+
+def retrieval_options(given: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Every retrieval metric's options, ``given`` over the defaults; unknown names or values: one line."""
+    from harness.errors import ConfigError
+
+    unknown = [name for name in given if name not in RETRIEVAL_OPTIONS]
+    if unknown:
+        raise ConfigError(
+            f"--metric-option {unknown[0]}: retrieval-eval has no metric with options named {unknown[0]!r} "
+            f"(those with options: {', '.join(RETRIEVAL_OPTIONS)})"
+        )
+    out = {}
+    for name, model in RETRIEVAL_OPTIONS.items():
+        try:
+            out[name] = model.model_validate(given.get(name) or {}).model_dump()
+        except ValidationError as exc:
+            raise _option_error(name, exc, model) from None
+    return out
 
 
 def metric_info(*, lcs: str = "official", cap: bool = False) -> dict[str, Any]:

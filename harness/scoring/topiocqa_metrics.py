@@ -27,7 +27,8 @@ from functools import lru_cache
 from typing import Any
 
 from harness.datasets.base import Sample
-from harness.scoring.metrics import METRICS, ScoringOptions, streamable
+from harness.scoring.gold import gold_text
+from harness.scoring.metrics import METRICS, SCALARS, ScoringOptions, declare, streamable
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCT = set(string.punctuation)
@@ -88,9 +89,10 @@ def sentence_bleu(pred: str, gold: list[str]) -> float:
 
 
 def gold_list(answer: Any) -> list[str]:
+    """The references: a list's items (alternatives), else the one answer; booleans read yes/no."""
     if isinstance(answer, (list, tuple)):
-        return [str(a) for a in answer] or [""]
-    return [str(answer)]
+        return [gold_text(a) for a in answer] or [""]
+    return [gold_text(answer)]
 
 
 @lru_cache(maxsize=1)
@@ -151,6 +153,8 @@ def _corpus_bleu_from_sums(totals: list[float]) -> dict[str, Any]:
     return {"bleu_corpus": _bleu_of_sums(totals)}
 
 
+# a list gold is alternative references: a list whose items are all needed (QUEST's) is not one
+@declare(accepts=(*SCALARS, "references"), answers=SCALARS)
 @streamable(_aggregate_topiocqa, sums=(_turn_stats, _corpus_bleu_from_sums))
 @METRICS.register("topiocqa")
 def topiocqa(
@@ -171,7 +175,7 @@ def topiocqa(
             raw[q.id] = {"em": 0.0, "f1": 0.0, "bleu": 0.0}
             hyps.append("")
         else:
-            pred = str(pred)
+            pred = gold_text(pred)
             scores = turn_score(gold, pred)
             raw[q.id] = {"em": float(scores["em"]), "f1": float(scores["f1"]), "bleu": sentence_bleu(pred, gold)}
             hyps.append(pred)

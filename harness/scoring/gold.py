@@ -1,0 +1,80 @@
+"""How every metric reads a gold answer (and an answer) that is not plain text, and the answer types
+metrics declare they can score (``harness.scoring.metrics.declare``).
+
+One reading, FanOutQA's (``fanoutqa.eval.utils.str_answer``): booleans are "yes"/"no", numbers their
+``str()``, None is "", a list is its items one per line, a dict its ``key - value`` lines. A QAMPARI
+entity (``{"answer_text", "aliases"}``) reads as its answer text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# answer type -> what it is; a metric declares the ones it scores, a dataset the ones its golds have
+ANSWER_TYPES: dict[str, str] = {
+    "str": "one text",
+    "number": "a number",
+    "bool": "a boolean (read yes/no)",
+    "list_of_str": "a list of strings, all of them the answer (QUEST titles, FanOutQA lists)",
+    "list": "any other list (numbers, mixed, nested)",
+    "dict": "a mapping, keys and values the answer (FanOutQA)",
+    "entity_list": 'a list of QAMPARI entities {"answer_text", "aliases"}',
+    "references": "a list of alternative references, any one of them right (TopiOCQA's Additional_answers)",
+}
+
+
+def scalar_text(value: Any) -> str:
+    """A boolean as "yes"/"no", None as "", anything else ``str()``: as fanoutqa-string reads golds."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else str(value)
+
+
+def is_entity(value: Any) -> bool:
+    return isinstance(value, dict) and "answer_text" in value
+
+
+def str_answer(ans: Any) -> str:
+    """FanOutQA's ``str_answer`` (text for ROUGE and the judge), byte for byte."""
+    if isinstance(ans, list):
+        return "\n".join(map(str_answer, ans))
+    if isinstance(ans, dict):
+        return "\n".join(f"{k} - {str_answer(v)}" for k, v in ans.items())
+    return scalar_text(ans)
+
+
+def gold_text(ans: Any) -> str:
+    """``str_answer``, except that a QAMPARI entity reads as its ``answer_text``."""
+    if is_entity(ans):
+        return scalar_text(ans["answer_text"])
+    if isinstance(ans, list):
+        return "\n".join(map(gold_text, ans))
+    if isinstance(ans, dict):
+        return "\n".join(f"{k} - {gold_text(v)}" for k, v in ans.items())
+    return scalar_text(ans)
+
+
+def answer_type(value: Any, declared: tuple[str, ...] | None = None) -> str | None:
+    """The answer type of a value (None for None). A list of strings is ``references`` where the
+    dataset declares its lists as such (``declared`` holds "references", not "list_of_str")."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, dict):
+        return "dict"
+    if isinstance(value, (list, tuple)):
+        if value and all(is_entity(v) for v in value):
+            return "entity_list"
+        if all(isinstance(v, str) for v in value):
+            if declared and "references" in declared and "list_of_str" not in declared:
+                return "references"
+            return "list_of_str"
+        return "list"
+    return type(value).__name__
