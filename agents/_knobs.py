@@ -28,8 +28,9 @@ class ReserveKnobs(Knobs):
     evidence_reserve: int = knob(520, "tokens kept free for the answer (paper: 520)", ge=0, le=10_000_000)
 
 
-class SearchKnobs(RankingKnobs):
-    """The open-book search tool and the loop around it."""
+class SearchToolKnobs(RankingKnobs):
+    """The open-book search tool, and what every loop around it shares (the context policy, the
+    question repeated after each result)."""
 
     search_style: Literal["fanoutqa", "paper-2024"] = knob("fanoutqa", "search tool replies: fanoutqa | paper-2024")
     ranking_query: Literal["question", "query"] = knob(
@@ -37,11 +38,16 @@ class SearchKnobs(RankingKnobs):
     )
     budget_fraction: float = knob(0.5, "share of the context one search result may use", gt=0, le=1)
     max_similar: int = knob(10, "similar titles offered when a title is not found", ge=0, le=10_000)
-    max_rounds: int = knob(20, "model turns per sample in the open-book loop", ge=1, le=10_000)
     context_policy: Literal["stop", "drop-oldest"] = knob(
         "stop", "when the conversation fills the context: stop | drop-oldest"
     )
     repeat_question: bool = knob(False, "repeat the question after each retrieval (paper F.2)")
+
+
+class SearchKnobs(SearchToolKnobs):
+    """The open-book search tool and the loop around it."""
+
+    max_rounds: int = knob(20, "model turns per sample in the open-book loop", ge=1, le=10_000)
 
 
 class HistoryKnobs(Knobs):

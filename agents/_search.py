@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agents._knobs import SearchKnobs
+from agents._knobs import SearchToolKnobs
 
 
-def build_search_tool(knobs: SearchKnobs, model, snapshot):
+def build_search_tool(knobs: SearchToolKnobs, model, snapshot):
     from tools.search import SearchConfig, SearchTool
 
     search_config = SearchConfig(

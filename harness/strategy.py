@@ -293,6 +293,8 @@ AGENTS: Registry[type[Agent]] = Registry(
         "retrieve-read-joint": "agents.retrieve_read_joint:RetrieveReadJoint",
         "retrieve-read-each": "agents.retrieve_read_each:RetrieveReadEach",
         "retrieve-classify": "agents.retrieve_classify:RetrieveClassify",
+        "react": "agents.react:React",
+        "ircot": "agents.ircot:IRCoT",
     },
     validate=_check_agent,
     name_attribute="name",
