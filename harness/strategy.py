@@ -289,6 +289,7 @@ AGENTS: Registry[type[Agent]] = Registry(
         "retrieve-read-joint": "agents.retrieve_read_joint:RetrieveReadJoint",
         "retrieve-read-each": "agents.retrieve_read_each:RetrieveReadEach",
         "retrieve-classify": "agents.retrieve_classify:RetrieveClassify",
+        "delegate": "agents.delegate:Delegate",
     },
     validate=_check_agent,
     name_attribute="name",
