@@ -295,6 +295,7 @@ AGENTS: Registry[type[Agent]] = Registry(
         "retrieve-classify": "agents.retrieve_classify:RetrieveClassify",
         "react": "agents.react:React",
         "ircot": "agents.ircot:IRCoT",
+        "delegate": "agents.delegate:Delegate",
     },
     validate=_check_agent,
     name_attribute="name",
