@@ -41,6 +41,7 @@ NOT_HASHED = frozenset(
         "judge",
         "bleurt_checkpoint",
         "stream_scoring",
+        "metric_timeout",
         # epochs repeat the same questions in the same run directory (like --limit, more resumes it);
         # the reducer only changes how their scores combine
         "epochs",
@@ -101,6 +102,10 @@ class RunConfig(BaseModel):
         description="score samples in a worker process as they finish (auto: from 64 samples to do; "
         "below that the end-of-run batch is cheaper than starting the worker)",
     )
+    metric_timeout: float = Field(
+        600.0, gt=0, le=WEEK_S, description="seconds one plugin metric may take scoring (past it: that metric's "
+        "failure, recorded in scores.meta.failed_metrics)",
+    )
     epochs: int = Field(
         1, ge=1, le=1000, description="times each question is run (each epoch's seed is --seed + epoch - 1)"
     )
@@ -138,7 +143,11 @@ class RunConfig(BaseModel):
         from harness.scoring.metrics import ScoringOptions
 
         return ScoringOptions(
-            judge=self.judge, bleurt_checkpoint=self.bleurt_checkpoint, cache_path=self.cache_path, cluster_by=self.cluster_by
+            judge=self.judge,
+            bleurt_checkpoint=self.bleurt_checkpoint,
+            cache_path=self.cache_path,
+            cluster_by=self.cluster_by,
+            metric_timeout=self.metric_timeout,
         )
 
     def config_hash(self, extra: dict[str, Any] | None = None) -> str:

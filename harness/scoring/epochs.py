@@ -56,7 +56,10 @@ def reduce_epoch_scores(
     from harness.scoring.values import mean_values
 
     first = epoch_scores[0]
-    names = list(first["meta"]["metrics"])
+    # a plugin metric that failed in any epoch (scores.meta.failed_metrics) is left out of the reduction
+    failed = {k: v for scores in epoch_scores for k, v in (scores["meta"].get("failed_metrics") or {}).items()}
+    names = [n for n in first["meta"]["metrics"] if n not in failed]
+    fns = {n: fn for n, fn in fns.items() if n in names}
     per_epoch_rows = [{row["question_id"]: row for row in scores["raw"]} for scores in epoch_scores]
     order = [row["question_id"] for row in first["raw"]]
     rows: dict[str, dict[str, Any]] = {}
@@ -95,6 +98,9 @@ def reduce_epoch_scores(
         "between_epoch_variance": _between_epoch_variance(per_epoch_rows, order, names),
     }
     out["meta"] = {**first["meta"], "aggregation": aggregation, "epochs": len(epoch_scores), "epoch_reducer": reducer}
+    out["meta"]["metrics"] = names
+    if failed:
+        out["meta"]["failed_metrics"] = failed
     return out
 
 
