@@ -213,6 +213,12 @@ def add_scoring_options(p, metrics=None, suppress: bool = True) -> None:
             choices=["auto", "on", "off"],
             help="score each sample in a worker process as it finishes (default auto: from 64 samples)",
         )
+        g.add_argument(
+            "--metric-timeout",
+            type=float,
+            help="seconds one plugin metric may take scoring (default 600); past it, or if it raises, that metric "
+            "fails alone (scores.meta.failed_metrics) and the others are scored",
+        )
     g.add_argument(
         "--cluster-by",
         help="sample field whose questions are not independent, for the error bars (e.g. category for FanOutQA; "

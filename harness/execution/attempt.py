@@ -22,36 +22,89 @@ from harness.execution.cost import Budget, BudgetExhausted, Pricing
 from harness.execution.summary import now_iso
 from harness.models.base import WAIT_CLOCK, GenerationParams, ModelBackend, WaitClock
 from harness.models.cache import ResponseCache
-from harness.records import ERROR_LOG, answer_stored_once, work_key
-from harness.redact import redact
-from harness.strategy import Agent, AgentContext
+from harness.execution.watchdog import SAMPLE, LoopWatch
+from harness.records import ERROR_LOG, answer_stored_once, to_json, work_key
+from harness.redact import redact, redact_data
+from harness.strategy import Agent, AgentContext, SampleResult
 
 
-async def within_own_time(coro, timeout: float, clock: WaitClock):
-    """``coro``'s result, or TimeoutError once it has run ``timeout`` seconds of its own: time its
-    requests spent queued for a turn (counted on ``clock``) extends the deadline."""
-    token = WAIT_CLOCK.set(clock)
+class LoopBlocked(asyncio.TimeoutError):
+    """Past its timeout, having held the event loop itself (a blocking call in the strategy)."""
+
+    def __init__(self, seconds: float, where: str):
+        super().__init__(seconds, where)
+        self.seconds, self.where = seconds, where
+
+
+class PluginExit(Exception):
+    """``sys.exit`` in a strategy, caught inside its task: the event loop would re-raise it and end the run."""
+
+
+async def _exits_caught(coro):
     try:
-        task = asyncio.ensure_future(coro)  # copies the context: the sample's requests see ``clock``
+        return await coro
+    except SystemExit as exc:
+        raise PluginExit(f"called sys.exit({exc.code!r})") from None
+
+
+async def within_own_time(coro, timeout: float, clock: WaitClock, watch: LoopWatch | None = None, sample: str | None = None):
+    """``coro``'s result, or TimeoutError once it has run ``timeout`` seconds of its own: time its
+    requests spent queued for a turn (counted on ``clock``) extends the deadline, and so do stalls of
+    the event loop that other samples caused (``watch``). A sample that caused a stall itself and
+    is past its deadline once the loop is free is LoopBlocked, even if it has answered meanwhile."""
+    token, owner = WAIT_CLOCK.set(clock), SAMPLE.set(sample)
+    try:
+        task = asyncio.ensure_future(_exits_caught(coro))  # copies the context: the sample's requests see ``clock``
     finally:
         WAIT_CLOCK.reset(token)
+        SAMPLE.reset(owner)
     started = time.monotonic()
+    stalled_before = watch.stalled_total() if watch is not None else 0.0
+
+    def own_s() -> float:
+        elapsed = time.monotonic() - started - clock.waited_s()
+        if watch is not None and sample is not None:
+            elapsed -= watch.stalled_total() - stalled_before - watch.charged_to(sample)
+        return elapsed
+
+    def blocked() -> LoopBlocked | None:
+        charged = watch.charged_to(sample) if watch is not None and sample is not None else 0.0
+        return LoopBlocked(charged, watch.blocked_at(sample)) if charged else None
+
     try:
         while True:
-            left = timeout - (time.monotonic() - started - clock.waited_s())
+            left = timeout - own_s()
             if left <= 0:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-                raise asyncio.TimeoutError
+                raise blocked() or asyncio.TimeoutError()
             done, _ = await asyncio.wait({task}, timeout=left)
             if done:
+                late = blocked() if own_s() > timeout else None
+                if late is not None:
+                    raise late
                 return task.result()
     except asyncio.CancelledError:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         raise
+    finally:
+        if task.done():
+            coro.close()  # a no-op once run; one cancelled before it started is not "never awaited"
 
 
+def _json_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be written to a JSON line, or None."""
+    try:
+        to_json(redact_data(value))
+    except (TypeError, ValueError, RecursionError) as exc:
+        return " ".join(str(exc).split())[:200]
+    return None
+
+
+def _raised_at(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f" (at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
 
 
 class SampleAttempts:
@@ -69,8 +122,12 @@ class SampleAttempts:
         epochs: int,
         max_answer_chars: int,
         invocation: dict[str, Any],
+        watch: LoopWatch | None = None,
     ):
         self.agent, self.backend, self.pricing, self.budget = agent, backend, pricing, budget
+        self.watch = watch
+        ref = agent.plugin.get("ref") if agent.plugin.get("source") not in (None, "builtin") else None
+        self.who = f"agent {ref or agent.name}"  # a plugin by its reference: FILE.py:NAME
         self.run_dir, self.sample_timeout, self.epochs = run_dir, sample_timeout, epochs
         self.max_answer_chars = max_answer_chars
         self.invocation = invocation
@@ -87,8 +144,17 @@ class SampleAttempts:
         missing_titles = None
         result = None
         clock = WaitClock()
+        key = work_key(sample.id, epoch)
         try:
-            result = await within_own_time(self.agent.solve(sample, ctx), self.sample_timeout, clock)
+            result = await within_own_time(self.agent.solve(sample, ctx), self.sample_timeout, clock, self.watch, key)
+            error = self._not_a_result(result)
+            if error is not None:
+                error_type = "plugin_error"
+        except LoopBlocked as exc:
+            error_type, error = "timeout", (
+                f"no answer within {self.sample_timeout:g} s: it held the event loop {exc.seconds:.1f} s at {exc.where} "
+                f"({self.who} blocks instead of awaiting)"
+            )
         except asyncio.TimeoutError:
             error_type, error = "timeout", f"no answer within {self.sample_timeout:g} s"
         except ContextOverflowError as exc:
@@ -108,10 +174,20 @@ class SampleAttempts:
             self.died = exc
         except ModelError:
             raise  # a broken backend (bad key, server gone) fails every sample: stop the run
+        except PluginExit as exc:
+            error_type, error = "plugin_error", f"{self.who}: {exc} in solve (a strategy cannot end the run)"
         except Exception as exc:  # a bug or malformed response must not sink the whole run
-            error_type, error = "exception", f"{type(exc).__name__}: {exc}"
-            with open(self.run_dir / ERROR_LOG, "a", encoding="utf-8") as f:
-                f.write(f"--- {now_iso()} sample {sample.id}\n{redact(traceback.format_exc())}\n")
+            error_type, error = "exception", f"{type(exc).__name__}: {exc}{_raised_at(exc)}"
+            self._log_traceback(sample)
+        except asyncio.CancelledError as exc:
+            if _being_cancelled():  # the run is stopping (Ctrl-C, SIGTERM, another sample's fatal error)
+                raise
+            error_type, error = "plugin_error", f"{self.who}: solve raised CancelledError{_raised_at(exc)}"
+        except KeyboardInterrupt:
+            raise  # a real Ctrl-C interrupts (rc 130), whoever's code it landed in
+        except BaseException as exc:  # noqa: BLE001 - a strategy's own BaseException is its sample's failure
+            error_type, error = "plugin_error", f"{self.who}: solve raised {type(exc).__name__}: {exc}{_raised_at(exc)}"
+            self._log_traceback(sample)
         finally:
             self.invocation["model_calls"] += ctx.model_calls
             self.invocation["cache_hits"] += ctx.cache_hits
@@ -132,33 +208,63 @@ class SampleAttempts:
             "cost_usd": self.pricing.usage_cost(ctx.usage),
             "spent_usd": self.pricing.usage_cost(ctx.sent_usage),
         }
-        if error_type is not None:
-            self.invocation["failed"] += 1
-            record = {**common, "status": "error", "error_type": error_type, "error": redact(error)}
-            if missing_titles is not None:
-                record["missing_titles"] = missing_titles
-            # the transcript up to the failure: the last request and the reply it got (if any), and
-            # what the strategy recorded so far (its searches); secrets masked as in every record
-            record["messages"] = ctx.transcript
-            if ctx.partial:
-                record["extra"] = dict(ctx.partial)
-            return record
-        self.invocation["finished"] += 1
-        last_finish = ctx.finish_reasons[-1] if ctx.finish_reasons else None
-        oversized = isinstance(result.answer, str) and len(result.answer) > self.max_answer_chars
-        return {
-            **common,
-            "status": "ok",
-            "question": sample.question,
-            "answer": result.answer,
-            "outcome": result.outcome,
-            "finish_reason": last_finish,
-            # The answer hit max_tokens: kept, but flagged rather than passed off as complete.
-            "truncated_output": last_finish == "length",
-            # longer than scoring reads (ScoringOptions.max_answer_chars): kept whole, scored on its start
-            "oversized_answer": oversized,
-            # written once: the transcript's final assistant message points to the answer
-            "messages": answer_stored_once(result.messages, result.answer) if oversized else result.messages,
-            "extra": result.extra,
-        }
+        if error_type is None:
+            last_finish = ctx.finish_reasons[-1] if ctx.finish_reasons else None
+            oversized = isinstance(result.answer, str) and len(result.answer) > self.max_answer_chars
+            record = {
+                **common,
+                "status": "ok",
+                "question": sample.question,
+                "answer": result.answer,
+                "outcome": result.outcome,
+                "finish_reason": last_finish,
+                # The answer hit max_tokens: kept, but flagged rather than passed off as complete.
+                "truncated_output": last_finish == "length",
+                # longer than scoring reads (ScoringOptions.max_answer_chars): kept whole, scored on its start
+                "oversized_answer": oversized,
+                # written once: the transcript's final assistant message points to the answer
+                "messages": answer_stored_once(result.messages, result.answer) if oversized else result.messages,
+                "extra": result.extra,
+            }
+            # what the strategy returned must be written whole, or the sample fails: never half a row
+            problem = next(
+                (f"{field}: {why}" for field in ("answer", "outcome", "extra", "messages") if (why := _json_problem(record[field]))),
+                None,
+            )
+            if problem is None:
+                self.invocation["finished"] += 1
+                return record
+            error_type, error = "plugin_error", f"{self.who}: its result cannot be written as JSON ({problem})"
+        self.invocation["failed"] += 1
+        record = {**common, "status": "error", "error_type": error_type, "error": redact(error)}
+        if missing_titles is not None:
+            record["missing_titles"] = missing_titles
+        # the transcript up to the failure: the last request and the reply it got (if any), and
+        # what the strategy recorded so far (its searches); secrets masked as in every record
+        record["messages"] = ctx.transcript
+        if ctx.partial:
+            record["extra"] = dict(ctx.partial)
+        for field in ("extra", "messages"):  # the strategy's own, so perhaps not JSON: dropped, said
+            why = _json_problem(record.get(field))
+            if why is not None:
+                record[field] = {"unwritable": why} if field == "extra" else []
+        return record
+
+    def _not_a_result(self, result: Any) -> str | None:
+        if not isinstance(result, SampleResult):
+            return f"{self.who}: solve returned {type(result).__name__}, not a SampleResult"
+        for field, kind in (("messages", list), ("extra", dict), ("outcome", str)):
+            value = getattr(result, field)
+            if not isinstance(value, kind):
+                return f"{self.who}: its SampleResult.{field} is {type(value).__name__}, not {kind.__name__}"
+        return None
+
+    def _log_traceback(self, sample: Sample) -> None:
+        with open(self.run_dir / ERROR_LOG, "a", encoding="utf-8") as f:
+            f.write(f"--- {now_iso()} sample {sample.id}\n{redact(traceback.format_exc())}\n")
+
+
+def _being_cancelled() -> bool:
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
 

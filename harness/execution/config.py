@@ -41,6 +41,7 @@ NOT_HASHED = frozenset(
         "judge",
         "bleurt_checkpoint",
         "stream_scoring",
+        "metric_timeout",
         # epochs repeat the same questions in the same run directory (like --limit, more resumes it);
         # the reducer only changes how their scores combine
         "epochs",
@@ -118,6 +119,10 @@ class RunConfig(BaseModel):
         description="score samples in a worker process as they finish (auto: from 64 samples to do; "
         "below that the end-of-run batch is cheaper than starting the worker)",
     )
+    metric_timeout: float = Field(
+        600.0, gt=0, le=WEEK_S, description="seconds one plugin metric may take scoring (past it: that metric's "
+        "failure, recorded in scores.meta.failed_metrics)",
+    )
     epochs: int = Field(
         1, ge=1, le=1000, description="times each question is run (each epoch's seed is --seed + epoch - 1)"
     )
@@ -162,6 +167,7 @@ class RunConfig(BaseModel):
             strip_reasoning=self.strip_reasoning,
             metric_options=self.metric_options,
             max_answer_chars=self.max_answer_chars,
+            metric_timeout=self.metric_timeout,
         )
 
     def config_hash(self, extra: dict[str, Any] | None = None) -> str:

@@ -26,6 +26,7 @@ from harness.execution.progress import Progress
 from harness.execution.record import RunResults, read_results
 from harness.execution.scoring import run_metrics, score_records
 from harness.execution.summary import build_results, now_iso, snapshot_hash
+from harness.execution.watchdog import LoopWatch
 from harness.models import create_backend
 from harness.models.cache import ResponseCache
 from harness.models.concurrency import AdaptiveLimit
@@ -361,6 +362,8 @@ class Run:
         limiter = AdaptiveLimit(self.config.max_connections)
         self.backend.limiter = limiter
         progress = Progress(len(todo), enabled=self.show_progress)
+        # a strategy blocking the loop is named on stderr, and its stall charged to its own sample
+        watch = LoopWatch(min(self.WATCHDOG_AFTER_S, self.config.sample_timeout))
         self.attempts = attempts = SampleAttempts(
             self.agent,
             self.backend,
@@ -371,7 +374,9 @@ class Run:
             epochs=self.config.epochs,
             max_answer_chars=self.max_answer_chars,
             invocation=self.invocation,
+            watch=watch,
         )
+        watch.who = attempts.who
         if self.dataset.info.has_answers and self._stream_scoring(len(todo)):
             from harness.scoring.streaming import StreamingScorer
 
@@ -384,20 +389,22 @@ class Run:
                 if self.budget is not None and self.budget.exhausted:
                     return  # over budget: not started, left pending for a rerun with a higher --max-cost
                 record = await attempts.attempt(sample, cache, epoch, self._epoch_params(epoch))
-            if record["status"] == "ok" and self.scorer is not None and self.scorer.active:
-                # scored in the worker, outside the semaphore: the next request is already on its way
-                scores = await self.scorer.score(sample, record["answer"])
-                if scores is not None:
-                    record["scores"] = scores
-                    record["scored_with"] = self.scorer.fingerprint
             if not prefetched and self.scorer is not None:
                 # the error bars' numpy, imported while the run goes (after its first request, so
                 # that is not delayed) rather than after the last answer
                 prefetched = True
                 threading.Thread(target=importlib.import_module, args=("harness.scoring.stats",), daemon=True).start()
             if record["status"] == "ok":
+                # written before it is scored: a stalled or killed scorer never holds a finished row back
                 samples_out.append(record)
                 finished[work_key(sample.id, epoch)] = record
+                if self.scorer is not None and self.scorer.active:
+                    # scored in the worker, outside the semaphore: the next request is already on its
+                    # way; the values stay in memory for the end's aggregate (the row is written)
+                    scores = await self.scorer.score(sample, record["answer"])
+                    if scores is not None:
+                        record["scores"] = scores
+                        record["scored_with"] = self.scorer.fingerprint
                 progress.advance(ok=True, scores=record.get("scores"))
             else:
                 failures_out.append(record)
@@ -407,6 +414,7 @@ class Run:
                 raise attempts.died
 
         try:
+            watch.start()
             with progress:
                 tasks = [asyncio.create_task(one(s, e)) for s, e in todo]
                 try:
@@ -417,6 +425,9 @@ class Run:
                     await asyncio.gather(*tasks, return_exceptions=True)
                     raise
         finally:
+            watch.stop()
+            if watch.stalls:  # the loop's stalls a strategy caused, for the record
+                self.invocation["loop_stalls"] = watch.stalls[:20]
             self.backend.limiter = None
             self.invocation["concurrency"] = limiter.facts()
             samples_out.close()
@@ -425,7 +436,11 @@ class Run:
                 cache.close()
             if self.scorer is not None:
                 self.scorer.close()
+                self.invocation["streamed_scores"] = self.scorer.streamed
+                if self.scorer.stopped:
+                    self.invocation["streaming_stopped"] = self.scorer.stopped
 
+    WATCHDOG_AFTER_S = 10.0  # the loop still this long: the watchdog names what holds it (at most --sample-timeout)
     STREAM_FROM = 64  # samples to do: below, starting the scoring worker costs more than it saves
 
     def _stream_scoring(self, n_todo: int) -> bool:

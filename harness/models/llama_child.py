@@ -155,19 +155,10 @@ def overflow_message(error: str, n_ctx: int) -> str:
 
 
 def _die_with_parent(parent: int | None) -> None:
-    """Linux: SIGKILL this process when the run's process dies (kill -9 included). Strictly, when the
-    thread that started it ends: the run starts it from its event-loop thread, which lives as long as the run."""
-    if not parent:
-        return
-    try:
-        import ctypes
-        import signal
+    """Linux: SIGKILL this process when the run's process dies (kill -9 included); ``harness.lifeline``."""
+    from harness.lifeline import die_with_parent
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
-    if os.getppid() != parent:  # the parent died before the line above
-        os._exit(0)
+    die_with_parent(parent)
 
 
 def _crash_reports_to_stderr() -> None:

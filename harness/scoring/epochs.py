@@ -169,7 +169,10 @@ def reduce_epoch_scores(
 
     check_reducer(reducer, fns, len(epoch_scores))
     first = epoch_scores[0]
-    names = list(first["meta"]["metrics"])
+    # a plugin metric that failed in any epoch (scores.meta.failed_metrics) is left out of the reduction
+    failed = {k: v for scores in epoch_scores for k, v in (scores["meta"].get("failed_metrics") or {}).items()}
+    names = [n for n in first["meta"]["metrics"] if n not in failed]
+    fns = {n: fn for n, fn in fns.items() if n in names}
     per_epoch_rows = [{row["question_id"]: row for row in scores["raw"]} for scores in epoch_scores]
     order = list(dict.fromkeys(row["question_id"] for scores in epoch_scores for row in scores["raw"]))
     rows: dict[str, dict[str, Any]] = {}  # scores.raw
@@ -215,6 +218,9 @@ def reduce_epoch_scores(
         for name in names
     }
     out["meta"] = {**first["meta"], "aggregation": aggregation, "epochs": len(epoch_scores), "epoch_reducer": reducer}
+    out["meta"]["metrics"] = names
+    if failed:
+        out["meta"]["failed_metrics"] = failed
     return out
 
 

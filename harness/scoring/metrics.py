@@ -17,6 +17,9 @@ that has none) is taken to score any answer, need nothing and have no options.
 
 from __future__ import annotations
 
+import logging
+import threading
+import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -24,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.datasets.base import Dataset, Sample
 from harness.errors import ConfigError, HarnessError
+from harness.models.base import WEEK_S
 from harness.registry import Entry, Registry
 from harness.scoring.results import RESULTS_FORMAT, SECTIONS
 from harness.scoring.values import mean_values
@@ -47,7 +51,12 @@ class ScoringOptions(BaseModel):
     # {metric: {option: value}} as given (--metric-option / YAML metric_options), checked against each
     # metric's declared options; what is not given is the metric's default (the official value)
     metric_options: dict[str, dict[str, Any]] = Field(default_factory=dict, description="each metric's options")
+    # A plugin metric that takes longer (a hang) is that metric's failure, recorded in scores.meta;
+    # built-in metrics are the harness's own code and run untimed (the LLM judge's requests have theirs).
+    metric_timeout: float = Field(600.0, gt=0, le=WEEK_S, description="seconds one plugin metric may take")
 
+
+log = logging.getLogger(__name__)
 
 # fn(questions, answers, only_score_answered, options=ScoringOptions)
 #   -> {"raw": {qid: {...}}, "info": {...}, "aggregate"?: {...}}
@@ -442,13 +451,24 @@ def score_answers(
     rows: dict[str, dict[str, Any]] = {qid: {"question_id": qid} for qid in order}
     info: dict[str, Any] = {}
     aggregation: dict[str, str] = {}
-    for name, fn in fns.items():
+    failed: dict[str, str] = {}
+    for name, fn in list(fns.items()):
         stored = (precomputed or {}).get(name) if getattr(fn, "streamable", False) and not only_answered else None
         if stored is None:
             given = with_rows(answers, sample_rows) if reads_rows(fn) else answers
-            result = fn(questions, given, only_answered, options=options, **kwargs[name])
+            call = lambda fn=fn, given=given, kw=kwargs[name]: fn(questions, given, only_answered, options=options, **kw)  # noqa: E731
         else:
-            result = _complete(fn, stored, questions, answers, order, options, kwargs[name])
+            call = lambda fn=fn, stored=stored, kw=kwargs[name]: _complete(fn, stored, questions, answers, order, options, kw)  # noqa: E731
+        try:
+            result = run_metric(entries[name], call, options.metric_timeout)
+        except MetricFailed as exc:  # that metric alone: the others are scored, and the reason recorded
+            failed[name] = str(exc)
+            del fns[name]
+            log.warning(
+                "metric %s failed: %s; the other metrics are scored, the reason is in scores.meta.failed_metrics",
+                entries[name].ref or name, exc,
+            )
+            continue
         per_question = result["raw"]
         for qid in order:
             if qid in per_question:
@@ -464,7 +484,9 @@ def score_answers(
             info[name] = {**info[name], "plugin": entries[name].record()}
     oversized = {qid: chars for qid, chars in oversized.items() if qid in rows}  # the questions scored
     for qid, chars in oversized.items():
-        rows[qid]["oversized_answer"] = {"chars": chars, "scored_chars": options.max_answer_chars}
+        if qid in rows:
+            rows[qid]["oversized_answer"] = {"chars": chars, "scored_chars": options.max_answer_chars}
+    names = list(fns)
     out["raw"] = list(rows.values())
     breakdown = _breakdown(questions, rows, names, fns)
     if breakdown:
@@ -489,7 +511,51 @@ def score_answers(
         "options": {**options.model_dump(), "metric_options": {n: v for n, v in kwargs.items() if v}},
         "clustering": clustering,
     }
+    if failed:
+        out["meta"]["failed_metrics"] = failed
     return out
+
+
+class MetricFailed(HarnessError):
+    """A plugin metric raised, hung or returned what is not a metric's result: its own failure."""
+
+
+def run_metric(entry: Entry[MetricFn], call: Callable[[], dict[str, Any]], timeout: float) -> dict[str, Any]:
+    """``call()`` (one metric over the questions). A built-in metric is called as it is. A plugin's
+    runs in a thread with ``timeout``; whatever it does wrong (raises, ``sys.exit`` included; hangs;
+    returns no ``{"raw": {question id: values}}``, or values that are not JSON) is MetricFailed, so
+    one plugin never costs the run its other metrics or its results.json. A thread that hangs is
+    left behind (a daemon: it ends with the process); Ctrl-C still interrupts the wait."""
+    if entry.source == "builtin":
+        return call()
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = call()
+        except BaseException as exc:  # noqa: BLE001 - sys.exit in a plugin is its failure too
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"metric {entry.name}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise MetricFailed(f"no result within {timeout:g} s (metric_timeout)")
+    if "error" in box:
+        exc = box["error"]
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+        raise MetricFailed(" ".join(f"{type(exc).__name__}: {exc}".split())[:300] + where)
+    result = box["result"]
+    if not isinstance(result, dict) or not isinstance(result.get("raw"), dict):
+        raise MetricFailed(f'returned {type(result).__name__}, not {{"raw": {{question id: values}}, ...}}')
+    try:
+        from harness.records import to_json
+
+        to_json(result)
+    except (TypeError, ValueError) as exc:
+        raise MetricFailed(f"its result is not JSON: {exc}") from None
+    return result
 
 
 def _clustering(dataset: Dataset, questions: list[Sample], order: list[str], options: ScoringOptions):

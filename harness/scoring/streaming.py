@@ -1,12 +1,19 @@
-"""Scoring that streams with a run: each finished sample is scored by the streamable metrics in a
-worker process (spaCy's lemmatizer and ROUGE never hold up the event loop), its values kept in the
-sample's record, and the end of the run only aggregates (``score_answers(precomputed=...)``).
+"""Scoring that streams with a run: each finished sample, once its row is written, is scored by the
+streamable metrics in a worker process (spaCy's lemmatizer and ROUGE never hold up the event loop),
+its values kept with the run's in-memory record, and the end of the run only aggregates
+(``score_answers(precomputed=...)``). Rows are written before they are scored, so a stalled or
+killed worker never holds a finished sample back; whatever it did not score is scored at the end.
 
 The values are the batch scorer's, question for question (``score_one`` calls the same metric on one
 question), and the aggregates are computed from them in the same order, so a streamed run's scores
-equal ``harness score RUN_DIR`` exactly (tests/test_streaming_scoring.py). A record carries
-``scored_with``, a fingerprint of what scored it (metrics, options, harness version): a resumed run
-with other metrics or options, or an older record, is scored at the end instead.
+equal ``harness score RUN_DIR`` exactly (tests/test_streaming_scoring.py). Values carry
+``scored_with``, a fingerprint of what scored them (metrics, options, harness version); rows written
+by older versions may hold such values, used on resume when the fingerprint matches.
+
+The worker (``harness.scoring.worker``) is a plain child process that dies with the run, kill -9
+included (``harness.lifeline``), and leaves no multiprocessing resource tracker. One answer (a batch,
+or the warm-up) has ``DEADLINE_S``: a worker that takes longer is killed, said in one line, and the
+remaining samples are scored at the end.
 """
 
 from __future__ import annotations
@@ -15,13 +22,14 @@ import asyncio
 import hashlib
 import json
 import logging
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
+import os
+import subprocess
+import sys
 from typing import Any
 
 from harness.datasets.base import Sample
 from harness.errors import describe_exit
-from harness.scoring.metrics import ScoringOptions, resolve_metrics, score_one, score_some
+from harness.scoring.metrics import ScoringOptions, resolve_metrics
 
 log = logging.getLogger(__name__)
 
@@ -33,48 +41,82 @@ def streamable_metrics(names: list[str]) -> list[str]:
 def fingerprint(names: list[str], options: ScoringOptions) -> str:
     from harness._version import __version__
 
+    # cluster_by (error bars) and metric_timeout (a deadline) never change a value
     canonical = json.dumps(
-        {"metrics": names, "options": options.model_dump(mode="json", exclude={"cluster_by"}), "harness": __version__}, sort_keys=True
+        {
+            "metrics": names,
+            "options": options.model_dump(mode="json", exclude={"cluster_by", "metric_timeout"}),
+            "harness": __version__,
+        },
+        sort_keys=True,
     )
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-def _warm(names: list[str], options: ScoringOptions) -> None:
-    """Load the metrics' libraries (spaCy, ROUGE) before the first sample needs them."""
-    probe = Sample(id="warm-up", question="", answer=["warm up"])
-    try:
-        score_one(probe, "warm up", names, options)
-    except Exception:  # a metric that cannot score a probe still scores real samples (or fails there)
-        pass
+class WorkerStalled(Exception):
+    pass
 
 
 class StreamingScorer:
     """One worker process scoring finished samples. Samples that finish while it is busy are sent
     together as the next batch, so it keeps up with any request rate (one spaCy batch per call)."""
 
+    DEADLINE_S = 120.0  # one batch or the warm-up; builtin metrics take well under a second a batch
+
     def __init__(self, names: list[str], options: ScoringOptions):
-        self.names = streamable_metrics(names)
+        # by reference, so the worker resolves what this process did (FILE.py:NAME plugins); an
+        # in-process registration does not exist there: scored at the end
+        self._refs = {
+            name: entry.ref if entry.source in ("file", "module") else name
+            for name, entry in resolve_metrics(names).items()
+            if getattr(entry.obj, "streamable", False) and entry.source != "registered"
+        }
+        self.names = list(self._refs)
         self.options = options
         self.fingerprint = fingerprint(names, options)
         self.info: dict[str, Any] = {}
-        self._pool: ProcessPoolExecutor | None = None
-        self._workers: list[Any] = []
+        self.streamed = 0  # samples the worker scored
+        self.stopped: str | None = None  # why it stopped early
+        self.process: subprocess.Popen | None = None
         self._queue: list[tuple[Sample, Any, asyncio.Future]] = []
         self._batch: asyncio.Task | None = None
+        self._warming = False
         if self.names:
-            # spawn, not fork: the parent may hold a loaded model, server threads and locks
-            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-            self._pool.submit(_warm, self.names, options)
-            # the worker's Process, started by the submit above: its exit code says how it died
-            self._workers = list(getattr(self._pool, "_processes", {}).values())
+            self._start()
+
+    def _start(self) -> None:
+        from multiprocessing.connection import Connection
+
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        try:
+            # started from the event-loop thread: the parent-death signal follows that thread
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "harness.scoring.worker", "--parent", str(os.getpid())],
+                stdin=to_child_r,
+                stdout=from_child_w,
+                close_fds=True,
+                start_new_session=True,  # Ctrl-C reaches the run, which stops the worker itself
+            )
+        finally:
+            os.close(to_child_r)
+            os.close(from_child_w)
+        self._out = Connection(to_child_w, readable=False)
+        self._in = Connection(from_child_r, writable=False)
+        self._out.send(("warm", list(self._refs.values()), self.options))  # small: never blocks
+        self._warming = True
 
     @property
     def active(self) -> bool:
-        return self._pool is not None
+        return self.process is not None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
 
     async def score(self, sample: Sample, answer: Any) -> dict[str, Any] | None:
-        """{metric: value} for the record, or None (no answer, or the worker failed: scored at the end)."""
-        if self._pool is None or answer is None:
+        """{metric: value}, or None (no answer, or the worker failed: scored at the end)."""
+        if self.process is None or answer is None:
             return None
         future = asyncio.get_running_loop().create_future()
         self._queue.append((sample, answer, future))
@@ -83,19 +125,30 @@ class StreamingScorer:
         return await future
 
     async def _drain(self) -> None:
-        loop = asyncio.get_running_loop()
-        while self._queue and self._pool is not None:
+        while self._queue and self.process is not None:
             batch, self._queue = self._queue, []
             samples = [s for s, _, _ in batch]
+            result: list[Any] = [None] * len(batch)
             try:
-                result = await loop.run_in_executor(
-                    self._pool, score_some, samples, [a for _, a, _ in batch], self.names, self.options
+                if self._warming:
+                    await self._exchange(None)  # the warm-up's answer, on its own deadline
+                    self._warming = False
+                refs = list(self._refs.values())
+                _, values, failed = await self._exchange(
+                    ("score", refs, self.options, samples, [a for _, a, _ in batch])
                 )
             except Exception as exc:  # never lose a finished sample over its score: the end scores it
-                why = await asyncio.to_thread(self._why, exc)  # joins the dead worker: off the event loop
+                why = await asyncio.to_thread(self._why, exc)  # reaps the worker: off the event loop
                 log.warning("streaming scoring stopped (%s); the remaining samples are scored at the end", why)
-                self._stop()  # a broken worker (a script without `if __name__ == "__main__"`) stays broken
-                result = [None] * len(batch)
+                self.stopped = why
+                await asyncio.to_thread(self._stop)  # a broken worker stays broken
+            else:
+                result = values
+                self.streamed += len(batch)
+                for ref, reason in failed.items():  # that metric alone leaves the worker
+                    name = next(n for n, r in self._refs.items() if r == ref)
+                    del self._refs[name]
+                    log.warning("metric %s failed in the scoring worker (%s); it is scored at the end", name, reason)
             for (sample, _, future), values in zip(batch, result):  # by position: one per (question, epoch)
                 for name, value in (values or {}).items():
                     self.info.setdefault(name, value["info"])
@@ -103,15 +156,40 @@ class StreamingScorer:
                     future.set_result({name: value["raw"] for name, value in values.items()} if values else None)
         self._release_queue()  # stopped with samples waiting: they are scored at the end
 
+    async def _exchange(self, message: tuple | None) -> tuple:
+        """Send ``message`` (None: only read the warm-up's answer) and read the answer, within DEADLINE_S."""
+        call = asyncio.get_running_loop().run_in_executor(None, self._call, message)
+        try:
+            return await asyncio.wait_for(asyncio.shield(call), self.DEADLINE_S)
+        except asyncio.TimeoutError:
+            pid = self.pid
+            await asyncio.to_thread(self._kill)  # the pipes break: the call returns
+            await asyncio.gather(call, return_exceptions=True)
+            what = "warm-up" if message is None else f"batch of {len(message[3])} sample(s)"
+            raise WorkerStalled(
+                f"the scoring worker process (pid {pid}) gave no answer to a {what} within "
+                f"{self.DEADLINE_S:g} s and was stopped"
+            ) from None
+
+    def _call(self, message: tuple | None) -> tuple:  # in a thread: pipes block
+        if message is not None:
+            self._out.send(message)
+        reply = self._in.recv()
+        if reply[0] != "ok":
+            raise RuntimeError(f"the scoring worker answered {reply[0]!r}")
+        return reply
+
     def _why(self, exc: Exception) -> str:
         """``the scoring worker process (pid 7) died of signal 11, SIGSEGV``, else the exception."""
-        from concurrent.futures.process import BrokenProcessPool
-
-        if isinstance(exc, BrokenProcessPool):
-            for process in self._workers:
-                process.join(timeout=2)  # reaped by the pool's manager thread: its exit code is kept
-                if process.exitcode is not None:
-                    return f"the scoring worker process (pid {process.pid}) died of {describe_exit(process.exitcode)}"
+        if isinstance(exc, WorkerStalled):
+            return str(exc)
+        if isinstance(exc, (EOFError, OSError)) and self.process is not None:
+            try:
+                code = self.process.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                code = None
+            if code is not None:
+                return f"the scoring worker process (pid {self.process.pid}) died of {describe_exit(code)}"
         return f"{type(exc).__name__}: " + " ".join(str(exc).split())[:200]
 
     def _release_queue(self) -> None:
@@ -120,14 +198,25 @@ class StreamingScorer:
                 future.set_result(None)
         self._queue = []
 
+    def _kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
     def _stop(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        """End the worker (it holds nothing worth a graceful exit: perhaps mid-warm-up) and its pipes."""
+        if self.process is None:
+            return
+        self._kill()
+        for conn in (self._out, self._in):
+            conn.close()
+        self.process = None
 
     def close(self) -> None:
         self._release_queue()
-        self._stop()
+        if self._batch is not None and not self._batch.done():  # interrupted mid-batch: its samples are scored at the end
+            self._batch.cancel()
+        self._stop()  # killed before the pipes close under a thread reading them
 
 
 def precomputed_from(records: list[dict[str, Any]], names: list[str], options: ScoringOptions, info: dict[str, Any]):
