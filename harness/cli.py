@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # commands whose --out is a folder; every other --out is a file
-OUT_IS_FOLDER = {"run", "ablate", "export"}
+OUT_IS_FOLDER = {"run", "ablate", "export", "merge"}
 
 
 def _check_common_paths(args: argparse.Namespace) -> None:

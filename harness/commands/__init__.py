@@ -11,6 +11,7 @@ from __future__ import annotations
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("harness.commands.run", "generate answers for a dataset and score them"),
     "score": ("harness.commands.score", "score saved generations (no model call)"),
+    "merge": ("harness.commands.merge", "join the shards of a run (run --shard I/K) into one run directory"),
     "list": (
         "harness.commands.list",
         "list strategies, metrics, backends and datasets (built in and installed plugins)",

@@ -110,7 +110,17 @@ def add_run_options(p) -> None:
         help="retry only the samples that failed earlier in this run directory (failures.jsonl, minus "
         "those finished since); start none that were never tried",
     )
-    g.add_argument("--out", help="run directory (default: results/<dataset>-<model>-<setting>-<config hash>)")
+    g.add_argument(
+        "--shard",
+        metavar="I/K",
+        help="run only shard I of K: the selected questions whose id hashes to I (each with all its epochs); "
+        "the K shards are disjoint, together the whole selection, and share the run's key: run each into its "
+        "own --out (default: the run's directory name + -shardIofK), then harness merge DIR... --out DIR",
+    )
+    g.add_argument(
+        "--out",
+        help="run directory (default: results/<dataset>-<model>-<setting>-<config hash>[-shardIofK])",
+    )
     g.add_argument(
         "--config",
         help="YAML file of options (keys are these long flag names; an agent: section holds the strategy "

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from harness.errors import ConfigError
 from harness.models import DEFAULT_MODEL
@@ -31,6 +31,9 @@ NOT_HASHED = frozenset(
         "shuffle_seed",
         "stratify_by",
         "only_failed",
+        # which part of the selection this run directory holds: every shard of a run has the run's key,
+        # so its shards merge into it (``harness merge``); a run directory holds one shard
+        "shard",
         "out",
         "max_connections",
         "cache",
@@ -88,6 +91,11 @@ class RunConfig(BaseModel):
         None, description="with --limit: a subset proportional to this group field (largest remainder)"
     )
     only_failed: bool = Field(False, description="retry only the samples that failed earlier in this run directory")
+    shard: str | None = Field(
+        None,
+        description="I/K: run only shard I of K of the selected questions (each with all its epochs); "
+        "harness merge joins the K shards into the whole run",
+    )
     out: str | None = None
     max_connections: int = Field(4, ge=1, le=10_000)
     sample_timeout: float = Field(600.0, gt=0, le=WEEK_S, description="seconds per sample (paper: 600)")
@@ -138,6 +146,14 @@ class RunConfig(BaseModel):
     generation: GenerationParams = Field(default_factory=GenerationParams)
     backend: BackendOptions = Field(default_factory=BackendOptions)
 
+    @field_validator("shard", mode="before")
+    @classmethod
+    def _shard_spec(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        i, k = parse_shard(value)
+        return f"{i}/{k}"
+
     def identity(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """Core options that change what the model is asked, by value; a field added later with a
         declared neutral value (``harness.strategy.knob``) is left out while it has that value."""
@@ -174,6 +190,21 @@ class RunConfig(BaseModel):
         """``extra`` adds resolved facts (dataset version and sha256, prompt sha256)."""
         canonical = json.dumps(self.identity(extra), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+SHARD_FORM = "expected I/K, shard I of K with 1 <= I <= K (e.g. --shard 2/3)"
+
+
+def parse_shard(value: Any) -> tuple[int, int]:
+    """``"2/3"`` -> (2, 3); anything else (``0/3``, ``4/3``, ``x``) is a ValueError of one line."""
+    text = str(value).strip() if isinstance(value, (str, int)) and not isinstance(value, bool) else None
+    parts = text.split("/") if text else []
+    if len(parts) != 2 or not all(p.strip().isascii() and p.strip().isdigit() for p in parts):
+        raise ValueError(f"{value!r}: {SHARD_FORM}")
+    i, k = (int(p) for p in parts)
+    if not 1 <= i <= k or k > 1_000_000:
+        raise ValueError(f"{value!r}: shard {i} of {k}: {SHARD_FORM}")
+    return i, k
 
 
 # Flat flag name -> path in RunConfig. YAML files use the same flat names.

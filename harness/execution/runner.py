@@ -64,6 +64,10 @@ class RunStopped(HarnessError):
         )
 
 
+def _part(shard: str | None) -> str:
+    return f"shard {shard}" if shard else "the whole selection (no --shard)"
+
+
 def select_samples(dataset: Dataset, config: RunConfig) -> list[Sample]:
     """sample ids -> --sample-filter -> --shuffle / --stratify-by -> --limit (``harness.execution.selection``)."""
     from harness.execution.selection import select_samples as select
@@ -133,6 +137,8 @@ class Run:
             self.run_dir = Path(config.out)
         else:
             name = f"{slug(info.name)}-{info.split}-{info.version}-{slug(config.model)}-{config.setting}-{self.run_id}"
+            if config.shard:  # the shards of one run share its key, each in a directory of its own
+                name += "-shard{}of{}".format(*config.shard.split("/"))
             self.run_dir = Path("results") / name
         self.price_table = load_price_table(config.price_table)
         self.pricing = pricing_for(config.model, self.price_table)
@@ -227,6 +233,12 @@ class Run:
                     f"{self.run_dir} holds a run with a different configuration "
                     f"(run {str(old.get('config_hash'))[:12]}, this one {self.run_id}); choose another --out"
                 )
+            held = (old.get("config") or {}).get("shard") if isinstance(old.get("config"), dict) else None
+            if held != self.config.shard:  # what `harness merge` reads a directory's part of the run from
+                raise ConfigError(
+                    f"{self.run_dir} holds {_part(held)} of run {self.run_id}, this is {_part(self.config.shard)}: "
+                    "a run directory holds one shard; choose another --out"
+                )
         elif (self.run_dir / SAMPLES_FILE).exists():
             raise ConfigError(f"{self.run_dir} has samples but no {CONFIG_FILE}; choose another --out")
         results = self.run_dir / RESULTS_FILE
@@ -293,7 +305,8 @@ class Run:
                 self.agent.prepare(self.backend, self.snapshot)
             self._claim_run_dir()
             print(
-                f"run {self.run_id}: {len(todo)} of {len(self.samples) * self.config.epochs} samples to do"
+                f"run {self.run_id}{f' shard {self.config.shard}' if self.config.shard else ''}: "
+                f"{len(todo)} of {len(self.samples) * self.config.epochs} samples to do"
                 + (f" ({len(self.samples)} questions x {self.config.epochs} epochs)" if self.config.epochs > 1 else "")
                 + f" -> {self.run_dir}",
                 file=sys.stderr,
@@ -473,7 +486,9 @@ class Run:
         failed_now = [k for k in keys if k in failures and k not in finished]
         scores = None
         scoring_note = None
-        if self.dataset.info.has_answers:  # the same path as `harness score RUN_DIR` (score_run)
+        if not selected and self.config.shard:  # a shard that got none of the questions (K above their number)
+            scoring_note = f"shard {self.config.shard} holds none of the selected questions: nothing to score"
+        elif self.dataset.info.has_answers:  # the same path as `harness score RUN_DIR` (score_run)
             from harness.scoring.streaming import precomputed_from
 
             info = self.scorer.info if self.scorer is not None else {}

@@ -1,5 +1,5 @@
 """Which samples a run selects: ``--sample-id``, then ``--sample-filter``, then ``--shuffle`` /
-``--stratify-by``, then ``--limit``. Every step is deterministic (a shuffle is seeded), so the same
+``--stratify-by``, then ``--limit``, then ``--shard I/K`` (the part of those questions shard I holds). Every step is deterministic (a shuffle is seeded), so the same
 options select the same samples in the same order (with ``--shuffle``, a larger ``--limit`` selects
 a superset: the first N of the same seeded order).
 
@@ -8,6 +8,7 @@ None of these options is hashed into the run key: they pick samples of the same 
 
 from __future__ import annotations
 
+import hashlib
 import random
 from typing import Any
 
@@ -100,6 +101,24 @@ def stratified(samples: list[Sample], name: str, n: int) -> list[Sample]:
     return [s for i, s in enumerate(samples) if i in keep]
 
 
+def shard_of(sample_id: str, k: int) -> int:
+    """The shard (1..K) that holds a question, with all its epochs: a stable hash of its id, so it
+    depends on nothing else (not the selection, its order, --limit or --epochs: a shard extended later
+    stays disjoint from the others). Shards are balanced in expectation, not exactly."""
+    digest = hashlib.sha256(sample_id.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % k + 1
+
+
+def in_shard(samples: list[Sample], shard: str | None) -> list[Sample]:
+    """The selected questions of shard ``I/K`` (all of them without one), in the selection's order."""
+    if not shard:
+        return samples
+    from harness.execution.config import parse_shard
+
+    i, k = parse_shard(shard)
+    return [s for s in samples if shard_of(s.id, k) == i]
+
+
 def shuffle_seed(config: Any) -> int:
     """--shuffle-seed, else --seed (0 where neither is set)."""
     if getattr(config, "shuffle_seed", None) is not None:
@@ -113,15 +132,19 @@ class _Selection:
 
     def __init__(self, config: Any):
         self.config = config
-        for name in ("sample_ids", "sample_filter", "shuffle_seed", "stratify_by", "limit"):
+        for name in ("sample_ids", "sample_filter", "shuffle_seed", "stratify_by", "limit", "shard"):
             setattr(self, name, getattr(config, name, None))
         self.shuffle = bool(getattr(config, "shuffle", False))
 
 
 def select_samples(dataset: Dataset, config: Any) -> list[Sample]:
-    """sample ids -> filters -> shuffle / stratify -> limit. ``config``: a RunConfig, or anything
-    with its selection attributes (those missing are unset)."""
+    """sample ids -> filters -> shuffle / stratify -> limit -> shard. ``config``: a RunConfig, or
+    anything with its selection attributes (those missing are unset)."""
     config = _Selection(config)
+    return in_shard(_select(dataset, config), config.shard)
+
+
+def _select(dataset: Dataset, config: _Selection) -> list[Sample]:
     where = dataset.info.spec()
     samples = dataset.samples
     if config.sample_ids:

@@ -1,0 +1,379 @@
+"""--shard I/K and harness merge: a scripted model on 20 HotpotQA dev questions x 2 epochs, run whole
+and in 3 shards; the merged shards equal the whole run (rows, counts, every score and interval);
+refusals are one line, exit 2, nothing written; a killed shard resumes; the Slurm and SkyPilot
+recipes in examples/ run as written (a stand-in sbatch, the YAML's run: script per node)."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.cli import main
+from harness.datasets import load_dataset
+from harness.execution.config import build_config
+from harness.execution.selection import select_samples, shard_of
+from harness.models.scripted import register_script
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+SCRIPT = "shard-test"
+GOLD = {s.question: s.answer for s in load_dataset("hotpotqa:dev").samples}
+RUN = [
+    "--model", f"scripted/{SCRIPT}", "--dataset", "hotpotqa:dev", "--setting", "closed-book",
+    "--limit", "20", "--epochs", "2", "--temperature", "1", "--no-cache",
+]  # fmt: skip
+TIMING = {"started_at", "finished_at", "latency_s", "waited_s"}
+
+
+async def answer(messages, tools, tool_choice, params):
+    """Right, half right or wrong by question and epoch (seed), so every metric has a spread."""
+    delay = float(os.environ.get("SHARD_TEST_DELAY") or 0)
+    if delay:
+        await asyncio.sleep(delay)
+    prompt = " ".join(m["content"] for m in messages if isinstance(m.get("content"), str))
+    question = next(q for q in GOLD if q in prompt)
+    turn = (len(question) + params.seed) % 3
+    return GOLD[question] if turn == 0 else f"{GOLD[question]} or maybe something else" if turn == 1 else "no idea"
+
+
+def register():
+    return register_script(SCRIPT, answer)
+
+
+register()
+
+
+def harness(*argv, capsys=None):
+    """``harness ARGV`` in this process: (exit code, stderr lines)."""
+    if capsys is not None:
+        capsys.readouterr()
+    rc = main([str(a) for a in argv])
+    err = capsys.readouterr().err.strip().splitlines() if capsys is not None else []
+    return rc, err
+
+
+def rows(run_dir: Path, name: str = "samples.jsonl", ignore=TIMING) -> collections.Counter:
+    path = run_dir / name
+    if not path.exists():
+        return collections.Counter()
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return collections.Counter(
+        json.dumps({k: v for k, v in r.items() if k not in ignore}, sort_keys=True) for r in lines
+    )
+
+
+def results(run_dir: Path) -> dict:
+    return json.loads((run_dir / "results.json").read_text())
+
+
+def files_of(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The whole run, then its 3 shards, each into its own directory."""
+    base = tmp_path_factory.mktemp("shards")
+    assert main(["run", *RUN, "--out", str(base / "whole")]) == 0
+    for i in (1, 2, 3):
+        assert main(["run", *RUN, "--shard", f"{i}/3", "--out", str(base / f"s{i}")]) == 0
+    return base
+
+
+def assert_equals_whole(merged: Path, whole: Path, ignore=TIMING):
+    assert rows(merged, ignore=ignore) == rows(whole, ignore=ignore)
+    assert rows(merged, "failures.jsonl", ignore) == rows(whole, "failures.jsonl", ignore)
+    m, w = results(merged), results(whole)
+    assert m["scores"] == w["scores"]  # every number, every interval, the raw rows and breakdowns
+    for key in ("counts", "tokens", "model_calls", "sample_ids", "outcomes", "run_id", "config_hash", "dataset"):
+        assert m[key] == w[key], key
+    return m, w
+
+
+def test_shards_partition_the_selection():
+    dataset = load_dataset("hotpotqa:dev")
+    whole = [s.id for s in select_samples(dataset, build_config({"dataset": "hotpotqa:dev", "limit": 20}))]
+    parts = [
+        [s.id for s in select_samples(dataset, build_config({"dataset": "hotpotqa:dev", "limit": 20, "shard": f"{i}/3"}))]
+        for i in (1, 2, 3)
+    ]
+    assert sorted(sum(parts, [])) == sorted(whole) and len(set(sum(parts, []))) == 20  # disjoint, complete
+    assert all(p == [i for i in whole if i in p] for p in parts)  # each in the selection's order
+    assert all(parts)  # 7, 6, 7 questions
+    # a question's shard is its id's alone: a larger --limit keeps every shard's questions in it
+    larger = select_samples(dataset, build_config({"dataset": "hotpotqa:dev", "limit": 60, "shard": "2/3"}))
+    assert set(parts[1]) <= {s.id for s in larger} and all(shard_of(s.id, 3) == 2 for s in larger)
+    # the shard is recorded but not in the run key: every shard of a run has the run's hash
+    assert build_config({"shard": "2/3"}).config_hash() == build_config({}).config_hash()
+
+
+def test_merged_shards_equal_the_whole_run(runs, capsys):
+    whole = runs / "whole"
+    shard_counts = [results(runs / f"s{i}")["counts"] for i in (1, 2, 3)]
+    # each shard counts its own pairs: its questions x 2 epochs; together the whole selection
+    assert [c["selected"] for c in shard_counts] == [2 * c["questions"] for c in shard_counts]
+    assert sum(c["selected"] for c in shard_counts) == 40 and all(c["finished"] == c["selected"] for c in shard_counts)
+    assert results(runs / "s2")["config"]["shard"] == "2/3"
+    assert {results(runs / f"s{i}")["config_hash"] for i in (1, 2, 3)} == {results(whole)["config_hash"]}
+
+    before = {i: files_of(runs / f"s{i}") for i in (1, 2, 3)}
+    rc, err = harness("merge", runs / "s3", runs / "s1", runs / "s2", "--out", runs / "merged", capsys=capsys)
+    assert rc == 0, err
+    assert {i: files_of(runs / f"s{i}") for i in (1, 2, 3)} == before  # the shards are only read
+    merged, w = assert_equals_whole(runs / "merged", whole)
+    assert merged["status"] == "complete" and merged["counts"]["finished"] == 40
+    assert merged["counts"] == {"selected": 40, "questions": 20, "epochs": 2, "finished": 40, "failed": 0,
+                                "pending": 0, "truncated_output": 0}  # fmt: skip
+    assert merged["config"]["shard"] is None and merged["config"]["out"] == str(runs / "merged")
+    assert merged["model"] == w["model"]
+    assert [(i["number"], i["shard"], i["shard_number"]) for i in merged["invocations"]] == [
+        (1, "1/3", 1), (2, "2/3", 1), (3, "3/3", 1)
+    ]  # fmt: skip
+    assert sum(i["attempted"] for i in merged["invocations"]) == 40
+    # the numbers are not trivial: some right, some half right, some wrong
+    assert 0 < merged["scores"]["em-f1"]["em"] < merged["scores"]["em-f1"]["f1"] < 1
+    assert merged["scores"]["uncertainty"]["em-f1.f1"]["stderr"] > 0
+    # the merged directory is a run directory: `harness score` gives its scores back, and the unsharded
+    # command resumes it with nothing left to do
+    rc, err = harness("score", runs / "merged", capsys=capsys)
+    assert rc == 0, err and results(runs / "merged")["scores"] == w["scores"]
+    assert main(["run", *RUN, "--out", str(runs / "merged")]) == 0
+    again = results(runs / "merged")
+    assert again["invocations"][-1]["number"] == 4 and again["invocations"][-1]["attempted"] == 0
+    assert again["scores"] == w["scores"]
+
+
+@pytest.mark.parametrize("spec", ["0/3", "4/3", "x", "1/0", "2/3/4"])
+def test_bad_shard_spec_is_one_line(tmp_path, capsys, spec):
+    rc, err = harness("run", *RUN, "--shard", spec, "--out", tmp_path / "run", capsys=capsys)
+    assert rc == 2 and len(err) == 1 and err[0].startswith(f"error: --shard: '{spec}'")
+    assert "1 <= I <= K" in err[0] and not (tmp_path / "run").exists()
+
+
+def test_run_directory_holds_one_shard(runs, capsys):
+    rc, err = harness("run", *RUN, "--shard", "1/3", "--out", runs / "s2", capsys=capsys)
+    assert rc == 2 and len(err) == 1 and "holds shard 2/3" in err[0] and "this is shard 1/3" in err[0]
+    rc, err = harness("run", *RUN, "--out", runs / "s2", capsys=capsys)
+    assert rc == 2 and "this is the whole selection (no --shard)" in err[0]
+
+
+def test_merge_refusals(runs, tmp_path, capsys):
+    s1, s2, s3 = (runs / f"s{i}" for i in (1, 2, 3))
+    out = tmp_path / "merged"
+
+    def refused(*dirs, extra=(), out=out):
+        there = files_of(out) if out.exists() else None
+        rc, err = harness("merge", *dirs, "--out", out, *extra, capsys=capsys)
+        assert rc == 2 and len(err) == 1 and err[0].startswith("error: "), err
+        assert (files_of(out) if out.exists() else None) == there  # nothing written
+        assert not list(out.parent.glob(f".{out.name}.merging-*"))
+        return err[0]
+
+    # a shard of another configuration (another --max-tokens: another run key)
+    assert main(["run", *RUN, "--max-tokens", "64", "--shard", "1/3", "--out", str(tmp_path / "other")]) == 0
+    assert "a different configuration" in refused(s2, s3, tmp_path / "other")
+    # a shard of the same key selecting differently (--limit is not hashed)
+    assert main(["run", *RUN[:-7], "--limit", "10", *RUN[-5:], "--shard", "3/3", "--out", str(tmp_path / "lim")]) == 0
+    assert "--limit 10, but" in refused(s1, s2, tmp_path / "lim")
+    # overlapping shards: one shard in two directories, or a row copied into another shard
+    shutil.copytree(s1, tmp_path / "s1-again")
+    assert "finished in both" in refused(s1, s2, s3, tmp_path / "s1-again")
+    shutil.copytree(s2, tmp_path / "s2-tampered")
+    with open(tmp_path / "s2-tampered" / "samples.jsonl", "a") as f:
+        f.write((s1 / "samples.jsonl").read_text().splitlines()[0] + "\n")
+    assert "belongs to shard 1/3, not 2/3" in refused(s1, tmp_path / "s2-tampered", s3)
+    # a missing shard; the same directory twice; a run that is not a shard; not a run at all
+    assert "shard 3/3 of run" in refused(s1, s2) and "missing" in refused(s1, s2)
+    assert "given twice" in refused(s1, s2, s3, s1)
+    assert "not a shard" in refused(s1, s2, runs / "whole")
+    assert "not a run directory" in refused(s1, s2, tmp_path)
+    # the output: not empty, or inside a shard
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    assert "not empty" in refused(s1, s2, s3, out=tmp_path / "full")
+    assert "inside the shard" in refused(s1, s2, s3, out=s1 / "merged")
+    # a shard being written now
+    from harness.execution.lock import RunLock
+
+    with RunLock(tmp_path / "s2-tampered", purpose="test"):
+        shutil.copytree(s2, tmp_path / "s2-busy", ignore=shutil.ignore_patterns(".lock"))
+        with RunLock(tmp_path / "s2-busy", purpose="test"):
+            assert "is being written by" in refused(s1, tmp_path / "s2-busy", s3)
+
+
+def test_partial_merge_counts_missing_shards_pending_and_resumes(runs, tmp_path, capsys):
+    out = tmp_path / "merged"
+    rc, err = harness("merge", runs / "s1", runs / "s3", "--out", out, "--partial", capsys=capsys)
+    assert rc == 0 and any(line.startswith("warning: shard 2/3 missing") for line in err)
+    partial = results(out)
+    s2 = results(runs / "s2")["counts"]["selected"]
+    assert partial["status"] == "incomplete" and partial["counts"]["pending"] == s2
+    assert partial["counts"]["finished"] == 40 - s2 and partial["counts"]["selected"] == 40
+    # the unsharded command finishes the merged run: only shard 2's pairs are sent
+    script = register()
+    script.requests.clear()
+    assert main(["run", *RUN, "--out", str(out)]) == 0
+    assert len(script.requests) == s2
+    assert_equals_whole(out, runs / "whole", ignore=TIMING | {"invocation"})
+
+
+def test_killed_shard_resumes_then_merges(runs, tmp_path, capsys):
+    out = tmp_path / "s2"
+    code = (
+        f"import sys; sys.path.insert(0, {str(TESTS)!r}); import test_sharding as t; from harness.cli import main; "
+        f"sys.exit(main({['run', *RUN, '--shard', '2/3', '--out', str(out), '--max-connections', '1']!r}))"
+    )
+    env = {**os.environ, "SHARD_TEST_DELAY": "0.2", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    samples = out / "samples.jsonl"
+    deadline = time.monotonic() + 120
+    while not (samples.exists() and len(samples.read_bytes().splitlines()) >= 3):
+        assert proc.poll() is None, proc.communicate()[1].decode()
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    first = samples.read_bytes().splitlines()
+    total = results(runs / "s2")["counts"]["selected"]
+    assert 3 <= len(first) < total and not (out / "results.json").exists()
+
+    assert main(["run", *RUN, "--shard", "2/3", "--out", str(out)]) == 0  # the same command finishes it
+    lines = samples.read_bytes().splitlines()
+    assert lines[: len(first)] == first and len(lines) == total  # nothing rewritten or run twice
+    assert results(out)["invocations"][-1]["already_finished"] == len(first)
+    assert rows(out, ignore=TIMING | {"invocation"}) == rows(runs / "s2", ignore=TIMING | {"invocation"})
+    rc, err = harness("merge", runs / "s1", out, runs / "s3", "--out", tmp_path / "merged", capsys=capsys)
+    assert rc == 0, err
+    assert_equals_whole(tmp_path / "merged", runs / "whole", ignore=TIMING | {"invocation"})
+
+
+# the recipes in examples/ --------------------------------------------------------------------------
+
+def stand_in_harness(bin_dir: Path) -> None:
+    """``harness`` on PATH: the real CLI, with the scripted model registered."""
+    bin_dir.mkdir(exist_ok=True)
+    path = bin_dir / "harness"
+    path.write_text(
+        f"#!{sys.executable}\nimport sys\nsys.path[:0] = [{str(REPO)!r}, {str(TESTS)!r}]\n"
+        "import test_sharding\nfrom harness.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    )
+    path.chmod(0o755)
+
+
+FAKE_SBATCH = r'''#!PYTHON
+"""sbatch as the recipe uses it: --parsable, --array=A-B, --dependency=afterany:ID, --export=ALL,K=V;
+runs the job at once (an array task by task), its dependency checked; logs each submission."""
+import json, os, subprocess, sys
+log = os.environ["FAKE_SLURM_LOG"]
+args = sys.argv[1:]
+n = next(i for i, a in enumerate(args) if not a.startswith("--"))
+opts, (script, *script_args) = args[:n], args[n:]
+jobs = [json.loads(line) for line in open(log)] if os.path.exists(log) else []
+job = {"id": str(1000 + len(jobs)), "opts": opts, "script": script, "args": script_args, "rc": []}
+env = dict(os.environ)
+tasks = [None]
+for opt in opts:
+    name, _, value = opt.partition("=")
+    if name == "--array":
+        lo, hi = value.split("-")
+        tasks = list(range(int(lo), int(hi) + 1))
+    elif name == "--dependency":
+        kind, dep = value.split(":")
+        assert kind == "afterany" and dep in {j["id"] for j in jobs}, value
+    elif name == "--export":
+        parts = value.split(",")
+        assert parts[0] == "ALL"
+        env.update(p.split("=", 1) for p in parts[1:])
+    else:
+        assert name == "--parsable", opt
+for task in tasks:
+    task_env = {**env, "SLURM_JOB_ID": job["id"]}
+    if task is not None:
+        task_env.update(SLURM_ARRAY_JOB_ID=job["id"], SLURM_ARRAY_TASK_ID=str(task))
+    # a job's output goes to its log (--output), never to sbatch's stdout, which is the job id
+    job["rc"].append(subprocess.run(["bash", script, *script_args], env=task_env, stdout=sys.stderr).returncode)
+with open(log, "a") as f:
+    f.write(json.dumps(job) + "\n")
+print(job["id"])
+'''
+
+
+def recipe_env(tmp_path: Path, **extra) -> dict[str, str]:
+    stand_in_harness(tmp_path / "bin")
+    return {
+        **os.environ,
+        "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        "MODEL": f"scripted/{SCRIPT}",
+        "DATASET": "hotpotqa:dev",
+        "EXTRA_ARGS": " ".join(RUN[RUN.index("--limit"):]),
+        **extra,
+    }
+
+
+def test_slurm_recipe_runs_k_shards_then_merges(runs, tmp_path):
+    script = REPO / "examples" / "slurm_shards.sh"
+    text = script.read_text()
+    assert "--shard \"$((SLURM_ARRAY_TASK_ID))/$K\"" in text and "harness merge" in text
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    sbatch = tmp_path / "bin" / "sbatch"
+    env = recipe_env(tmp_path, K="3", FAKE_SLURM_LOG=str(tmp_path / "slurm.log"))
+    sbatch.write_text(FAKE_SBATCH.replace("PYTHON", sys.executable, 1))
+    sbatch.chmod(0o755)
+    proc = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    jobs = [json.loads(line) for line in (tmp_path / "slurm.log").read_text().splitlines()]
+    assert [(j["args"], j["rc"]) for j in jobs] == [(["shard"], [0, 0, 0]), (["merge"], [0])]
+    assert "--array=1-3" in jobs[0]["opts"] and f"--dependency=afterany:{jobs[0]['id']}" in jobs[1]["opts"]
+    for i in (1, 2, 3):
+        assert results(tmp_path / "runs" / f"shard-{i}")["config"]["shard"] == f"{i}/3"
+    assert_equals_whole(tmp_path / "runs" / "merged", runs / "whole")
+
+
+def test_skypilot_recipe_runs_one_shard_per_node_then_merges(runs, tmp_path):
+    task = yaml.safe_load((REPO / "examples" / "skypilot_shards.yaml").read_text())
+    assert {"name", "num_nodes", "resources", "envs", "setup", "run", "file_mounts"} <= set(task)
+    assert isinstance(task["num_nodes"], int) and task["num_nodes"] > 1
+    assert "--shard \"$ID/$K\"" in task["run"] and "harness merge" in task["run"]
+    assert set(task["envs"]) >= {"MODEL", "DATASET", "EXTRA_ARGS", "RUNS", "MERGE_WAIT_S"}
+    (tmp_path / "home").mkdir()
+    env = recipe_env(
+        tmp_path, **{k: str(v) for k, v in task["envs"].items() if k not in ("MODEL", "DATASET", "EXTRA_ARGS")}
+    )
+    env.update(RUNS=str(tmp_path / "bucket"), HOME=str(tmp_path / "home"), SKYPILOT_NUM_NODES="3")
+    for rank in (2, 1, 0):  # node 0 last: it waits for the others' markers, then merges
+        proc = subprocess.run(
+            ["bash", "-c", task["run"]], cwd=tmp_path, env={**env, "SKYPILOT_NODE_RANK": str(rank)},
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert (tmp_path / "bucket" / f"shard-{rank + 1}.done").read_text().strip() == "0"
+    assert_equals_whole(tmp_path / "bucket" / "merged", runs / "whole")
+
+
+def test_empty_shards_run_and_merge(tmp_path, capsys):
+    """K above the number of questions: the empty shards record 0 samples and no scores, and merge."""
+    small = [*RUN[:-7], "--limit", "3", *RUN[-5:]]
+    held = [shard_of(s.id, 5) for s in load_dataset("hotpotqa:dev").samples[:3]]
+    assert main(["run", *small, "--out", str(tmp_path / "whole")]) == 0
+    for i in range(1, 6):
+        assert main(["run", *small, "--shard", f"{i}/5", "--out", str(tmp_path / f"s{i}")]) == 0
+        counts = results(tmp_path / f"s{i}")["counts"]
+        assert counts["selected"] == 2 * held.count(i) and counts["finished"] == counts["selected"]
+        if i not in held:
+            assert results(tmp_path / f"s{i}")["scores"] is None
+            assert "holds none of the selected questions" in results(tmp_path / f"s{i}")["scoring_note"]
+    assert len(set(held)) < 5  # some shard is empty
+    rc, err = harness("merge", *(tmp_path / f"s{i}" for i in range(1, 6)), "--out", tmp_path / "merged", capsys=capsys)
+    assert rc == 0, err
+    assert_equals_whole(tmp_path / "merged", tmp_path / "whole")
