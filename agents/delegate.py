@@ -17,10 +17,10 @@ DelegateOne runs helpers with kani's ``max_function_rounds=5``, after which kani
 functions). Instructions nearly the same as the delegating agent's own task are refused with a
 message (ReDel: rapidfuzz ratio above 80; here difflib's ratio, ``max_similarity``).
 
-The tree is kept in ``extra["delegation"]``: one node per agent (id, parent, depth, instructions,
-tools, messages, answer, outcome, rounds, tokens, cost, searches, malformed calls). The shared
-records: ``searches`` (every node's, in the order made, each with its ``node``) and
-``evidence_recall`` over the pages the whole tree's searches returned.
+The tree is the shared record ``delegation`` (the report draws it): one node per agent (id, parent,
+depth, instructions, tools, messages, answer, outcome, rounds, tokens, cost, searches, malformed
+calls). The other shared records: ``searches`` (every node's, in the order made, each with its
+``node``) and ``evidence_recall`` over the pages the whole tree's searches returned.
 """
 
 from __future__ import annotations
@@ -374,7 +374,7 @@ class Delegate(Agent):
     needs_context_size = True
     needs_snapshot = True
     protocol = "native"
-    records = ("searches", "evidence_recall")
+    records = ("searches", "evidence_recall", "delegation")
 
     def __init__(self, config: Any, knobs: DelegateKnobs | None = None):
         super().__init__(config, knobs)

@@ -38,9 +38,10 @@ def pack(
     return prompt, lo, count_tokens(prompt)
 
 
-def evidence_pages(snapshot, sample) -> list[tuple[str, str]]:
+def evidence_pages(snapshot, pages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(title, text) of each page entry ({"title", "pageid"?}); MissingEvidenceError if any is missing."""
     docs, missing = [], []
-    for ev in sample.evidence:
+    for ev in pages:
         page = snapshot.get_page(ev["pageid"]) if ev.get("pageid") else None
         page = page or snapshot.resolve_title(ev["title"])
         if page is None:
@@ -109,9 +110,13 @@ class EvidenceProvided(Agent):
     def budget(self) -> int:
         return budget_tokens(self.model.context_size(), self.knobs.evidence_reserve)
 
+    def pages(self, sample) -> list[dict[str, Any]]:
+        """The page entries packed for ``sample``: all its evidence pages."""
+        return sample.evidence
+
     def ranked_evidence(self, sample) -> list[tuple[str, str]]:
-        """The sample's evidence pages as (title, chunk), best first; MissingEvidenceError if a page is missing."""
-        return ranked_chunks(self.knobs, evidence_pages(self.snapshot, sample), sample.question)
+        """The sample's pages as (title, chunk), best first; MissingEvidenceError if a page is missing."""
+        return ranked_chunks(self.knobs, evidence_pages(self.snapshot, self.pages(sample)), sample.question)
 
     @staticmethod
     def packed_documents(chunks: list[tuple[str, str]], packed: int) -> str:

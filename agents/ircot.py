@@ -11,7 +11,7 @@ HotpotQA configs; the paper tunes K in {2, 4, 6, 8} per dataset), at most 15 pas
 (``global_max_num_paras``), 10 sentences (``max_num_sentences``), each passage cut to 350 words in
 the prompt (``max_para_num_words``). Passages that do not fit the context (minus ``--max-tokens``)
 are left out of that step's prompt, newest first, and the step records it (``cut``); a prompt with
-not one passage fails the sample as ``no_evidence_packed``. Every step is recorded in ``extra.trace``.
+not one passage fails the sample as ``no_evidence_packed``. Every step is in the shared record ``trace`` (the report draws it).
 """
 
 from __future__ import annotations
@@ -89,6 +89,7 @@ class IRCoT(RetrievalAgent):
     default_template = "ircot"
     template_fields = ("documents", "cot")
     needs_context_size = True
+    records = ("evidence_recall", "trace")
     k_source = K_SOURCE
 
     class Knobs(RetrievalKnobs):

@@ -10,7 +10,7 @@ as the reference's stop sequence ``\\nObservation k:`` cuts it. A reply with no 
 counted (``malformed_steps``), answered with a one-line correction as its observation and never taken
 as the answer. Every reply uses up a step: after ``max_steps`` (7, the reference's HotpotQA loop
 ``for i in range(1, 8)``) without Finish the sample ends unanswered, outcome ``max_steps``. The trace
-of every step is recorded in ``extra.trace``.
+of every step is the shared record ``trace`` (the report draws it).
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ class React(Agent):
     protocol = "text"
     needs_snapshot = True
     needs_context_size = True
-    records = ("searches", "evidence_recall")
+    records = ("searches", "evidence_recall", "trace")
 
     class Knobs(SearchToolKnobs):
         max_steps: int = knob(7, f"model replies (steps) per sample; default 7: {MAX_STEPS_SOURCE}", ge=1, le=10_000)

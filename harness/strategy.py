@@ -45,6 +45,13 @@ RECORD_KINDS: dict[str, str] = {
     "evidence_recall": "share of the question's needed pages the strategy saw: {recall, found, needed, returned, "
     "relevant} (returned: the distinct pages it saw; relevant: those of them needed)",
     "evidence": "the evidence packed into the prompt: {chunks_packed, chunks_total, prompt_tokens, cut, packed_titles}",
+    "trace": "the steps of a multi-step strategy, in order: [{step, ...}]; a ReAct step: {thought, action "
+    "(search|finish|null), query, observation_titles, similar_titles, answer, error, reply}; an IRCoT step: "
+    "{sentence (null at step 0, where the question retrieves), query, new_titles, retrieved, passages_shown, cut, "
+    "answer, reply}",
+    "delegation": "a tree of agents: {subagents, depth, refused_delegations, nodes: [{id (0, 0.1, 0.1.2, ...), "
+    "parent, depth, instructions, tools, messages, answer, outcome, rounds, requests, tokens: {prompt_tokens, "
+    "completion_tokens}, cost, searches}]}",
 }
 
 
@@ -192,6 +199,10 @@ class Agent(ABC):
         self.model = model
         self.snapshot = snapshot
 
+    def check_dataset(self, dataset: Any, samples: list[Sample]) -> None:
+        """Called before the run with the dataset (harness.datasets.base.Dataset) and the selected
+        samples: raise ConfigError for data this strategy cannot run on (nothing started yet)."""
+
     def check_backend(self, model: ModelBackend) -> None:
         """Called before the run with the started backend (its context size known): raise
         ConfigError for a configuration this strategy cannot run (nothing sent yet)."""
@@ -288,6 +299,7 @@ AGENTS: Registry[type[Agent]] = Registry(
         "open-book-native": "agents.open_book_native:OpenBookNative",
         "open-book-text": "agents.open_book_text:OpenBookText",
         "evidence-provided": "agents.evidence_provided:EvidenceProvided",
+        "oracle-evidence": "agents.oracle_evidence:OracleEvidence",
         "conversational": "agents.conversational:Conversational",
         "conversational-open-book": "agents.conversational_open_book:ConversationalOpenBook",
         "retrieve-read-joint": "agents.retrieve_read_joint:RetrieveReadJoint",

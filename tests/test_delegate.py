@@ -153,7 +153,7 @@ def test_root_delegates_two_subquestions_concurrently(script, hotpot_snapshot, t
     assert results["cost"]["model_usd"] == pytest.approx(sample["cost_usd"])
 
     assert results["agent"]["name"] == "delegate" and results["agent"]["protocol"] == "native"
-    assert results["agent"]["records"] == ["searches", "evidence_recall"]
+    assert results["agent"]["records"] == ["searches", "evidence_recall", "delegation"]
     assert results["agent"]["sub_prompt_template"] == "prompts/delegate_sub.txt"
     assert results["agent"]["knobs"]["max_depth"] == 8 and results["agent"]["knobs"]["root_search"] is False
     r = results["retrieval"]
@@ -348,6 +348,58 @@ def test_sub_template_is_checked_before_the_run(tmp_path, hotpot_snapshot, capsy
         f"error: sub-agent template {bad.resolve()} uses {{question}}, which agent delegate does not fill "
         "(it fills {instructions}, {current_date})"
     )
+
+
+HOSTILE = '</script><img src=x onerror="window.__xss=1"> & "q" <!--'
+
+
+def test_report_draws_the_tree(script, hotpot_snapshot, tmp_path):
+    from html_tree import parse
+
+    hostile = f"Find the nationality of Scott Derrickson. {HOSTILE}"
+    birthplace = "Find where Ed Wood was born."
+
+    def fn(messages, tools, tool_choice, params):
+        first, t = messages[0]["content"].rstrip(), turn(messages)
+        if is_root(messages):
+            return {"tool_calls": [delegate(hostile), delegate("Find the nationality of Ed Wood.")]} if t == 0 else "yes"
+        if first.endswith(birthplace):
+            return {"tool_calls": [search("Ed Wood")]} if t == 0 else "Poughkeepsie"
+        if "Ed Wood" in first:
+            return {"tool_calls": [delegate(birthplace)]} if t == 0 else "American"
+        return {"tool_calls": [search("Scott Derrickson")]} if t == 0 else "American"
+
+    out = tmp_path / "run"
+    sample, _ = run(script("delegate-report", fn), hotpot_snapshot, out)
+    nodes = {n["id"]: n for n in sample["extra"]["delegation"]["nodes"]}
+    assert list(nodes) == ["0", "0.1", "0.2", "0.2.1"]
+    assert main(["report", str(out)]) == 0
+    page = parse((out / "report.html").read_text())
+    assert not page.find_all("img") and len(page.find_all("script")) == 2  # the hostile instructions stayed text
+    tree = page.find("details", id="t-1").find("ul", "delegation-tree")
+    drawn = {li.attrs["data-node"]: li for li in tree.find_all("li", "node")}
+    assert list(drawn) == ["0", "0.1", "0.2", "0.2.1"]
+
+    def parent_node(li):
+        return next((a.attrs["data-node"] for a in li.ancestors() if "node" in a.classes), None)
+
+    # nested lists: each node inside its parent's
+    assert {k: parent_node(li) for k, li in drawn.items()} == {"0": None, "0.1": "0", "0.2": "0", "0.2.1": "0.2"}
+    for key, li in drawn.items():
+        n = nodes[key]
+        own = li.children  # the node's own part; its children's are in the nested list
+        head = next(e for e in own if "node-head" in e.classes).text()
+        assert head.startswith(f"{key} · depth {n['depth']} · {n['outcome']} · ")
+        assert f"tokens {n['tokens']['prompt_tokens']} / {n['tokens']['completion_tokens']}" in head
+        assert f"searches {n['searches']}" in head and "cost USD" in head
+        assert next(e for e in own if "instructions" in e.classes).find("pre").text() == n["instructions"]
+        assert next(e for e in own if "node-answer" in e.classes).find("pre").text() == n["answer"]
+        messages = next(e for e in own if "node-messages" in e.classes)
+        assert messages.tag == "details" and messages.find("summary").text() == f"messages ({len(n['messages'])})"
+        assert len(messages.find_all("div", "msg")) == len(n["messages"])
+    assert nodes["0.1"]["instructions"] == hostile and nodes["0.2.1"]["answer"] == "Poughkeepsie"
+    assert page.find("details", id="t-1").find("div", "delegation").find("b").text() == "Delegation tree"
+    assert "subagents 3, depth 2, refused delegations 0" in tree.parent.text()
 
 
 # ------------------------------------------------------------------ a real model

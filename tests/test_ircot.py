@@ -119,7 +119,7 @@ def test_interleaves_sentences_and_retrieval(scripted, indexed, tmp_path):
     ]
     agent = results["agent"]
     assert (
-        agent["name"] == "ircot" and results["setting"] == "retrieve-read" and agent["records"] == ["evidence_recall"]
+        agent["name"] == "ircot" and results["setting"] == "retrieve-read" and agent["records"] == ["evidence_recall", "trace"]
     )
     assert {k: agent["knobs"][k] for k in ("retrieval_k", "max_passages", "max_steps", "max_passage_words", "passage_kind")} == {
         "retrieval_k": 6, "max_passages": 15, "max_steps": 10, "max_passage_words": 350, "passage_kind": "words100"}  # fmt: skip
@@ -195,6 +195,38 @@ def test_passages_that_do_not_fit_are_left_out_and_recorded(scripted, indexed, t
     assert failure["error_type"] == "no_evidence_packed" and "fits the IRCoT prompt" in failure["error"]
 
 
+HOSTILE = '</script><img src=x onerror="window.__xss=1"> & "q" <!--'
+
+
+def test_report_draws_the_steps(scripted, indexed, tmp_path):
+    from html_tree import parse
+
+    replies = [f"Scott Derrickson is an American director {HOSTILE}", "Ed Wood was an American filmmaker.",
+               "So the answer is: yes."]  # fmt: skip
+    model, _ = scripted("ircot-report", replies)
+    sample, _ = _run(model, indexed, tmp_path / "run")
+    trace = sample["extra"]["trace"]
+    assert main(["report", str(tmp_path / "run")]) == 0
+    page = parse((tmp_path / "run" / "report.html").read_text())
+    assert not page.find_all("img") and len(page.find_all("script")) == 2  # the hostile sentence stayed text
+    table = page.find("details", id="t-1").find("table", "ircot-trace")
+    assert [th.text() for th in table.find_all("th")] == ["#", "sentence", "query", "new passages", "notes"]
+    rows = table.find_all("tr", "step")
+    assert [r.attrs["data-step"] for r in rows] == ["0", "1", "2", "3"]
+
+    def cell(row, cls):
+        return rows[row].find("td", cls).text()
+
+    assert cell(0, "sentence") == "(the question retrieves)" and cell(0, "query") == Q0
+    assert trace[1]["sentence"].startswith("Scott Derrickson is an American director </script><img")
+    for i, t in enumerate(trace[:3]):
+        assert cell(i, "new-titles") == f"{len(t['new_titles'])}: {', '.join(t['new_titles'])}"
+        if i:
+            assert cell(i, "sentence") == cell(i, "query") == t["sentence"]  # a sentence retrieves with itself
+    assert cell(3, "sentence") == "So the answer is: yes." and cell(3, "query") == ""
+    assert "answer: yes" in rows[3].text()
+
+
 # ------------------------------------------------------------------ the real local model
 @pytest.mark.slow
 def test_ircot_smollm2_two_questions(indexed, tmp_path):
@@ -226,7 +258,7 @@ def test_ircot_smollm2_two_questions(indexed, tmp_path):
             assert s["answer"] == trace[-1]["answer"]
         else:
             assert s["answer"] is None
-        assert set(extra["evidence_recall"]) == {"needed", "found", "recall"}
+        assert set(extra["evidence_recall"]) == {"needed", "found", "recall", "returned", "relevant"}
     results = json.loads((out / "results.json").read_text())
-    assert results["agent"]["name"] == "ircot" and results["agent"]["records"] == ["evidence_recall"]
+    assert results["agent"]["name"] == "ircot" and results["agent"]["records"] == ["evidence_recall", "trace"]
     assert results["retrieval"]["evidence_recall_n"] == 2 and "steps_mean" in results["retrieval"]

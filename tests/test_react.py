@@ -130,7 +130,7 @@ def test_search_search_finish(scripted, hotpot_snapshot, tmp_path):
     ]
     agent = results["agent"]
     assert agent["name"] == "react" and agent["protocol"] == "text" and results["setting"] == "open-book"
-    assert agent["records"] == ["searches", "evidence_recall"] and agent["prompt_template"] == "prompts/react.txt"
+    assert agent["records"] == ["searches", "evidence_recall", "trace"] and agent["prompt_template"] == "prompts/react.txt"
     assert agent["knobs"]["max_steps"] == 7 and agent["max_steps_default"]["value"] == 7
     assert "range(1, 8)" in agent["max_steps_default"]["source"]
     retrieval = results["retrieval"]
@@ -223,6 +223,43 @@ def test_a_full_context_ends_the_sample(scripted, hotpot_snapshot, tmp_path):
     assert sample["extra"]["steps"] == 1 and len(sample["extra"]["searches"]) == 1
 
 
+HOSTILE = '</script><img src=x onerror="window.__xss=1"> & "q" <!--'
+
+
+def test_report_draws_the_trace_as_numbered_steps(scripted, hotpot_snapshot, tmp_path):
+    from html_tree import parse
+
+    replies = [
+        f"Thought 1: First Scott Derrickson. {HOSTILE}\nAction 1: Search[Scott Derrickson]",
+        "I think they are both American.",  # no action: corrected
+        "Thought 3: Now Ed Wood.\nAction 3: Search[Edd Woood the director]",  # no such page
+        "Thought 4: Both are American.\nAction 4: Finish[yes]",
+    ]
+    model, _ = scripted("react-report", replies)
+    sample, _ = _run(model, hotpot_snapshot, tmp_path / "run")
+    trace = sample["extra"]["trace"]
+    assert main(["report", str(tmp_path / "run")]) == 0
+    page = parse((tmp_path / "run" / "report.html").read_text())
+    assert not page.find_all("img") and len(page.find_all("script")) == 2  # the hostile thought stayed text
+    table = page.find("details", id="t-1").find("table", "react-trace")
+    assert [th.text() for th in table.find_all("th")] == ["#", "Thought", "Action", "Observation"]
+    rows = table.find_all("tr", "step")
+    assert [r.attrs["data-step"] for r in rows] == ["1", "2", "3", "4"]
+
+    def cell(row, cls):
+        return rows[row].find("td", cls).text()
+
+    assert cell(0, "thought") == trace[0]["thought"] == f"First Scott Derrickson. {HOSTILE}"
+    assert cell(0, "action") == "Search[Scott Derrickson]" and cell(0, "observation") == "page Scott Derrickson"
+    assert cell(1, "action").startswith("invalid step: no Action line") and replies[1] in cell(1, "action")
+    assert cell(2, "action") == "Search[Edd Woood the director]"
+    assert cell(2, "observation").startswith("no such page; similar: ") and trace[2]["similar_titles"]
+    assert cell(3, "thought") == "Both are American." and cell(3, "action") == "Finish[yes]"
+    # drawn, not dumped among the other records
+    assert all('"trace"' not in d.text() for d in page.find_all("details") if d.find_all("summary")
+               and d.find("summary").text() == "other records")  # fmt: skip
+
+
 # ------------------------------------------------------------------ the real local model
 @pytest.mark.slow
 def test_react_smollm2_two_questions(hotpot_snapshot, tmp_path):
@@ -252,7 +289,7 @@ def test_react_smollm2_two_questions(hotpot_snapshot, tmp_path):
             assert trace[-1]["action"] == "finish" and s["answer"] == trace[-1]["answer"]
         else:
             assert s["answer"] is None
-        assert set(extra["evidence_recall"]) == {"needed", "found", "recall"}
+        assert set(extra["evidence_recall"]) == {"needed", "found", "recall", "returned", "relevant"}
     results = json.loads((out / "results.json").read_text())
-    assert results["agent"]["name"] == "react" and results["agent"]["records"] == ["searches", "evidence_recall"]
+    assert results["agent"]["name"] == "react" and results["agent"]["records"] == ["searches", "evidence_recall", "trace"]
     assert results["retrieval"]["evidence_recall_n"] == 2 and "steps_mean" in results["retrieval"]

@@ -219,3 +219,25 @@ def test_report_of_a_run_stopped_on_budget(tmp_path):
     assert rows[0]["cost_usd"] == pytest.approx((150 * 1.0 + 5 * 10000.0) / 1e6)
     assert "request not sent" in rows[2]["error"]
     assert html.count('<tr class="failed"') == 1 and html.count('<tr class="pending"') == 1
+
+
+def test_step_records_of_an_unexpected_shape_are_drawn_safely():
+    """Records from files a strategy did not write as declared: a parent loop, a node without its
+    parent, a trace of another shape; every node drawn once, nothing raw."""
+    from html_tree import parse
+
+    from harness.analysis.report import _steps_html
+
+    kinds = {"trace", "delegation"}
+    loop = {"nodes": [{"id": "a", "parent": "b", "instructions": HOSTILE}, {"id": "b", "parent": "a"},
+                      {"id": "c", "parent": "gone", "messages": "not a list"}, "not a node"]}  # fmt: skip
+    page = parse(_steps_html({"delegation": loop}, kinds))
+    assert sorted(li.attrs["data-node"] for li in page.find_all("li", "node")) == ["a", "b", "c"]
+    assert page.find("li", "node", data_node="a").find("pre").text() == HOSTILE and not page.find_all("img")
+    for other in ([{"kind": HOSTILE}], HOSTILE, {"nodes": HOSTILE}):
+        key = "delegation" if isinstance(other, dict) else "trace"
+        page = parse(_steps_html({key: other}, kinds))
+        assert page.find("pre").text() == json.dumps(other, indent=2, ensure_ascii=False)
+        assert not page.find_all("img") and not page.find_all("table")
+    # a kind the run's strategy did not declare is not drawn (the report shows it as JSON)
+    assert _steps_html({"trace": [{"step": 1, "thought": "x"}]}, {"searches"}) == ""

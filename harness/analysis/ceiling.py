@@ -34,6 +34,7 @@ async def compute_ceiling(config: RunConfig, context_sizes: list[int]) -> dict[s
     if not dataset.info.has_answers:
         raise ConfigError(f"{dataset.info.spec()} has no reference answers")
     samples = select_samples(dataset, config)
+    agent.check_dataset(dataset, samples)
     snapshot = Snapshot.open(config.snapshot)
     backend = create_backend(config.model, config.backend)  # only its tokenizer is used
     await backend.start()

@@ -1,6 +1,7 @@
 """``harness report RUN_DIR``: one self-contained HTML page of a run (inline CSS and JS, no network):
 its metadata and scores, a sortable per-question table, and every transcript with its tool calls,
-the titles of the pages and chunks returned, token counts and per-metric scores.
+the titles of the pages and chunks returned, token counts and per-metric scores, and the step records
+a strategy declares (a ReAct or IRCoT trace, a delegation tree).
 
 Everything from the dataset or the model is HTML-escaped where it is rendered; the same data is
 embedded as JSON in a ``<script type="application/json">`` with ``<``, ``>`` and ``&`` written as
@@ -145,6 +146,9 @@ details.transcript>summary{cursor:pointer;font-weight:600}
 .msg.user{border-color:#4a7bd0}.msg.assistant{border-color:#3a9b5c}.msg.tool{border-color:#c98a1b}.msg.system{border-color:#888}
 pre{white-space:pre-wrap;word-break:break-word;background:#fafafa;margin:.2em 0;padding:.4em;max-height:30em;overflow:auto}
 .call{background:#fff8e6;padding:.2em .5em;margin:.2em 0}.muted{color:#777}
+table.trace td{max-width:40em}table.trace td.num{width:2em}
+ul.delegation-tree,ul.delegation-tree ul{list-style:none;padding-left:1.4em;margin:.3em 0}
+li.node{border-left:3px solid #8a6bbf;margin:.4em 0;padding:.1em .6em}li.node>.node-head{font-weight:600}
 """
 
 SORT_JS = """
@@ -422,6 +426,163 @@ def _retrieval_html(extra: dict[str, Any], kinds: set[str]) -> str:
     return "".join(out)
 
 
+def _titles(titles: Any) -> str:
+    return ", ".join(str(t) for t in titles) if isinstance(titles, list) else ""
+
+
+def _react_row(s: dict[str, Any]) -> str:
+    """One ReAct step: Thought, Action, and what the harness answered (the observation's titles)."""
+    action, notes = s.get("action"), []
+    if action == "search":
+        act = f"Search[{_e(s.get('query'))}]"
+        found = _titles(s.get("observation_titles"))
+        obs = (
+            f'page <b class="observation-title">{_e(found)}</b>'
+            if found
+            else f'<span class="muted">no such page; similar: {_e(_titles(s.get("similar_titles")))}</span>'
+        )
+    elif action == "finish":
+        act, obs = f"Finish[{_e(s.get('answer'))}]", '<span class="muted">(the answer)</span>'
+    else:
+        act = f'<span class="muted">invalid step: {_e(s.get("error"))}</span>'
+        obs = '<span class="muted">a correction</span>'
+        if s.get("reply"):
+            notes.append(f"<details><summary>reply</summary><pre>{_e(s['reply'])}</pre></details>")
+    if s.get("cut_at_max_tokens"):
+        notes.append('<div class="muted">reply cut at max tokens</div>')
+    if s.get("dropped_after_action"):
+        notes.append('<div class="muted">text after the action dropped</div>')
+    return (
+        f'<tr class="step" data-step="{_e(s.get("step"))}"><td class="num">{_e(s.get("step"))}</td>'
+        f'<td class="thought">{_e(s.get("thought"))}</td><td class="action">{act}{"".join(notes)}</td>'
+        f'<td class="observation">{obs}</td></tr>'
+    )
+
+
+def _ircot_row(s: dict[str, Any]) -> str:
+    """One IRCoT step: its sentence, the query it retrieved with and the new passages' titles."""
+    sentence = s.get("sentence")
+    said = _e(sentence) if sentence is not None else '<span class="muted">(the question retrieves)</span>'
+    new = s.get("new_titles")
+    passages = f"{len(new)}: {_e(_titles(new))}" if isinstance(new, list) else ""
+    notes = []
+    if s.get("answer") is not None:
+        notes.append(f"answer: <b>{_e(s['answer'])}</b>")
+    if s.get("passages_shown") is not None:
+        notes.append(f"{_e(s['passages_shown'])} passages shown")
+    for key, label in (
+        ("cut", "did not fit"),
+        ("over_cap", "over max_passages"),
+        ("repeated_sentences_skipped", "repeats skipped"),
+    ):
+        if s.get(key):
+            notes.append(f"{_e(s[key])} {label}")
+    if "reply" in s:
+        notes.append(f"no new sentence<details><summary>reply</summary><pre>{_e(s['reply'])}</pre></details>")
+    return (
+        f'<tr class="step" data-step="{_e(s.get("step"))}"><td class="num">{_e(s.get("step"))}</td>'
+        f'<td class="sentence">{said}</td><td class="query">{_e(s.get("query"))}</td>'
+        f'<td class="new-titles">{passages}</td><td class="muted">{"; ".join(notes)}</td></tr>'
+    )
+
+
+def _as_json(cls: str, label: str, value: Any) -> str:
+    """A record of a shape the report does not draw."""
+    return f'<div class="{cls}"><b>{label}</b><pre>{_e(json.dumps(value, indent=2, ensure_ascii=False))}</pre></div>'
+
+
+def _trace_html(trace: Any) -> str:
+    """A ReAct trace as numbered Thought / Action / Observation rows, an IRCoT trace as its steps;
+    another shape as JSON."""
+    steps = trace if isinstance(trace, list) and all(isinstance(s, dict) for s in trace) else None
+    if not steps:
+        return _as_json("trace", "Trace", trace) if trace else ""
+    if any("action" in s or "thought" in s for s in steps):
+        head = "<th>#</th><th>Thought</th><th>Action</th><th>Observation</th>"
+        kind, rows = "react-trace", "".join(_react_row(s) for s in steps)
+    elif any("sentence" in s for s in steps):
+        head = "<th>#</th><th>sentence</th><th>query</th><th>new passages</th><th>notes</th>"
+        kind, rows = "ircot-trace", "".join(_ircot_row(s) for s in steps)
+    else:
+        return _as_json("trace", "Trace", steps)
+    return (
+        f'<div class="trace"><b>Trace</b> ({len(steps)} steps)<table class="trace {kind}">'
+        f"<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table></div>"
+    )
+
+
+def _node_html(n: dict[str, Any]) -> str:
+    """A delegation node's own part (its children follow): id, depth, outcome, usage, instructions,
+    answer, and its messages folded."""
+    tokens = n.get("tokens") if isinstance(n.get("tokens"), dict) else {}
+    facts = [f"depth {_e(n.get('depth'))}", f'<span class="outcome">{_e(n.get("outcome"))}</span>']
+    facts.append(f"tokens {_e(tokens.get('prompt_tokens'))} / {_e(tokens.get('completion_tokens'))}")
+    facts.append(f"cost USD {_e(_fmt(n.get('cost')))}")
+    if n.get("searches") is not None:
+        facts.append(f"searches {_e(n.get('searches'))}")
+    messages = [m for m in n["messages"] if isinstance(m, dict)] if isinstance(n.get("messages"), list) else []
+
+    def labelled(cls: str, label: str, text: Any) -> str:
+        return f'<div class="{cls}"><span class="muted">{label}</span><pre>{_e(text)}</pre></div>'
+
+    return (
+        f'<div class="node-head"><span class="node-id">{_e(n.get("id"))}</span> · {" · ".join(facts)}</div>'
+        + labelled("instructions", "instructions", n.get("instructions"))
+        + ("" if n.get("answer") is None else labelled("node-answer", "answer", n["answer"]))
+        + f'<details class="node-messages"><summary>messages ({len(messages)})</summary>'
+        f'{"".join(_message_html(m) for m in messages)}</details>'
+    )
+
+
+def _delegation_html(tree: Any) -> str:
+    """The delegation tree as nested lists, each node under its parent (a node whose parent is
+    missing, or in a loop, at the top). Built without recursion: the data sets the depth."""
+    if not isinstance(tree, dict) or not isinstance(tree.get("nodes"), list):
+        return _as_json("delegation", "Delegation", tree) if tree else ""
+    nodes = [n for n in tree["nodes"] if isinstance(n, dict)]
+    ids = {str(n.get("id")) for n in nodes}
+    children: dict[str, list[dict[str, Any]]] = {}
+    for n in nodes:
+        if n.get("parent") is not None and str(n["parent"]) in ids:
+            children.setdefault(str(n["parent"]), []).append(n)
+    seen: set[int] = set()
+    out: list[str] = []
+    for top in [n for n in nodes if n.get("parent") is None or str(n["parent"]) not in ids] + nodes:
+        stack: list[Any] = [top]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, str):
+                out.append(item)
+                continue
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+            out.append(f'<li class="node" data-node="{_e(item.get("id"))}">{_node_html(item)}')
+            kids = [c for c in children.get(str(item.get("id")), []) if id(c) not in seen]
+            if kids:
+                out.append('<ul class="children">')
+                stack.append("</ul></li>")
+                stack.extend(reversed(kids))
+            else:
+                out.append("</li>")
+    facts = [(k, tree.get(k)) for k in ("subagents", "depth", "refused_delegations") if tree.get(k) is not None]
+    said = ", ".join(f"{k.replace('_', ' ')} {_e(v)}" for k, v in facts)
+    return (
+        f'<div class="delegation"><b>Delegation tree</b>{f" ({said})" if said else ""}'
+        f'<ul class="delegation-tree">{"".join(out)}</ul></div>'
+    )
+
+
+def _steps_html(extra: dict[str, Any], kinds: set[str]) -> str:
+    """The shared step records: a multi-step strategy's trace, a delegation tree."""
+    out = []
+    if "trace" in kinds and extra.get("trace"):
+        out.append(_trace_html(extra["trace"]))
+    if "delegation" in kinds and extra.get("delegation"):
+        out.append(_delegation_html(extra["delegation"]))
+    return "".join(out)
+
+
 def _transcript(r: dict[str, Any], kinds: set[str]) -> str:
     summary = f"#{r['index']} {_e(r['id'])} — {_e(r['status'])} — {_e(_short(r['answer'], 120))}"
     facts = [
@@ -448,7 +609,7 @@ def _transcript(r: dict[str, Any], kinds: set[str]) -> str:
     )
     return (
         f'<details class="transcript" id="t-{r["index"]}" data-id="{_e(r["id"])}"><summary>{summary}</summary>'
-        f"{_kv_table(facts)}{_retrieval_html(r['extra'], kinds)}<h3>Transcript</h3>"
+        f"{_kv_table(facts)}{_retrieval_html(r['extra'], kinds)}{_steps_html(r['extra'], kinds)}<h3>Transcript</h3>"
         f"{messages or '<p class=muted>No transcript recorded.</p>'}{extra}</details>"
     )
 

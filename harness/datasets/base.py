@@ -26,6 +26,9 @@ class Sample:
     evidence: list[dict[str, Any]] = field(default_factory=list)
     # Pages a system needs to find (evidence recall): FanOutQA decomposition titles, HotpotQA supporting facts.
     needed_titles: list[str] = field(default_factory=list)
+    # The gold evidence pages, as ``evidence`` entries: those that answer the question (see
+    # DatasetLoader.gold_evidence); empty where the dataset marks none. The oracle-evidence strategy packs them.
+    gold_evidence: list[dict[str, Any]] = field(default_factory=list)
     # Groups for score breakdowns, e.g. {"category": ["Sports", "Statistics"]} or {"template": ["_ or _"]}.
     groups: dict[str, list[str]] = field(default_factory=dict)
     # Conversations: the previous turns, question then gold answer, ``[q1, a1, q2, a2, ...]``
@@ -62,6 +65,7 @@ class Dataset:
     cluster_by: str | None = None
     # the answer types of its golds (harness.scoring.gold.ANSWER_TYPES); None: read from the values
     answer_types: tuple[str, ...] | None = None
+    gold_evidence: str | None = None  # what its samples' gold evidence pages are (DatasetLoader.gold_evidence)
 
     def by_id(self) -> dict[str, Sample]:
         return {s.id: s for s in self.samples}
@@ -83,6 +87,8 @@ class DatasetLoader:
     answer_types: ClassVar[tuple[str, ...] | None] = None
     # {setting: strategy} run in that setting unless --agent names one (else the setting's own)
     default_agents: ClassVar[dict[str, str]] = {}
+    # what the samples' gold evidence pages (Sample.gold_evidence) are; None: the dataset marks none
+    gold_evidence: ClassVar[str | None] = None
 
     def load(self, split: str, version: str, data_path: str | None = None) -> Dataset:
         raise NotImplementedError
@@ -106,6 +112,7 @@ class DatasetLoader:
             metrics=list(self.metrics),
             cluster_by=self.cluster_by,
             answer_types=tuple(self.answer_types) if self.answer_types is not None else None,
+            gold_evidence=self.gold_evidence,
         )
 
 

@@ -61,6 +61,7 @@ class FanOutQA(DatasetLoader):
     license = "CC BY-SA 4.0"
     metrics = ["fanoutqa-string"]  # acc (loose/strict) + ROUGE-1/2/L
     answer_types = ("str", "number", "bool", "list_of_str", "list", "dict")
+    gold_evidence = "the decomposition's evidence pages (test: necessary_evidence), the evidence-provided pages"
 
     def load(self, split: str, version: str, data_path: str | None = None) -> Dataset:
         if data_path:
@@ -95,6 +96,7 @@ class FanOutQA(DatasetLoader):
                     raw=rec,
                     evidence=evidence,
                     needed_titles=[e["title"] for e in evidence],
+                    gold_evidence=evidence,
                     groups={"category": list(rec.get("categories") or [])},
                 )
             )

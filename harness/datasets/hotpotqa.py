@@ -19,6 +19,7 @@ class HotpotQA(DatasetLoader):
     license = "CC BY-SA 4.0"
     metrics = ["fanoutqa-string", "em-f1"]
     answer_types = ("str",)
+    gold_evidence = "the supporting facts' pages (of the 10 context paragraphs the evidence-provided setting packs)"
 
     def load(self, split: str, version: str, data_path: str | None = None) -> Dataset:
         if data_path:
@@ -48,6 +49,7 @@ class HotpotQA(DatasetLoader):
                     raw=rec,
                     evidence=[{"title": t} for t in titles],
                     needed_titles=needed,
+                    gold_evidence=[{"title": t} for t in needed],
                 )
             )
         return self.dataset(split, version, path, data_path, samples, has_answers=True)

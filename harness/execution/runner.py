@@ -167,6 +167,7 @@ class Run:
 
             fns = {name: entry.obj for name, entry in resolve_metrics(self.metric_names).items()}
             check_reducer(self.config.epoch_reducer, fns, self.config.epochs)
+        self.agent.check_dataset(self.dataset, self.samples)
         self.agent.check_template(self.samples)
         if self.config.cache:
             ResponseCache(self.config.cache_path).close()
