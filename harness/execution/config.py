@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from harness.errors import ConfigError
 from harness.models import DEFAULT_MODEL
@@ -96,7 +96,11 @@ class RunConfig(BaseModel):
     cache_path: str | None = None
     # scoring (never changes generation) --------------------------------------------------------
     metrics: list[str] | None = Field(None, description="metric names; default: the dataset's")
-    judge: str | None = Field(None, description="LLM judge model (none unless asked: it costs money)")
+    judge: str | list[str] | None = Field(
+        None,
+        description="LLM judge model (none unless asked: it costs money); several (a list, comma-separated or "
+        "--judge repeated): each question the majority's verdict, each judge's share and their agreement",
+    )
     bleurt_checkpoint: str | None = Field(None, description="BLEURT checkpoint directory")
     cluster_by: str | None = Field(
         None, description="sample field whose questions share a cluster in the error bars (e.g. category); "
@@ -132,6 +136,13 @@ class RunConfig(BaseModel):
     snapshot: str | None = Field(None, description="wiki snapshot (SQLite) the strategies read pages from")
     generation: GenerationParams = Field(default_factory=GenerationParams)
     backend: BackendOptions = Field(default_factory=BackendOptions)
+
+    @field_validator("judge", mode="before")
+    @classmethod
+    def _judges(cls, value: Any) -> Any:
+        from harness.scoring.metrics import judge_value
+
+        return judge_value(value)
 
     def identity(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """Core options that change what the model is asked, by value; a field added later with a
