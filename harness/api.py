@@ -74,7 +74,7 @@ def score(
     generations: str | list[dict[str, Any]] | None = None,
     data_path: str | None = None,
     metrics: str | list[str] | None = None,
-    judge: str | None = None,
+    judge: str | list[str] | None = None,
     bleurt_checkpoint: str | None = None,
     cluster_by: str | None = None,
     strip_reasoning: bool | None = None,
@@ -86,7 +86,8 @@ def score(
     """``harness score`` from Python. Either re-score a run directory (its results.json is rewritten
     unless ``save=False``), or score ``generations`` ({"id", "answer"} records, or a JSONL file of
     them) against ``dataset``. ``metric_options``: {metric: {option: value}} or NAME.KEY=VALUE strings,
-    over a run's own. Returns the scores dict; no model is called (except a named judge)."""
+    over a run's own. ``judge``: a model, or several (a list or comma-separated). Returns the scores
+    dict; no model is called (except a named judge)."""
     from harness.errors import HarnessError
     from harness.execution.config import parse_metric_options
     from harness.scoring.metrics import ScoringOptions, check_metrics, score_answers, validate_metric_options
@@ -107,6 +108,10 @@ def score(
         if v is not None
     }
     _check_scoring_options(given)
+    if "judge" in given:  # as ScoringOptions keeps it (a run's options are updated with these unvalidated)
+        from harness.scoring.metrics import judge_value
+
+        given["judge"] = judge_value(given["judge"])
     named_options = validate_metric_options(parse_metric_options(metric_options))
     if run_dir:
         if generations is not None or dataset:

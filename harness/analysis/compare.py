@@ -36,7 +36,15 @@ import numpy as np
 from harness.errors import HarnessError
 from harness.execution.record import RunResults, read_results, results_path
 from harness.scoring.results import interval_text, metric_aggregates
-from harness.scoring.uncertainty import _flat_leaves, bounds_of, collapse_repeats, leaf, plan_leaf_of_runs, sums_of
+from harness.scoring.uncertainty import (
+    _flat_leaves,
+    bounds_of,
+    collapse_repeats,
+    declared_sources,
+    leaf,
+    plan_leaf_of_runs,
+    sums_of,
+)
 
 ALPHA = 0.05
 TOP_CHANGED = 5
@@ -268,10 +276,7 @@ def compare_runs(
         fn, why_not = _metric_of_runs(runs, name)
         # each run's aggregate is over all its own rows: its plan is checked against those
         full = [[r[name] for r in rows[i].values() if isinstance(r.get(name), dict)] for i in range(len(runs))]
-        declared = {
-            tuple(a.split(".")): tuple(b.split("."))
-            for a, b in (getattr(fn, "per_question_leaves", None) or {}).items()
-        }
+        declared = declared_sources(fn, aggs[0][name])
         for path in wanted:
             key = ".".join((name, *path))
             values = [_flat_leaves(a[name])[path] for a in aggs]

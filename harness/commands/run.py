@@ -214,7 +214,11 @@ def add_scoring_options(p, metrics=None, suppress: bool = True) -> None:
     )
     g.add_argument(
         "--judge",
-        help="model for the LLM judge, e.g. openai/gpt-4o-2024-11-20 (FanOutQA's); no judge runs unless named",
+        action="append",
+        metavar="MODEL",
+        help="model for the LLM judge, e.g. openai/gpt-4o-2024-11-20 (FanOutQA's); no judge runs unless named. "
+        "Several (comma-separated or repeated): each question gets the majority's verdict (a tie counts 0), "
+        "each judge's share and the judges' agreement (Krippendorff's alpha) are reported",
         **extra,
     )
     if suppress:  # `harness run` (not `harness score`, which scores in one batch)

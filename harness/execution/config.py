@@ -105,7 +105,11 @@ class RunConfig(BaseModel):
     cache_path: str | None = None
     # scoring (never changes generation) --------------------------------------------------------
     metrics: list[str] | None = Field(None, description="metric names; default: the dataset's")
-    judge: str | None = Field(None, description="LLM judge model (none unless asked: it costs money)")
+    judge: str | list[str] | None = Field(
+        None,
+        description="LLM judge model (none unless asked: it costs money); several (a list, comma-separated or "
+        "--judge repeated): each question the majority's verdict, each judge's share and their agreement",
+    )
     bleurt_checkpoint: str | None = Field(None, description="BLEURT checkpoint directory")
     cluster_by: str | None = Field(
         None, description="sample field whose questions share a cluster in the error bars (e.g. category); "
@@ -153,6 +157,13 @@ class RunConfig(BaseModel):
             return None
         i, k = parse_shard(value)
         return f"{i}/{k}"
+
+    @field_validator("judge", mode="before")
+    @classmethod
+    def _judges(cls, value: Any) -> Any:
+        from harness.scoring.metrics import judge_value
+
+        return judge_value(value)
 
     def identity(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """Core options that change what the model is asked, by value; a field added later with a

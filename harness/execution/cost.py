@@ -264,10 +264,27 @@ def spent_in_records(records: Iterable[dict[str, Any]]) -> float:
 
 
 def judge_cost(scores: dict[str, Any] | None, table: PriceTable) -> dict[str, Any] | None:
-    """The LLM judge's cost (its own requests, apart from the model under test)."""
+    """The LLM judge's cost (its own requests, apart from the model under test). Several judges:
+    each priced on its own (``by_judge``), the tokens and USD their sums (USD None if any is unpriced)."""
     info = ((scores or {}).get("meta") or {}).get("metric_info", {}).get("llm-judge")
-    if not info or not info.get("judge"):
+    if not info:
         return None
+    if info.get("by_judge"):
+        each = {name: _one_judge_cost(judge, table) for name, judge in info["by_judge"].items()}
+        usd = [c["usd"] for c in each.values()]
+        return {
+            "model": list(each),
+            "prompt_tokens": sum(c["prompt_tokens"] for c in each.values()),
+            "completion_tokens": sum(c["completion_tokens"] for c in each.values()),
+            "usd": None if any(u is None for u in usd) else sum(usd),
+            "by_judge": each,
+        }
+    if not info.get("judge"):
+        return None
+    return _one_judge_cost(info, table)
+
+
+def _one_judge_cost(info: dict[str, Any], table: PriceTable) -> dict[str, Any]:
     pricing = pricing_for(info["judge"], table)
     prompt, completion = info.get("judge_prompt_tokens", 0), info.get("judge_completion_tokens", 0)
     return {

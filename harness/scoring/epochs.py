@@ -10,6 +10,9 @@ corpus-level ones included (FanOutQA's strict accuracy, QAMPARI's F1>=0.5 share,
   metrics whose per-question values are discrete only (``discrete_values``); others are refused
   before the run (``check_reducer``).
 
+Diagnostics that relate a metric to others (``with_other_metrics``: several judges' agreement) are
+not combined: they are computed again over every epoch's answers, each (question, epoch) a unit.
+
 ``scores.raw`` holds each question's values reduced the same way, with the per-question value of a
 declared indicator leaf (fanoutqa-string's ``acc==1``: under mean, the share of the question's
 epochs fully right), so the mean over questions of a leaf's per-question column is its headline and
@@ -130,6 +133,7 @@ class OverEpochs:
     def __init__(self, fn: Any, reducer: str, n_epochs: int):
         self.fn, self.reducer, self.n_epochs = fn, reducer, n_epochs
         self.per_question_leaves = getattr(fn, "per_question_leaves", None) or {}
+        self.per_question_paths = getattr(fn, "per_question_paths", None)
         self.aggregate_rows = self._aggregate_rows if getattr(fn, "aggregate_rows", None) else None
         self.aggregate_sums = (self._vector, self._finish) if getattr(fn, "aggregate_sums", None) else None
 
@@ -196,6 +200,11 @@ def reduce_epoch_scores(
     out: dict[str, Any] = {"results_format": first["results_format"]}
     for name in names:
         out[name] = combine([scores.get(name) for scores in epoch_scores], pooled.get(name), reducer)
+    every_answer = [row for scores in epoch_scores for row in scores["raw"]]
+    for name in names:  # diagnostics relating a metric to others (judges' agreement): over every epoch's answers
+        relate = getattr(fns.get(name), "with_other_metrics", None)
+        if relate is not None and isinstance(out.get(name), dict):
+            out[name], _ = relate(out[name], first["meta"]["metric_info"].get(name) or {}, every_answer, name)
     out["raw"] = list(rows.values())
     breakdown = combine([scores.get("breakdown") for scores in epoch_scores], pooled.get("breakdown"), reducer)
     if breakdown:

@@ -9,6 +9,11 @@ than 4000 characters are cut to 4000, as the official scorer does. Temperature 0
 The judge is never run unless ``--judge MODEL`` names one (FanOutQA used ``gpt-4-0613``; the
 current leaderboard uses ``gpt-4o-2024-11-20``). Every judge response goes through the harness's
 SQLite response cache, so re-scoring the same answers never asks again.
+
+Several judges (``--judge A,B,C``): every judge asks about every answer; a question records each
+verdict and scores the majority's (AGGREGATE_RULE), each judge's own share is kept (``by_judge``)
+and the judges' agreement with each other and with string accuracy is reported (``agreement``,
+``harness.scoring.agreement``). One judge's numbers and fields are exactly as above.
 """
 
 from __future__ import annotations
@@ -85,14 +90,33 @@ def judge_score(output: str | None) -> int:
 
 
 async def _judge_all(
-    pairs: list[tuple[str, list[dict[str, Any]]]], options: ScoringOptions
+    pairs: list[tuple[str, list[dict[str, Any]]]], options: ScoringOptions, judges: list[str]
+) -> list[tuple[dict[str, ModelResponse], dict[str, Any]]]:
+    """Every judge on every pair, the judges at once (each with ``judge_max_connections`` requests in
+    flight): per judge, ({question id: response}, its stats)."""
+    from harness.models.cache import ResponseCache
+
+    cache = ResponseCache(options.cache_path)  # made in this thread: sqlite objects stay in their thread
+    tasks = [asyncio.ensure_future(_judge_one(pairs, options, judge, cache)) for judge in judges]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:  # one judge failed: the others stopped (their backends closed) before the cache
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    finally:
+        cache.close()
+
+
+async def _judge_one(
+    pairs: list[tuple[str, list[dict[str, Any]]]], options: ScoringOptions, judge: str, cache: Any
 ) -> tuple[dict[str, ModelResponse], dict[str, Any]]:
-    from harness.models.cache import ResponseCache, cache_key
+    from harness.models.cache import cache_key
     from harness.models import create_backend
 
-    backend = create_backend(options.judge)
+    backend = create_backend(judge)
     stats: dict[str, Any] = {"calls": 0, "cache_hits": 0, "prompt_tokens": 0, "completion_tokens": 0}
-    cache = ResponseCache(options.cache_path)  # made in this thread: sqlite objects stay in their thread
     try:
         await backend.start()
         stats["backend"] = backend.describe()
@@ -114,10 +138,7 @@ async def _judge_all(
 
         done = await asyncio.gather(*(one(qid, messages) for qid, messages in pairs))
     finally:
-        try:
-            await backend.close()
-        finally:
-            cache.close()
+        await backend.close()
     return dict(done), stats
 
 
@@ -133,17 +154,121 @@ def _run(coro):
 
 
 def check_judge(options: ScoringOptions) -> None:
-    """Before any model call: the judge's backend can be made (a known backend) and, for an API,
+    """Before any model call: each judge's backend can be made (a known backend) and, for an API,
     its key is set; nothing is started."""
     from harness.errors import ModelError
     from harness.models import create_backend
 
-    backend = create_backend(options.judge)
-    if callable(getattr(backend, "api_key", None)):
-        try:
-            backend.api_key()
-        except ModelError as exc:
-            raise ModelError(f"--judge {options.judge}: {exc}") from None
+    for judge in judge_names(options):
+        backend = create_backend(judge)
+        if callable(getattr(backend, "api_key", None)):
+            try:
+                backend.api_key()
+            except ModelError as exc:
+                raise ModelError(f"--judge {judge}: {exc}") from None
+
+
+# several judges: each question's verdict is the majority's
+AGGREGATE_RULE = (
+    "majority vote per question: 1 when more than half of the judges score it 1, else 0 (a tie counts 0: "
+    "a question counts as right only when most judges say so)"
+)
+AGREEMENT_METHOD = (
+    "Krippendorff's alpha (nominal) over the questions x judges matrix of 0/1 verdicts, over the questions "
+    "judged (unanswered ones score 0 with no request and are left out); percent agreement pooled over the "
+    "pairs of judges; unanimous: the share of questions every judge scores alike"
+)
+# the string metric each judge's 0/1 is set against when it is scored in the same run, first found:
+# (metric, per-question leaf, label); strict accuracy (every gold part found) is closest to the judge's
+# B/C/E (the submission holds all the expert answer's facts)
+STRING_MEASURES = (
+    ("fanoutqa-string", "acc==1", "fanoutqa-string strict", "1 when every gold answer part is found (acc == 1)"),
+    ("em-f1", "em", "em-f1 em", "HotpotQA exact match"),
+)
+
+
+def judge_names(options: ScoringOptions) -> list[str]:
+    from harness.scoring.metrics import judge_list
+
+    return judge_list(options.judge)
+
+
+def majority(scores: list[int]) -> int:
+    """AGGREGATE_RULE: 1 when more than half of the verdicts are 1; a tie is 0."""
+    return 1 if 2 * sum(scores) > len(scores) else 0
+
+
+def _judged(row: dict[str, Any]) -> dict[str, int | None]:
+    """{judge: its 0/1 verdict, None where it gave none (unanswered)} of one per-question row."""
+    if "verdicts" in row:
+        return {j: v["score"] if v.get("output") is not None else None for j, v in row["verdicts"].items()}
+    return {"": row["llm_judge"] if row.get("judge_output") is not None else None}
+
+
+def aggregate_verdicts(rows: list[dict[str, Any]], n: float) -> dict[str, Any]:
+    """The aggregate of per-question rows (the metric's, a breakdown group's, a bootstrap draw's):
+    the share judged right (``n`` questions) and, with several judges, each judge's own share."""
+    out: dict[str, Any] = {"llm_judge": sum(r["llm_judge"] for r in rows) / (n or 1)}
+    judges = list(dict.fromkeys(j for r in rows for j in r.get("verdicts") or {}))
+    if judges:
+        out["by_judge"] = {
+            j: sum(r["verdicts"][j]["score"] for r in rows if j in r.get("verdicts", {})) / (n or 1) for j in judges
+        }
+    return out
+
+
+def per_question_paths(aggregate: dict[str, Any]) -> dict[tuple[str, ...], tuple[str, ...]]:
+    """Each judge's share is the mean of its per-question verdicts (judge names may hold dots)."""
+    return {("by_judge", j): ("verdicts", j, "score") for j in aggregate.get("by_judge") or {}}
+
+
+def agreement_of(rows: list[dict[str, Any]], name: str = "llm-judge", judge: str | None = None) -> dict[str, Any]:
+    """The agreement section from full per-question rows ({metric: values}; with epochs, every epoch's
+    rows: each answer a unit): with several judges theirs (AGREEMENT_METHOD); when a string metric
+    (STRING_MEASURES) is in the rows, each judge's (and the majority's) with its 0/1. Over the
+    questions judged: an unanswered one has no verdict. ``judge``: the name of a single judge."""
+    from harness.scoring.agreement import pair_agreement, raters_agreement
+    from harness.scoring.uncertainty import leaf
+
+    mine = [r.get(name) for r in rows if isinstance(r.get(name), dict)]
+    judged = [_judged(r) for r in mine]
+    judges = list(dict.fromkeys(j for d in judged for j in d))
+    out: dict[str, Any] = {}
+    if len(judges) > 1:
+        out["judges"] = raters_agreement({j: [d.get(j) for d in judged] for j in judges}, "judges")
+    found = next((m for m in STRING_MEASURES if any(m[0] in r for r in rows)), None)
+    if found is None or not judges:
+        return out
+    metric, path, label, _ = found
+    values = [leaf(r.get(metric) or {}, (path,)) for r in rows if isinstance(r.get(name), dict)]
+    string = [float(v) if isinstance(v, (bool, int, float)) else None for v in values]
+    section: dict[str, Any] = {"string": label, "by_judge": {}}
+    for j in judges:
+        section["by_judge"][j or judge or "judge"] = pair_agreement([d.get(j) for d in judged], string)
+    if len(judges) > 1:
+        votes = [r["llm_judge"] if any(v is not None for v in d.values()) else None for r, d in zip(mine, judged)]
+        section["majority"] = pair_agreement(votes, string)
+    out["with_string"] = section
+    return out
+
+
+def with_other_metrics(
+    aggregate: dict[str, Any], info: dict[str, Any], rows: list[dict[str, Any]], name: str = "llm-judge"
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """After every metric of the run is scored (``rows``: full per-question rows): the agreement
+    section again, now with string accuracy when a string metric was scored too."""
+    found = agreement_of(rows, name, info.get("judge"))
+    aggregate = {k: v for k, v in aggregate.items() if k != "agreement"}
+    if found:
+        aggregate["agreement"] = found
+    if "with_string" in found:
+        label = found["with_string"]["string"]
+        meaning = next(m[3] for m in STRING_MEASURES if m[2] == label)
+        info = {
+            **info,
+            "agreement_with_string": f"each judge's 0/1 against {label} ({meaning}), over the questions judged",
+        }
+    return aggregate, info
 
 
 # the expert answer is gold_text(reference): FanOutQA's str_answer, QAMPARI entities by their answer text
@@ -153,10 +278,13 @@ def check_judge(options: ScoringOptions) -> None:
 def llm_judge(
     questions: list[Sample], answers: list[dict[str, Any]], only_answered: bool, options: ScoringOptions | None = None
 ) -> dict[str, Any]:
-    """FanOutQA's GPT-as-judge accuracy: the share of questions the judge grades B, C or E."""
+    """FanOutQA's GPT-as-judge accuracy: the share of questions the judge grades B, C or E. With
+    several judges, the share the majority grades so (AGGREGATE_RULE), each judge's own, and their
+    agreement."""
     options = options or ScoringOptions()
     if not options.judge:
         raise HarnessError(NO_JUDGE_MESSAGE)
+    judges = judge_names(options)
     by_id = {a["id"]: a.get("answer") for a in answers}
     pool = [q for q in questions if q.id in by_id] if only_answered else questions
     pairs: list[tuple[str, list[dict[str, Any]]]] = []
@@ -170,24 +298,20 @@ def llm_judge(
             trimmed.append(q.id)
         pairs.append((q.id, judge_messages(q.question, q.answer, answer)))
 
-    responses, stats = _run(_judge_all(pairs, options)) if pairs else ({}, {"calls": 0, "cache_hits": 0})
+    empty = ({}, {"calls": 0, "cache_hits": 0})
+    judged = _run(_judge_all(pairs, options, judges)) if pairs else [empty for _ in judges]
+    outputs = [{qid: response.content or "" for qid, response in responses.items()} for responses, _ in judged]
     raw: dict[str, dict[str, Any]] = {}
     for q in pool:
-        if q.id in responses:
-            text = responses[q.id].content or ""
-            raw[q.id] = {"llm_judge": judge_score(text), "judge_output": text}
+        texts = [each.get(q.id) for each in outputs]
+        scores = [judge_score(text) if text is not None else 0 for text in texts]
+        if len(judges) == 1:  # the official shape
+            raw[q.id] = {"llm_judge": scores[0], "judge_output": texts[0]}
         else:
-            raw[q.id] = {"llm_judge": 0, "judge_output": None}
-    n = len(pool) or 1
-    info = {
-        "judge": options.judge,
-        "backend": stats.get("backend"),
+            verdicts = {j: {"score": s, "output": t} for j, s, t in zip(judges, scores, texts)}
+            raw[q.id] = {"llm_judge": majority(scores), "verdicts": verdicts}
+    shared = {
         "params": JUDGE_PARAMS.model_dump(),
-        "calls": stats["calls"],
-        "cache_hits": stats["cache_hits"],
-        # the judge's own tokens (requests actually sent), kept apart from the model under test
-        "judge_prompt_tokens": stats.get("prompt_tokens", 0),
-        "judge_completion_tokens": stats.get("completion_tokens", 0),
         "n_judged": len(pairs),
         "n_unanswered": len(pool) - len(pairs),
         "trimmed_to_4000_chars": trimmed,
@@ -195,4 +319,46 @@ def llm_judge(
         "rule": 'result.strip()[-1].lower() in "bce" -> 1, else 0',
         "reference": "fanoutqa eval/llm.py",
     }
-    return {"aggregate": {"llm_judge": sum(r["llm_judge"] for r in raw.values()) / n}, "raw": raw, "info": info}
+    each = [_judge_info(judge, stats) for judge, (_, stats) in zip(judges, judged)]
+    if len(judges) == 1:  # the keys in their order before several judges
+        one = each[0]
+        info = {
+            "judge": one.pop("judge"),
+            "backend": one.pop("backend"),
+            "params": shared.pop("params"),
+            **one,
+            **shared,
+        }
+    else:
+        info = {
+            "judges": judges,
+            **{key: sum(e[key] for e in each) for key in TOTALS},
+            **shared,
+            "by_judge": dict(zip(judges, each)),
+            "aggregate_rule": AGGREGATE_RULE,
+            "agreement": AGREEMENT_METHOD,
+        }
+    aggregate = aggregate_verdicts(list(raw.values()), len(pool))
+    if len(judges) > 1:
+        aggregate["agreement"] = agreement_of([{"llm-judge": r} for r in raw.values()])
+    return {"aggregate": aggregate, "raw": raw, "info": info}
+
+
+TOTALS = ("calls", "cache_hits", "judge_prompt_tokens", "judge_completion_tokens")
+
+
+def _judge_info(judge: str, stats: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "judge": judge,
+        "backend": stats.get("backend"),
+        "calls": stats["calls"],
+        "cache_hits": stats["cache_hits"],
+        # the judge's own tokens (requests actually sent), kept apart from the model under test
+        "judge_prompt_tokens": stats.get("prompt_tokens", 0),
+        "judge_completion_tokens": stats.get("completion_tokens", 0),
+    }
+
+
+llm_judge.aggregate_rows = aggregate_verdicts
+llm_judge.per_question_paths = per_question_paths
+llm_judge.with_other_metrics = with_other_metrics

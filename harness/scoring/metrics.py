@@ -13,6 +13,11 @@ A metric declares (``declare``) what it can score (gold and answer types, datase
 (a judge, a checkpoint) and its options (a pydantic model, passed to it as keyword arguments);
 ``check_metrics`` checks all of it before any model call. A metric without a declaration (a plugin
 that has none) is taken to score any answer, need nothing and have no options.
+
+Two optional attributes of a metric function: ``per_question_paths(aggregate)`` ({aggregate key
+path: per-question key path}, for the error bars of numbers named at run time: each judge's share),
+and ``with_other_metrics(aggregate, info, rows, name) -> (aggregate, info)``, called once every
+metric is scored with the full per-question rows (llm-judge's agreement with string accuracy).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from harness.datasets.base import Dataset, Sample
 from harness.errors import ConfigError, HarnessError
@@ -33,10 +38,35 @@ from harness.scoring.results import RESULTS_FORMAT, SECTIONS
 from harness.scoring.values import mean_values
 
 
+def judge_list(value: str | list[str] | None) -> list[str]:
+    """The judges named: ``"a,b"`` or ``["a", "b"]`` (items may hold commas) -> ["a", "b"], each once, in order."""
+    if value is None:
+        return []
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not all(isinstance(i, str) for i in items):
+        raise ValueError("expected a model name, comma-separated names or a list of them")
+    return list(dict.fromkeys(n.strip() for item in items for n in item.split(",") if n.strip()))
+
+
+def judge_value(value: Any) -> str | list[str] | None:
+    """How a judge option is kept: one judge as its name (as before several were allowed), several
+    as the list of names; a value that names none is refused."""
+    if value is None:
+        return None
+    names = judge_list(value)
+    if not names:
+        raise ValueError(f"{value!r} names no judge (expected MODEL, comma-separated models or a list)")
+    return names[0] if len(names) == 1 else names
+
+
 class ScoringOptions(BaseModel):
     """Options of the metrics that need them; recorded with the scores. No judge runs unless named."""
 
-    judge: str | None = Field(None, description="model for the LLM judge, e.g. openai/gpt-4o-2024-11-20")
+    judge: str | list[str] | None = Field(
+        None,
+        description="model(s) for the LLM judge, e.g. openai/gpt-4o-2024-11-20; several (a list, or comma-separated): "
+        "a majority vote, each judge's own share and their agreement",
+    )
     judge_max_connections: int = 8
     bleurt_checkpoint: str | None = Field(None, description="directory of a BLEURT checkpoint")
     cache_path: str | None = None
@@ -54,6 +84,11 @@ class ScoringOptions(BaseModel):
     # A plugin metric that takes longer (a hang) is that metric's failure, recorded in scores.meta;
     # built-in metrics are the harness's own code and run untimed (the LLM judge's requests have theirs).
     metric_timeout: float = Field(600.0, gt=0, le=WEEK_S, description="seconds one plugin metric may take")
+
+    @field_validator("judge", mode="before")
+    @classmethod
+    def _judges(cls, value: Any) -> Any:
+        return judge_value(value)
 
 
 log = logging.getLogger(__name__)
@@ -482,6 +517,10 @@ def score_answers(
         info[name] = result.get("info", {})
         if entries[name].source != "builtin":
             info[name] = {**info[name], "plugin": entries[name].record()}
+    for name, fn in fns.items():  # numbers relating one metric's values to another's (a judge and string accuracy)
+        relate = getattr(fn, "with_other_metrics", None)
+        if relate is not None and isinstance(out.get(name), dict):
+            out[name], info[name] = relate(out[name], info[name], [rows[qid] for qid in order], name)
     oversized = {qid: chars for qid, chars in oversized.items() if qid in rows}  # the questions scored
     for qid, chars in oversized.items():
         if qid in rows:

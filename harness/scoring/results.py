@@ -41,6 +41,9 @@ FORMAT1_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "llm-judge": (("llm_judge",), ("llm_judge", "judge_output")),
 }
 UNATTRIBUTED = "unattributed"  # format-1 keys no known metric wrote
+# Keys of a metric's aggregate that describe its scoring, not the answers (llm-judge's ``agreement``
+# of several judges): kept in the scores, never a score (no table column, error bar or comparison)
+DIAGNOSTICS = frozenset({"agreement"})
 
 
 def results_format(scores: dict[str, Any]) -> int:
@@ -99,11 +102,11 @@ def upgrade(scores: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def metric_aggregates(scores: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-    """{metric: its aggregate dict}, in scoring order."""
+    """{metric: its aggregate dict without its DIAGNOSTICS}, in scoring order."""
     scores = upgrade(scores)
     if not scores:
         return {}
-    return {k: v for k, v in scores.items() if k not in SECTIONS and isinstance(v, dict)}
+    return {k: _without_diagnostics(v) for k, v in scores.items() if k not in SECTIONS and isinstance(v, dict)}
 
 
 def numeric_leaves(values: dict[str, Any], prefix: str = "") -> dict[str, float]:
@@ -184,9 +187,14 @@ def breakdown_values(scores: dict[str, Any] | None) -> dict[str, dict[str, dict[
         out[group] = {}
         for value, row in values.items():
             entry: dict[str, Any] = {"n": row.get("n")}
-            entry.update(numeric_leaves({k: v for k, v in row.items() if k != "n" and isinstance(v, dict)}))
+            scored = {k: _without_diagnostics(v) for k, v in row.items() if k != "n" and isinstance(v, dict)}
+            entry.update(numeric_leaves(scored))
             out[group][value] = entry
     return out
+
+
+def _without_diagnostics(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if k not in DIAGNOSTICS}
 
 
 # Of the agent namespace, tables show the evidence recall, searches and hops (the rest: scores, report).
@@ -318,6 +326,13 @@ def summary_lines(scores: dict[str, Any] | None) -> list[str]:
             if leaves and all(v is None for v in leaves.values()) and reason:
                 text = f"unavailable ({reason})"
         lines.append(f"{name}: {text}")
+        agreement = (scores.get(name) or {}).get("agreement")
+        if agreement:
+            from harness.scoring.agreement import agreement_line
+
+            line = agreement_line(agreement)
+            if line:
+                lines.append(f"  {line}")
     return lines
 
 

@@ -77,6 +77,25 @@ def _close(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
 
 
+def declared_sources(fn: Any, aggregate: dict[str, Any] | None = None) -> dict[tuple[str, ...], tuple[str, ...]]:
+    """{aggregate key path: per-question key path} the metric declares: its ``per_question_leaves``,
+    and those ``fn.per_question_paths(aggregate)`` gives (key paths whose keys may hold dots)."""
+    declared = {
+        tuple(k.split(".")): tuple(v.split(".")) for k, v in (getattr(fn, "per_question_leaves", None) or {}).items()
+    }
+    paths = getattr(fn, "per_question_paths", None)
+    if paths is not None and isinstance(aggregate, dict):
+        declared.update(paths(aggregate))
+    return declared
+
+
+def scored_part(aggregate: dict[str, Any]) -> dict[str, Any]:
+    """A metric's aggregate without its diagnostics (``results.DIAGNOSTICS``): the numbers that get error bars."""
+    from harness.scoring.results import DIAGNOSTICS
+
+    return {k: v for k, v in aggregate.items() if k not in DIAGNOSTICS}
+
+
 def plan_leaf(
     path: tuple[str, ...], value: Any, per_rows: list[Any], declared: dict[tuple[str, ...], tuple[str, ...]]
 ) -> dict[str, Any] | None:
@@ -146,12 +165,10 @@ def metric_uncertainty(
     from harness.scoring import stats
 
     out: dict[str, dict[str, Any]] = {}
-    declared = {
-        tuple(k.split(".")): tuple(v.split(".")) for k, v in (getattr(fn, "per_question_leaves", None) or {}).items()
-    }
+    declared = declared_sources(fn, aggregate)
     aggregate_rows = getattr(fn, "aggregate_rows", None)
     to_bootstrap: list[tuple[str, ...]] = []
-    for path, value in _flat_leaves(aggregate).items():
+    for path, value in _flat_leaves(scored_part(aggregate)).items():
         key = ".".join((name, *path))
         plan = plan_leaf(path, value, rows, declared)
         if plan is None:
