@@ -91,7 +91,8 @@ async def _judge_all(
     from harness.models import create_backend
 
     backend = create_backend(options.judge)
-    stats: dict[str, Any] = {"calls": 0, "cache_hits": 0, "prompt_tokens": 0, "completion_tokens": 0}
+    tokens = ("prompt_tokens", "completion_tokens", "cache_read_tokens", "cache_write_tokens")
+    stats: dict[str, Any] = {"calls": 0, "cache_hits": 0, **dict.fromkeys(tokens, 0)}
     cache = ResponseCache(options.cache_path)  # made in this thread: sqlite objects stay in their thread
     try:
         await backend.start()
@@ -107,8 +108,8 @@ async def _judge_all(
             async with limit:
                 response = await backend.generate(messages, JUDGE_PARAMS)
             stats["calls"] += 1
-            stats["prompt_tokens"] += response.usage.prompt_tokens
-            stats["completion_tokens"] += response.usage.completion_tokens
+            for name in tokens:
+                stats[name] += getattr(response.usage, name)
             cache.put(key, response)
             return qid, response
 
@@ -188,6 +189,9 @@ def llm_judge(
         # the judge's own tokens (requests actually sent), kept apart from the model under test
         "judge_prompt_tokens": stats.get("prompt_tokens", 0),
         "judge_completion_tokens": stats.get("completion_tokens", 0),
+        # of judge_prompt_tokens: read from and written to the provider's prompt cache
+        "judge_cache_read_tokens": stats.get("cache_read_tokens", 0),
+        "judge_cache_write_tokens": stats.get("cache_write_tokens", 0),
         "n_judged": len(pairs),
         "n_unanswered": len(pool) - len(pairs),
         "trimmed_to_4000_chars": trimmed,
