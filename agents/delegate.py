@@ -36,7 +36,7 @@ from agents._knobs import SearchKnobs
 from agents._search import ContextGuard, SearchSession, build_search_tool, clean, evidence_recall, summarize_records
 from agents._text_calls import read_text_tool_calls
 from harness.errors import ConfigError, ContextOverflowError
-from harness.models.base import ModelResponse, ToolCall
+from harness.models.base import ModelResponse, ToolCall, Usage
 from harness.strategy import Agent, AgentContext, SampleResult, knob
 from tools.registry import function_schema
 
@@ -123,7 +123,7 @@ class _Node:
         self.answer: str | None = None
         self.outcome = "running"
         self.session: SearchSession | None = None
-        self.tokens = {"prompt_tokens": 0, "completion_tokens": 0}
+        self.tokens = Usage().model_dump()  # a dict: the record is written as it stands
         self.rec: dict[str, Any] = {
             "id": node_id,
             "parent": None if parent is None else parent.id,
@@ -209,8 +209,8 @@ class _Tree:
     async def generate(self, node: _Node, tools, tool_choice) -> ModelResponse:
         node.rec["requests"] += 1
         response = await self.ctx.generate(clean(node.messages), tools=tools, tool_choice=tool_choice)
-        node.tokens["prompt_tokens"] += response.usage.prompt_tokens
-        node.tokens["completion_tokens"] += response.usage.completion_tokens
+        for key, value in response.usage.model_dump().items():
+            node.tokens[key] += value
         node.rec["cost"] = self.agent.pricing.usage_cost(node.tokens) if self.agent.pricing else None
         return response
 

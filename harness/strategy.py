@@ -152,8 +152,7 @@ class AgentContext:
         finally:
             if hold is not None:
                 self.budget.settle(hold, response.usage if response is not None else None)
-        self.sent_usage.prompt_tokens += response.usage.prompt_tokens
-        self.sent_usage.completion_tokens += response.usage.completion_tokens
+        self.sent_usage.add(response.usage)
         if response.server is not None:
             self.servers[response.server] = self.servers.get(response.server, 0) + 1
         if key is not None:
@@ -163,8 +162,7 @@ class AgentContext:
 
     def _tally(self, response: ModelResponse) -> None:
         self.last_reply = response.as_message()
-        self.usage.prompt_tokens += response.usage.prompt_tokens
-        self.usage.completion_tokens += response.usage.completion_tokens
+        self.usage.add(response.usage)
         self.finish_reasons.append(response.finish_reason)
 
 

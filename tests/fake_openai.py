@@ -1,5 +1,5 @@
-"""A scripted model behind a local server speaking the OpenAI protocol (FakeServer from
-test_api_backends), for tests that need tool calls and exact token counts without a real model."""
+"""A scripted model behind a local server speaking the OpenAI protocol, or Anthropic's (FakeServer
+from test_api_backends), for tests that need tool calls and exact token counts without a real model."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import json
 
 from test_api_backends import FakeServer
 
-__all__ = ["FakeServer", "scripted_search_model"]
+__all__ = ["FakeServer", "anthropic_search_model", "scripted_search_model"]
 
 
-def scripted_search_model(script: dict[str, tuple[str, str]], usage: tuple[int, int] = (120, 7)):
+def scripted_search_model(script: dict[str, tuple[str, str]], usage: tuple[int, int] = (120, 7), cached: int = 0):
     """A handler: for the question containing KEY, the first turn calls ``search`` with QUERY and the
     turn after a tool result answers ANSWER (``script = {KEY: (QUERY, ANSWER)}``); without tools it
-    answers at once. Every reply reports ``usage`` (prompt, completion tokens)."""
+    answers at once. Every reply reports ``usage`` (prompt, completion tokens), ``cached`` of the
+    prompt tokens read from the prompt cache (``prompt_tokens_details.cached_tokens``)."""
 
     def handler(method, path, headers, body):
         if not path.endswith("/chat/completions"):
@@ -36,7 +37,52 @@ def scripted_search_model(script: dict[str, tuple[str, str]], usage: tuple[int, 
             "created": 0,
             "model": body["model"],
             "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
+            "usage": {
+                "prompt_tokens": usage[0],
+                "completion_tokens": usage[1],
+                "total_tokens": sum(usage),
+                "prompt_tokens_details": {"cached_tokens": cached},
+            },
+        }
+        return 200, {}, payload
+
+    return handler
+
+
+def anthropic_search_model(script: dict[str, tuple[str, str]], usage: tuple[int, int, int, int] = (120, 7, 0, 0)):
+    """``scripted_search_model`` in Anthropic's Messages protocol (``/v1/messages``; token counting
+    answers 10). ``usage``: prompt tokens, completion tokens, and of the prompt those read from and
+    written to the prompt cache (``cache_read_input_tokens``, ``cache_creation_input_tokens``)."""
+
+    def handler(method, path, headers, body):
+        if path.endswith("/count_tokens"):
+            return 200, {}, {"input_tokens": 10}
+        if not path.endswith("/messages"):
+            return 200, {}, {"data": []}
+        blocks = [b for m in body["messages"] for b in (m["content"] if isinstance(m["content"], list) else [])]
+        first = body["messages"][0]["content"]
+        first = first if isinstance(first, str) else first[0]["text"]
+        key = next((k for k in script if k in first), None)
+        query, answer = script.get(key, ("Nothing", "I do not know"))
+        content: list = [{"type": "text", "text": answer}]
+        stop = "end_turn"
+        if body.get("tools") and not any(b.get("type") == "tool_result" for b in blocks):
+            content = [{"type": "tool_use", "id": "toolu_1", "name": "search", "input": {"query": query}}]
+            stop = "tool_use"
+        prompt, completion, read, write = usage
+        payload = {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": body["model"],
+            "content": content,
+            "stop_reason": stop,
+            "usage": {
+                "input_tokens": prompt - read - write,
+                "cache_read_input_tokens": read,
+                "cache_creation_input_tokens": write,
+                "output_tokens": completion,
+            },
         }
         return 200, {}, payload
 

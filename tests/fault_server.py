@@ -17,7 +17,10 @@ Content-Length to refuse it by), ``html-200`` (a proxy's HTML page with status 2
 ``number-content`` (``content`` a list of parts / a number; Anthropic: a string / a number).
 
 Requests to ``.../messages`` are answered in Anthropic's shape, the others in OpenAI's;
-``.../count_tokens`` is answered without taking a fault.
+``.../count_tokens`` is answered without taking a fault. Every answer reports ``usage``: prompt and
+completion tokens, of the prompt ``cache_read`` tokens read from the prompt cache (OpenAI
+``prompt_tokens_details.cached_tokens``, Anthropic ``cache_read_input_tokens``) and ``cache_write``
+written to it (Anthropic ``cache_creation_input_tokens``); ``bodies`` keeps each chat request sent.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ class FaultServer(LoopbackServer):
         context_size: int | None = 4096,
         trickle_s: float = 0.05,
         bomb_bytes: int = 256 * 2**20,
+        usage: tuple[int, int, int, int] = (10, 2, 0, 0),  # prompt, completion, cache read, cache write
     ):
         self.script = list(script or [])
         self.default = default
@@ -74,6 +78,8 @@ class FaultServer(LoopbackServer):
         self.context_size = context_size
         self.trickle_s = trickle_s
         self.bomb_bytes = bomb_bytes
+        self.usage = usage
+        self.bodies: list[dict] = []  # every chat request's body, in order
         if "gzip-bomb" in (*self.script, default):
             _bomb_prefix(bomb_bytes)  # built before serving: the first bomb is not slowed by it
         self.served: list[str] = []  # the fault used for each chat request, in order
@@ -116,6 +122,7 @@ class FaultServer(LoopbackServer):
                 with outer._lock:
                     fault = outer.script.pop(0) if outer.script else outer.default
                     outer.served.append(fault)
+                    outer.bodies.append(dict(body))
                     outer.headers_seen.append({k.lower(): v for k, v in self.headers.items()})
                     outer.in_flight += 1
                     outer.in_flight_seen.append(outer.in_flight)
@@ -129,6 +136,7 @@ class FaultServer(LoopbackServer):
 
     # ------------------------------------------------------------------ responses
     def completion(self, body: dict, content: str | None, tool_calls: list | None = None) -> bytes:
+        prompt, completion, read, write = self.usage
         if body.get("_anthropic"):
             blocks = [{"type": "text", "text": content}] if content is not None else []
             return json.dumps(
@@ -139,7 +147,12 @@ class FaultServer(LoopbackServer):
                     "model": body.get("model", "fault-model"),
                     "content": blocks,
                     "stop_reason": "end_turn",
-                    "usage": {"input_tokens": 10, "output_tokens": 2},
+                    "usage": {
+                        "input_tokens": prompt - read - write,
+                        "cache_read_input_tokens": read,
+                        "cache_creation_input_tokens": write,
+                        "output_tokens": completion,
+                    },
                 }
             ).encode()
         message: dict = {"role": "assistant", "content": content}
@@ -152,7 +165,12 @@ class FaultServer(LoopbackServer):
                 "created": 0,
                 "model": body.get("model", "fault-model"),
                 "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if tool_calls else "stop"}],
-                "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
+                "usage": {
+                    "prompt_tokens": prompt,
+                    "completion_tokens": completion,
+                    "total_tokens": prompt + completion,
+                    "prompt_tokens_details": {"cached_tokens": read},
+                },
             }
         ).encode()
 

@@ -285,7 +285,7 @@ def test_budget_stops_mid_tree_and_the_tree_holds_what_was_spent(script, hotpot_
     assert [n["id"] for n in nodes] == ["0", "0.1", "0.2"]
     assert [n["outcome"] for n in nodes] == ["budget_exhausted", "answered", "answered"]
     assert row["model_calls"] == 3  # the root's first request and one per sub-agent
-    assert row["usage"] == {"prompt_tokens": 0, "completion_tokens": 3}
+    assert row["usage"] == {"prompt_tokens": 0, "completion_tokens": 3, "cache_read_tokens": 0, "cache_write_tokens": 0}
     assert sum(n["tokens"]["completion_tokens"] for n in nodes) == 3
     assert row["spent_usd"] == pytest.approx(3.0) == sum(n["cost"] for n in nodes)
     assert results["status"] == "budget_exhausted" and results["cost"]["budget"]["spent_usd"] == pytest.approx(3.0)

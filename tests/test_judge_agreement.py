@@ -451,6 +451,7 @@ def test_single_judge_unchanged(tmp_path):
     assert now["llm-judge"] == before["llm-judge"]
     assert list(alone["meta"]["metric_info"]["llm-judge"]) == [
         "judge", "backend", "params", "calls", "cache_hits", "judge_prompt_tokens", "judge_completion_tokens",
+        "judge_cache_read_tokens", "judge_cache_write_tokens",
         "n_judged", "n_unanswered", "trimmed_to_4000_chars", "prompt_sha256", "rule", "reference",
     ]  # fmt: skip
     both, old = now["fanoutqa-string+llm-judge"], before["fanoutqa-string+llm-judge"]

@@ -190,6 +190,14 @@ def add_run_options(p) -> None:
     g.add_argument("--retry-max-wait", type=float, help="longest back-off between tries, seconds (default 120)")
     g.add_argument("--startup-timeout", type=float, help="seconds to wait for a launched server (default 300)")
     g.add_argument("--no-cache", dest="cache", action="store_false", help="do not read or write the response cache")
+    g.add_argument(
+        "--no-prompt-cache",
+        dest="prompt_cache",
+        action="store_const",
+        const=False,
+        help="anthropic/: send no cache_control breakpoints (default: on the shared prompt prefix; cache reads "
+        "and writes are priced at their own rates); OpenAI's prompt cache is automatic; not hashed",
+    )
     g.add_argument("--cache-path", help="SQLite response cache (default $HARNESS_CACHE_DIR or ~/.cache/harness)")
     g = p.add_argument_group("cost")
     g.add_argument(

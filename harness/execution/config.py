@@ -61,9 +61,18 @@ NOT_HASHED = frozenset(
         "prompt_template",  # hashed as the template's source and sha256, in the strategy's identity
     }
 )
-# how requests are carried out, not what is asked: a retried or refused reply never changes an answer kept
+# how requests are carried out, not what is asked: a retried or refused reply never changes an answer
+# kept; the provider's prompt cache changes the bill, never the answer
 BACKEND_NOT_HASHED = frozenset(
-    {"request_timeout", "max_attempts", "retry_max_wait", "startup_timeout", "n_threads", "max_response_bytes"}
+    {
+        "request_timeout",
+        "max_attempts",
+        "retry_max_wait",
+        "startup_timeout",
+        "n_threads",
+        "max_response_bytes",
+        "prompt_cache",
+    }
 )
 
 
@@ -231,6 +240,7 @@ BACKEND_KEYS = {
     "n_threads",
     "weight_repack",
     "server_args",
+    "prompt_cache",
 }
 
 

@@ -4,6 +4,10 @@ a model, and the ``--max-cost`` budget that holds a request back while it could 
 Two figures are kept apart on purpose: the list-price cost of the tokens a sample used (cache hits
 included: what reproducing the run would cost) and the money actually spent (requests sent; a cache
 hit costs nothing). The budget counts the money spent, over every invocation of the run.
+
+Prompt tokens served from the provider's prompt cache, and those written to it (Anthropic), are
+priced at their own rates (``cached_input``, ``cache_write_input`` in the table; provider defaults
+where it gives none): both figures use the counts each reply reported.
 """
 
 from __future__ import annotations
@@ -29,6 +33,11 @@ API_PREFIXES = frozenset({"openai", "anthropic"})
 LOCAL_NOTE = "runs on your own hardware: compute is not priced (cost 0)"
 PER_MESSAGE_OVERHEAD = 8  # role and separator tokens of chat templates (as agents._search.ContextGuard)
 _SNAPSHOT_SUFFIX = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|latest)$")
+# Prompt-cache rates where an entry gives none, as fractions of its input price (read, write):
+# OpenAI bills cache hits at half (or less: its per-model figures are in prices.yaml) and writes at
+# the input price; Anthropic bills hits at 10% and 5-minute cache writes at 125%. Other prefixes:
+# no discount known, the input price.
+CACHE_DEFAULTS = {"openai": (0.5, 1.0), "anthropic": (0.1, 1.25)}
 
 
 class Price(BaseModel):
@@ -36,6 +45,10 @@ class Price(BaseModel):
 
     input: float = Field(ge=0, description="USD per 1M prompt tokens")
     output: float = Field(ge=0, description="USD per 1M completion tokens")
+    cached_input: float | None = Field(None, ge=0, description="USD per 1M prompt tokens read from the prompt cache")
+    cache_write_input: float | None = Field(
+        None, ge=0, description="USD per 1M prompt tokens written to the prompt cache (Anthropic)"
+    )
 
 
 class PriceTable(BaseModel):
@@ -95,6 +108,10 @@ class Pricing:
     entry: str | None = None  # the price-table key used
     note: str | None = None
     reason: str | None = None  # why it is unpriced
+    # prompt-cache rates (None: the input price) and where they came from
+    cached_input_per_mtok: float | None = None
+    cache_write_per_mtok: float | None = None
+    cache_rates: dict[str, str] | None = None
 
     @property
     def priced(self) -> bool:
@@ -104,18 +121,43 @@ class Pricing:
     def free(self) -> bool:
         return self.input_per_mtok == 0 and self.output_per_mtok == 0
 
-    def cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
+    def _rate(self, rate: float | None) -> float:
+        return self.input_per_mtok if rate is None else rate
+
+    def cost(
+        self, prompt_tokens: int, completion_tokens: int, cache_read: int = 0, cache_write: int = 0
+    ) -> float | None:
+        """``cache_read`` and ``cache_write`` are parts of ``prompt_tokens``, at their own rates."""
         if not self.priced:
             return None
-        return (prompt_tokens * self.input_per_mtok + completion_tokens * self.output_per_mtok) / 1_000_000
+        uncached = max(prompt_tokens - cache_read - cache_write, 0)
+        return (
+            uncached * self.input_per_mtok
+            + cache_read * self._rate(self.cached_input_per_mtok)
+            + cache_write * self._rate(self.cache_write_per_mtok)
+            + completion_tokens * self.output_per_mtok
+        ) / 1_000_000
+
+    def worst_cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
+        """A request's most: every prompt token at the dearest input rate (a cache write costs more
+        than the input price), every completion token sent."""
+        if not self.priced:
+            return None
+        rate = max(self.input_per_mtok, self._rate(self.cached_input_per_mtok), self._rate(self.cache_write_per_mtok))
+        return (prompt_tokens * rate + completion_tokens * self.output_per_mtok) / 1_000_000
 
     def usage_cost(self, usage: Any) -> float | None:
-        """Cost of a Usage model or a {"prompt_tokens", "completion_tokens"} dict."""
+        """Cost of a Usage model or a {"prompt_tokens", "completion_tokens", "cache_*_tokens"} dict."""
         if usage is None:
             return None
-        if isinstance(usage, dict):
-            return self.cost(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))
-        return self.cost(usage.prompt_tokens, usage.completion_tokens)
+        if not isinstance(usage, dict):
+            usage = usage.model_dump()
+        return self.cost(
+            usage.get("prompt_tokens", 0),
+            usage.get("completion_tokens", 0),
+            usage.get("cache_read_tokens", 0),
+            usage.get("cache_write_tokens", 0),
+        )
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -123,6 +165,9 @@ class Pricing:
             "priced": self.priced,
             "input_usd_per_mtok": self.input_per_mtok,
             "output_usd_per_mtok": self.output_per_mtok,
+            "cached_input_usd_per_mtok": self.cached_input_per_mtok if self.priced else None,
+            "cache_write_input_usd_per_mtok": self.cache_write_per_mtok if self.priced else None,
+            "cache_rates": self.cache_rates,
             "entry": self.entry,
             "note": self.note,
             "reason": self.reason,
@@ -134,9 +179,25 @@ def pricing_for(model: str, table: PriceTable) -> Pricing:
     found = table.lookup(model)
     if found:
         key, price = found
-        return Pricing(model, price.input, price.output, entry=key)
+        provider = prefix if prefix in CACHE_DEFAULTS else "no discount known"
+        rates = {}
+        for name, share in zip(("cached_input", "cache_write_input"), CACHE_DEFAULTS.get(prefix, (1.0, 1.0))):
+            given = getattr(price, name)
+            if given is not None:
+                rates[name] = (given, "price table")
+            else:
+                rates[name] = (price.input * share, f"default: {share:g} x input ({provider})")
+        return Pricing(
+            model,
+            price.input,
+            price.output,
+            entry=key,
+            cached_input_per_mtok=rates["cached_input"][0],
+            cache_write_per_mtok=rates["cache_write_input"][0],
+            cache_rates={name: source for name, (_, source) in rates.items()},
+        )
     if prefix not in API_PREFIXES:
-        return Pricing(model, 0.0, 0.0, note=LOCAL_NOTE)
+        return Pricing(model, 0.0, 0.0, note=LOCAL_NOTE, cached_input_per_mtok=0.0, cache_write_per_mtok=0.0)
     return Pricing(
         model, None, None, reason=f"{model} is not in the price table {table.path}: add it there or pass --price-table"
     )
@@ -167,9 +228,10 @@ def estimate_prompt_tokens(backend: Any, messages: list[dict[str, Any]], tools: 
 
 
 class Budget:
-    """``--max-cost``: before each request, its worst case (prompt tokens at the input price plus
-    max_tokens at the output price) is reserved, and the request is sent only while the money spent
-    so far (this and earlier invocations), the reservations in flight and it fit in the budget: the
+    """``--max-cost``: before each request, its worst case (prompt tokens at the dearest input rate,
+    the full input price or a cache write's, plus max_tokens at the output price) is reserved, and
+    the request is sent only while the money spent so far (this and earlier invocations), the
+    reservations in flight and it fit in the budget: the
     budget is never passed. A request that does not fit waits for the requests in flight to settle
     (each gives back its worst case and keeps only what it cost), since refusing it at once would
     stop a run with many connections far short of its budget (64 connections stopped at 15%). Only
@@ -206,7 +268,7 @@ class Budget:
         if self.pricing.free:
             return 0.0
         prompt = estimate_prompt_tokens(backend, messages, tools)
-        worst = self.pricing.cost(prompt, params.max_tokens)
+        worst = self.pricing.worst_cost(prompt, params.max_tokens)
         while self.spent_total + self.reserved + worst > self.max_usd:
             if self.exhausted:  # another request was refused while this one waited
                 raise self._stopped()
@@ -258,6 +320,18 @@ class Budget:
 
 
 # --------------------------------------------------------------------------- run totals
+USAGE_KEYS = ("prompt_tokens", "completion_tokens", "cache_read_tokens", "cache_write_tokens")
+
+
+def usage_totals(rows: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """The rows' ``usage`` summed (rows written before the cache counts existed count 0 there)."""
+    totals = dict.fromkeys(USAGE_KEYS, 0)
+    for row in rows:
+        for key in USAGE_KEYS:
+            totals[key] += (row.get("usage") or {}).get(key, 0)
+    return totals
+
+
 def spent_in_records(records: Iterable[dict[str, Any]]) -> float:
     """Money spent by every attempt recorded (samples.jsonl and failures.jsonl lines)."""
     return sum(r.get("spent_usd") or 0.0 for r in records)
@@ -286,14 +360,8 @@ def judge_cost(scores: dict[str, Any] | None, table: PriceTable) -> dict[str, An
 
 def _one_judge_cost(info: dict[str, Any], table: PriceTable) -> dict[str, Any]:
     pricing = pricing_for(info["judge"], table)
-    prompt, completion = info.get("judge_prompt_tokens", 0), info.get("judge_completion_tokens", 0)
-    return {
-        "model": info["judge"],
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "usd": pricing.cost(prompt, completion),
-        "price": pricing.describe(),
-    }
+    usage = {key: info.get(f"judge_{key}", 0) for key in USAGE_KEYS}
+    return {"model": info["judge"], **usage, "usd": pricing.usage_cost(usage), "price": pricing.describe()}
 
 
 def refresh_judge_cost(cost: dict[str, Any], price_table: str | None, scores: dict[str, Any] | None) -> dict[str, Any]:
@@ -318,9 +386,7 @@ def run_cost(
     max_cost: float | None,
 ) -> dict[str, Any]:
     """results.json ``cost``: list-price cost of the finished samples' tokens, money spent, judge."""
-    prompt = sum(r["usage"]["prompt_tokens"] for r in finished)
-    completion = sum(r["usage"]["completion_tokens"] for r in finished)
-    model_usd = pricing.cost(prompt, completion)
+    model_usd = pricing.usage_cost(usage_totals(finished))
     judge = judge_cost(scores, table)
     judge_usd = judge["usd"] if judge else 0.0
     spent = spent_in_records(attempts) if pricing.priced else None
@@ -336,8 +402,10 @@ def run_cost(
         "max_cost_usd": max_cost,
         "price_table": table.describe(),
         "definitions": {
-            "model_usd": "list price of the finished samples' tokens (cache hits included)",
-            "spent_usd": "requests actually sent, every invocation, failed attempts included (cache hits free)",
+            "model_usd": "list price of the finished samples' tokens (response-cache hits included; "
+            "prompt-cache reads and writes at their own rates)",
+            "spent_usd": "requests actually sent, every invocation, failed attempts included "
+            "(response-cache hits free)",
         },
     }
     if budget is not None:

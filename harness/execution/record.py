@@ -100,6 +100,8 @@ class Tokens(_Closed):
     prompt: int = Field(ge=0)
     completion: int = Field(ge=0)
     total: int = Field(ge=0)
+    cache_read: int = Field(0, ge=0, description="of prompt: read from the provider's prompt cache")
+    cache_write: int = Field(0, ge=0, description="of prompt: written to the provider's prompt cache")
 
 
 class FailureNote(_Open):
@@ -261,6 +263,8 @@ class RunResults(BaseModel):
 class Usage(_Open):
     prompt_tokens: int = Field(0, ge=0)
     completion_tokens: int = Field(0, ge=0)
+    cache_read_tokens: int = Field(0, ge=0, description="of prompt_tokens: read from the provider's prompt cache")
+    cache_write_tokens: int = Field(0, ge=0, description="of prompt_tokens: written to the provider's prompt cache")
 
 
 class SampleRow(_Open):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness._version import __version__
+from harness.execution.cost import usage_totals
 from harness.execution.record import RunResults
 from harness.records import CONFIG_FILE, FAILURES_FILE, SAMPLES_FILE
 from harness.scoring.results import RESULTS_FORMAT
@@ -85,8 +86,8 @@ def build_results(
     scoring_note: str | None,
 ) -> RunResults:
     info = dataset.info
-    tokens_prompt = sum(r["usage"]["prompt_tokens"] for r in done)
-    tokens_completion = sum(r["usage"]["completion_tokens"] for r in done)
+    usage = usage_totals(done)
+    tokens_prompt, tokens_completion = usage["prompt_tokens"], usage["completion_tokens"]
     data = {
         "results_format": RESULTS_FORMAT,
         "run_id": run_id,
@@ -121,7 +122,14 @@ def build_results(
             "pending": len(keys) - len(done) - len(failed),
             "truncated_output": sum(1 for r in done if r.get("truncated_output")),
         },
-        "tokens": {"prompt": tokens_prompt, "completion": tokens_completion, "total": tokens_prompt + tokens_completion},
+        "tokens": {
+            "prompt": tokens_prompt,
+            "completion": tokens_completion,
+            "total": tokens_prompt + tokens_completion,
+            # parts of prompt: read from the provider's prompt cache, and written to it
+            "cache_read": usage["cache_read_tokens"],
+            "cache_write": usage["cache_write_tokens"],
+        },
         "model_calls": sum(r.get("model_calls", 0) for r in done),
         "cost": cost,
         "stopped_on_budget": stopped_on_budget,

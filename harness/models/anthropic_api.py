@@ -12,6 +12,10 @@ and, when a model answers 400 "`temperature` ... not supported/deprecated", drop
 the run (recorded in ``describe()["dropped_params"]``). ``top_p`` is only sent when it is not 1.0
 (some models refuse both together).
 
+Prompt caching (``--no-prompt-cache`` turns it off): ``cache_control`` breakpoints on the shared
+prefix (``add_cache_breakpoints``); the reply's cache reads and writes are recorded in ``Usage`` and
+priced at their own rates.
+
 Replies are read as in ``openai_compat``: a byte cap while reading, one deadline per request, and a
 reply that is not a message (``content`` not a list of blocks, an HTML page) a transient fault.
 
@@ -63,6 +67,22 @@ STOP_REASONS = {
     "refusal": "content_filter",
     "model_context_window_exceeded": "length",
 }
+
+# Prompt caching: the shortest prefix (tokens) each model caches, from Anthropic's prompt-caching
+# page (longest matching name prefix; others 1024). A shorter prefix marked is simply not cached.
+MIN_CACHEABLE_TOKENS = {
+    "claude-opus-4-6": 4096,
+    "claude-opus-4-5": 4096,
+    "claude-haiku-4-5": 4096,
+    "claude-sonnet-4-6": 2048,
+    "claude-3-5-haiku": 2048,
+    "claude-3-haiku": 2048,
+}
+DEFAULT_MIN_CACHEABLE_TOKENS = 1024
+# what a prefix may hold beside its bytes (a token is at least one byte): role framing per turn, and
+# the tool-use system prompt the API adds when tools are sent (a few hundred tokens)
+FRAMING_TOKENS = 8
+TOOL_PROMPT_TOKENS = 600
 
 _SAMPLING_REJECTED = re.compile(
     r"`?(temperature|top_p|top_k)`?[^.]*\b(deprecated|not supported|unsupported|cannot)", re.I
@@ -186,6 +206,54 @@ def to_anthropic_messages(messages: list[dict[str, Any]]) -> tuple[str | None, l
     return ("\n\n".join(system_parts) or None), out
 
 
+def min_cacheable_tokens(model: str) -> int:
+    name = model.lower()
+    for prefix in sorted(MIN_CACHEABLE_TOKENS, key=len, reverse=True):
+        if name.startswith(prefix):
+            return MIN_CACHEABLE_TOKENS[prefix]
+    return DEFAULT_MIN_CACHEABLE_TOKENS
+
+
+def _size(block: dict[str, Any]) -> int:
+    if block.get("type") == "text":
+        return len(block["text"].encode())
+    return len(json.dumps(block, ensure_ascii=False).encode())
+
+
+def add_cache_breakpoints(kwargs: dict[str, Any], min_tokens: int) -> int:
+    """``cache_control`` on the last block of each prefix another request shares (how many were set):
+
+    * the system prompt (after the tools), which every request starts with;
+    * in a conversation that goes on (an assistant turn before the last message): the end of the
+      request before (cached by it, read now, whatever the API's 20-block lookback) and the end of
+      this one (read by the next round). A single-turn request gets none there: writing a prompt
+      no later request extends costs 25% more and saves nothing.
+
+    Blocks are marked, never split: the text the model reads is unchanged. A prefix with fewer bytes
+    (plus framing) than the model's minimum cannot reach it and is left unmarked."""
+    size = 3
+    if kwargs.get("tools"):
+        size += len(json.dumps(kwargs["tools"], ensure_ascii=False).encode()) + TOOL_PROMPT_TOKENS
+    marked = 0
+    system = kwargs.get("system")
+    if system:
+        size += len(system.encode()) + FRAMING_TOKENS
+        if size >= min_tokens:
+            kwargs["system"] = [{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}]
+            marked += 1
+    messages = kwargs["messages"]
+    replies = [i for i, m in enumerate(messages[:-1]) if m["role"] == "assistant"]
+    if not replies:
+        return marked
+    ends = {replies[-1] - 1, len(messages) - 1} - {-1}
+    for i, message in enumerate(messages):
+        size += FRAMING_TOKENS + sum(_size(b) for b in message["content"])
+        if i in ends and size >= min_tokens and message["content"]:
+            message["content"][-1]["cache_control"] = {"type": "ephemeral"}
+            marked += 1
+    return marked
+
+
 def to_anthropic_request(
     model: str,
     messages: list[dict[str, Any]],
@@ -193,8 +261,10 @@ def to_anthropic_request(
     tools: list[dict[str, Any]] | None = None,
     tool_choice: Any = None,
     dropped: set[str] | frozenset[str] = frozenset(),
+    prompt_cache: bool = False,
 ) -> dict[str, Any]:
-    """Keyword arguments for ``client.messages.create`` (``seed`` has no equivalent: ignored)."""
+    """Keyword arguments for ``client.messages.create`` (``seed`` has no equivalent: ignored);
+    ``prompt_cache``: with ``cache_control`` breakpoints (``add_cache_breakpoints``)."""
     system, converted = to_anthropic_messages(messages)
     kwargs: dict[str, Any] = {"model": model, "max_tokens": params.max_tokens, "messages": converted}
     if system:
@@ -204,6 +274,8 @@ def to_anthropic_request(
         choice = to_anthropic_tool_choice(tool_choice)
         if choice is not None:
             kwargs["tool_choice"] = choice
+    if prompt_cache:
+        add_cache_breakpoints(kwargs, min_cacheable_tokens(model))
     extra: dict[str, Any] = {}
     if "temperature" not in dropped:
         extra["temperature"] = params.temperature
@@ -266,6 +338,8 @@ def from_anthropic_message(message: Any, where: str = "Anthropic API") -> ModelR
             + counts["cache_creation_input_tokens"]
             + counts["cache_read_input_tokens"],
             completion_tokens=counts["output_tokens"],
+            cache_read_tokens=counts["cache_read_input_tokens"],
+            cache_write_tokens=counts["cache_creation_input_tokens"],
         ),
         model=get(message, "model", "reply", str, "text"),
     )
@@ -344,7 +418,9 @@ class AnthropicBackend(ModelBackend):
         anthropic = self._sdk()
         client = self.client()
         for _ in range(3):  # at most: drop temperature, then top_p
-            kwargs = to_anthropic_request(self.model, messages, params, tools, tool_choice, self.dropped_params)
+            kwargs = to_anthropic_request(
+                self.model, messages, params, tools, tool_choice, self.dropped_params, self.options.prompt_cache
+            )
             where = self.where()
             try:
                 raw = await within_deadline(
@@ -425,6 +501,7 @@ class AnthropicBackend(ModelBackend):
     def describe(self) -> dict[str, Any]:
         info = super().describe()
         info["ignored_params"] = ["seed"]
+        info["prompt_cache"] = {"enabled": self.options.prompt_cache, "min_tokens": min_cacheable_tokens(self.model)}
         if self.dropped_params:
             info["dropped_params"] = sorted(self.dropped_params)
         return info
@@ -433,7 +510,9 @@ class AnthropicBackend(ModelBackend):
 __all__ = [
     "API_KEY_ENV",
     "AnthropicBackend",
+    "add_cache_breakpoints",
     "from_anthropic_message",
+    "min_cacheable_tokens",
     "to_anthropic_messages",
     "to_anthropic_request",
     "to_anthropic_tool_choice",

@@ -124,6 +124,9 @@ class BackendOptions(BaseModel):
     # kernels round differently (greedy answers of a Q4_K model differ), so on/off are in the run key;
     # auto (neutral) is not, like the CPU a run happens to land on.
     weight_repack: Literal["auto", "on", "off"] = Field("auto", json_schema_extra={"neutral": "auto"})
+    # Anthropic's prompt cache: cache_control breakpoints on the shared prefix (anthropic_api). It
+    # changes the bill, never the answer: not hashed, like request_timeout. OpenAI's cache is automatic.
+    prompt_cache: bool = True
 
     @field_validator("base_url")
     @classmethod
@@ -202,8 +205,18 @@ class ToolCall(BaseModel):
 
 
 class Usage(BaseModel):
+    """Tokens of one or more requests. The cache counts are parts of ``prompt_tokens``: read from
+    the provider's prompt cache (OpenAI ``cached_tokens``, Anthropic ``cache_read_input_tokens``)
+    and written to it (Anthropic ``cache_creation_input_tokens``); each is priced at its own rate."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def add(self, other: "Usage") -> None:
+        for name in type(self).model_fields:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 class ModelResponse(BaseModel):

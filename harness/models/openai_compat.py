@@ -13,6 +13,9 @@ the server's ``Retry-After``. SDK errors are mapped here:
   a chat completion (``message: null``, non-text ``content``) -> ``TransientModelError`` saying which
   (``harness.models.http_reply``), never a finished answer.
 
+The automatic prompt cache's hits (``usage.prompt_tokens_details.cached_tokens``) are read into
+``Usage.cache_read_tokens``, priced at the cached-input rate.
+
 The SDK is imported lazily, so only the backends that use it need it installed.
 """
 
@@ -307,10 +310,10 @@ class _Shape:
             return value
         raise self.fault(f"{path}.{key} is {json_kind(value) if key in obj else 'missing'}, not {what}")
 
-    def count(self, usage: dict[str, Any], key: str) -> int:
-        value = self.get(usage, key, "usage", (int,), "a whole number")
+    def count(self, usage: dict[str, Any], key: str, path: str = "usage") -> int:
+        value = self.get(usage, key, path, (int,), "a whole number")
         if value is not None and value < 0:
-            raise self.fault(f"usage.{key} is {value}, not a count")
+            raise self.fault(f"{path}.{key} is {value}, not a count")
         return value or 0
 
 
@@ -354,12 +357,19 @@ def response_from_completion(completion: Any, where: str = "server") -> ModelRes
         call_id = shape.get(call, "id", where_call, (str,), "text")
         calls.append(ToolCall(id=call_id or f"call_{uuid.uuid4().hex[:12]}", name=name, arguments=arguments))
     usage = shape.get(completion, "usage", "reply", (dict,), "an object") or {}
+    prompt_tokens = shape.count(usage, "prompt_tokens")
+    # the automatic prompt cache's hits, part of prompt_tokens (vLLM: null unless enabled); a server
+    # saying more than the whole prompt is read as all of it
+    details = shape.get(usage, "prompt_tokens_details", "usage", (dict,), "an object") or {}
+    cached = min(shape.count(details, "cached_tokens", "usage.prompt_tokens_details"), prompt_tokens)
     return ModelResponse(
         content=content,
         tool_calls=calls,
         finish_reason=shape.get(choice, "finish_reason", "choices[0]", (str,), "text"),
         usage=Usage(
-            prompt_tokens=shape.count(usage, "prompt_tokens"), completion_tokens=shape.count(usage, "completion_tokens")
+            prompt_tokens=prompt_tokens,
+            completion_tokens=shape.count(usage, "completion_tokens"),
+            cache_read_tokens=cached,
         ),
         model=shape.get(completion, "model", "reply", (str,), "text"),
         reasoning=reasoning,

@@ -9,7 +9,8 @@ For dry runs of a configuration, CI of plugins, and tests of the harness itself.
 A script is ``fn(messages, tools, tool_choice, params)``, plain or async, and returns
 - a str: the reply;
 - a dict with ``content`` and/or ``tool_calls`` (each ``{"name", "arguments", "id"?}``, arguments a
-  dict or JSON text), optionally ``finish_reason`` and ``usage`` (``{"prompt_tokens", "completion_tokens"}``);
+  dict or JSON text), optionally ``finish_reason`` and ``usage`` (``{"prompt_tokens", "completion_tokens"}``, and the
+  prompt-cache counts ``cache_read_tokens``, ``cache_write_tokens``);
 - a ``ModelResponse``, used as it is (its usage counted as below unless set);
 or raises, and the request raises that (a ``TransientModelError`` is retried as for any backend).
 

@@ -116,7 +116,8 @@ async def _judge_one(
     from harness.models import create_backend
 
     backend = create_backend(judge)
-    stats: dict[str, Any] = {"calls": 0, "cache_hits": 0, "prompt_tokens": 0, "completion_tokens": 0}
+    tokens = ("prompt_tokens", "completion_tokens", "cache_read_tokens", "cache_write_tokens")
+    stats: dict[str, Any] = {"calls": 0, "cache_hits": 0, **dict.fromkeys(tokens, 0)}
     try:
         await backend.start()
         stats["backend"] = backend.describe()
@@ -131,8 +132,8 @@ async def _judge_one(
             async with limit:
                 response = await backend.generate(messages, JUDGE_PARAMS)
             stats["calls"] += 1
-            stats["prompt_tokens"] += response.usage.prompt_tokens
-            stats["completion_tokens"] += response.usage.completion_tokens
+            for name in tokens:
+                stats[name] += getattr(response.usage, name)
             cache.put(key, response)
             return qid, response
 
@@ -344,7 +345,10 @@ def llm_judge(
     return {"aggregate": aggregate, "raw": raw, "info": info}
 
 
-TOTALS = ("calls", "cache_hits", "judge_prompt_tokens", "judge_completion_tokens")
+TOTALS = (
+    "calls", "cache_hits", "judge_prompt_tokens", "judge_completion_tokens", "judge_cache_read_tokens",
+    "judge_cache_write_tokens",
+)
 
 
 def _judge_info(judge: str, stats: dict[str, Any]) -> dict[str, Any]:
@@ -356,6 +360,9 @@ def _judge_info(judge: str, stats: dict[str, Any]) -> dict[str, Any]:
         # the judge's own tokens (requests actually sent), kept apart from the model under test
         "judge_prompt_tokens": stats.get("prompt_tokens", 0),
         "judge_completion_tokens": stats.get("completion_tokens", 0),
+        # of judge_prompt_tokens: read from and written to the provider's prompt cache
+        "judge_cache_read_tokens": stats.get("cache_read_tokens", 0),
+        "judge_cache_write_tokens": stats.get("cache_write_tokens", 0),
     }
 
 
