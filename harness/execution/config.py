@@ -59,7 +59,16 @@ NOT_HASHED = frozenset(
 )
 # how requests are carried out, not what is asked: a retried or refused reply never changes an answer kept
 BACKEND_NOT_HASHED = frozenset(
-    {"request_timeout", "max_attempts", "retry_max_wait", "startup_timeout", "n_threads", "max_response_bytes"}
+    {
+        "request_timeout",
+        "max_attempts",
+        "retry_max_wait",
+        "startup_timeout",
+        "n_threads",
+        "max_response_bytes",
+        "batch_window",
+        "batch_poll_interval",
+    }
 )
 
 
@@ -183,6 +192,9 @@ BACKEND_KEYS = {
     "n_threads",
     "weight_repack",
     "server_args",
+    "batch",
+    "batch_window",
+    "batch_poll_interval",
 }
 
 

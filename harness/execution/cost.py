@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from harness.errors import ConfigError
 from harness.models.base import WAIT_CLOCK
@@ -42,11 +42,21 @@ class PriceTable(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     models: dict[str, Price]
+    # --batch: the share taken off each provider's prices for its batch interface (0.5: half price)
+    batch_discount: dict[str, float] = Field(default_factory=dict)
     source: Any = None
     retrieved: Any = None
     currency: str = "USD"
     path: str = ""
     sha256: str = ""
+
+    @field_validator("batch_discount")
+    @classmethod
+    def _shares(cls, value: dict[str, float]) -> dict[str, float]:
+        for provider, share in value.items():
+            if not 0 <= share < 1:  # NaN fails too
+                raise ValueError(f"{provider}: the share taken off, at least 0 and below 1 (0.5: half price)")
+        return value
 
     def lookup(self, model: str) -> tuple[str, Price] | None:
         """Exact name first, then the name without a snapshot date or ``-latest``."""
@@ -58,7 +68,8 @@ class PriceTable(BaseModel):
         return None
 
     def describe(self) -> dict[str, Any]:
-        return {"path": self.path, "sha256": self.sha256, "source": self.source, "retrieved": self.retrieved}
+        out = {"path": self.path, "sha256": self.sha256, "source": self.source, "retrieved": self.retrieved}
+        return out | ({"batch_discount": self.batch_discount} if self.batch_discount else {})
 
 
 def load_price_table(path: str | Path | None = None) -> PriceTable:
@@ -95,6 +106,7 @@ class Pricing:
     entry: str | None = None  # the price-table key used
     note: str | None = None
     reason: str | None = None  # why it is unpriced
+    batch_discount: float | None = None  # --batch: the share taken off the table's prices (already applied)
 
     @property
     def priced(self) -> bool:
@@ -126,15 +138,27 @@ class Pricing:
             "entry": self.entry,
             "note": self.note,
             "reason": self.reason,
+            **({"batch_discount": self.batch_discount} if self.batch_discount is not None else {}),
         }
 
 
-def pricing_for(model: str, table: PriceTable) -> Pricing:
+def pricing_for(model: str, table: PriceTable, batch: bool = False) -> Pricing:
+    """The price of ``model``; with ``batch``, its provider's batch price (``batch_discount`` off the
+    table's prices: a priced API model whose provider has none is refused, never billed at list price)."""
     prefix = model.split("/", 1)[0]
     found = table.lookup(model)
     if found:
         key, price = found
-        return Pricing(model, price.input, price.output, entry=key)
+        if not batch or (price.input == 0 and price.output == 0):
+            return Pricing(model, price.input, price.output, entry=key)
+        discount = table.batch_discount.get(prefix)
+        if discount is None:
+            raise ConfigError(
+                f"--batch: the price table {table.path} has no batch discount for {prefix}/ models: add "
+                f"'batch_discount: {{{prefix}: 0.5}}' (the share taken off), or drop --batch"
+            )
+        keep = 1.0 - discount
+        return Pricing(model, price.input * keep, price.output * keep, entry=key, batch_discount=discount)
     if prefix not in API_PREFIXES:
         return Pricing(model, 0.0, 0.0, note=LOCAL_NOTE)
     return Pricing(

@@ -124,6 +124,12 @@ class BackendOptions(BaseModel):
     # kernels round differently (greedy answers of a Q4_K model differ), so on/off are in the run key;
     # auto (neutral) is not, like the CPU a run happens to land on.
     weight_repack: Literal["auto", "on", "off"] = Field("auto", json_schema_extra={"neutral": "auto"})
+    # --batch: requests go through the provider's batch interface (harness.models.batch), billed at its
+    # batch price: in the run key (a run is billed one way); neutral, so earlier runs keep their keys
+    batch: bool = Field(False, json_schema_extra={"neutral": False})
+    # a batch is sent once no request has joined it for this long (seconds)
+    batch_window: float = Field(1.0, gt=0, le=3600)
+    batch_poll_interval: float = Field(30.0, gt=0, le=WEEK_S)
 
     @field_validator("base_url")
     @classmethod
