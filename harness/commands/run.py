@@ -161,6 +161,23 @@ def add_run_options(p) -> None:
         action="append",
         help="extra flag for a launched server (repeat; e.g. --server-arg=--gpu-memory-utilization=0.8)",
     )
+    g = p.add_argument_group("batch APIs")
+    g.add_argument(
+        "--batch",
+        action="store_const",
+        const=True,
+        help="send the requests through the provider's batch interface (openai/: the Batch API, also behind "
+        "--base-url; anthropic/: Message Batches; vllm/: vllm run-batch), at its batch price; answers take up to "
+        "24 h; the batches are recorded in RUN_DIR/batches.jsonl and a rerun resumes them; part of the run key",
+    )
+    g.add_argument(
+        "--batch-window",
+        type=float,
+        help="seconds without a new request after which the gathered requests are sent as one batch (default 1)",
+    )
+    g.add_argument(
+        "--batch-poll-interval", type=float, help="seconds between two looks at a batch in progress (default 30)"
+    )
     g = p.add_argument_group("runner")
     g.add_argument("--max-connections", type=int, help="samples in flight at once (default 4)")
     g.add_argument(

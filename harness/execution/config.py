@@ -72,6 +72,8 @@ BACKEND_NOT_HASHED = frozenset(
         "n_threads",
         "max_response_bytes",
         "prompt_cache",
+        "batch_window",
+        "batch_poll_interval",
     }
 )
 
@@ -241,6 +243,9 @@ BACKEND_KEYS = {
     "weight_repack",
     "server_args",
     "prompt_cache",
+    "batch",
+    "batch_window",
+    "batch_poll_interval",
 }
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from harness.errors import ConfigError
 from harness.models.base import WAIT_CLOCK
@@ -55,11 +55,21 @@ class PriceTable(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     models: dict[str, Price]
+    # --batch: the share taken off each provider's prices for its batch interface (0.5: half price)
+    batch_discount: dict[str, float] = Field(default_factory=dict)
     source: Any = None
     retrieved: Any = None
     currency: str = "USD"
     path: str = ""
     sha256: str = ""
+
+    @field_validator("batch_discount")
+    @classmethod
+    def _shares(cls, value: dict[str, float]) -> dict[str, float]:
+        for provider, share in value.items():
+            if not 0 <= share < 1:  # NaN fails too
+                raise ValueError(f"{provider}: the share taken off, at least 0 and below 1 (0.5: half price)")
+        return value
 
     def lookup(self, model: str) -> tuple[str, Price] | None:
         """Exact name first, then the name without a snapshot date or ``-latest``."""
@@ -71,7 +81,8 @@ class PriceTable(BaseModel):
         return None
 
     def describe(self) -> dict[str, Any]:
-        return {"path": self.path, "sha256": self.sha256, "source": self.source, "retrieved": self.retrieved}
+        out = {"path": self.path, "sha256": self.sha256, "source": self.source, "retrieved": self.retrieved}
+        return out | ({"batch_discount": self.batch_discount} if self.batch_discount else {})
 
 
 def load_price_table(path: str | Path | None = None) -> PriceTable:
@@ -112,6 +123,7 @@ class Pricing:
     cached_input_per_mtok: float | None = None
     cache_write_per_mtok: float | None = None
     cache_rates: dict[str, str] | None = None
+    batch_discount: float | None = None  # --batch: the share taken off the table's prices (already applied)
 
     @property
     def priced(self) -> bool:
@@ -171,10 +183,13 @@ class Pricing:
             "entry": self.entry,
             "note": self.note,
             "reason": self.reason,
+            **({"batch_discount": self.batch_discount} if self.batch_discount is not None else {}),
         }
 
 
-def pricing_for(model: str, table: PriceTable) -> Pricing:
+def pricing_for(model: str, table: PriceTable, batch: bool = False) -> Pricing:
+    """The price of ``model``; with ``batch``, its provider's batch price (``batch_discount`` off the
+    table's prices: a priced API model whose provider has none is refused, never billed at list price)."""
     prefix = model.split("/", 1)[0]
     found = table.lookup(model)
     if found:
@@ -187,14 +202,24 @@ def pricing_for(model: str, table: PriceTable) -> Pricing:
                 rates[name] = (given, "price table")
             else:
                 rates[name] = (price.input * share, f"default: {share:g} x input ({provider})")
+        keep, discount = 1.0, None
+        if batch and not (price.input == 0 and price.output == 0):
+            discount = table.batch_discount.get(prefix)
+            if discount is None:
+                raise ConfigError(
+                    f"--batch: the price table {table.path} has no batch discount for {prefix}/ models: add "
+                    f"'batch_discount: {{{prefix}: 0.5}}' (the share taken off), or drop --batch"
+                )
+            keep = 1.0 - discount  # off every rate: input, output and the prompt-cache rates alike
         return Pricing(
             model,
-            price.input,
-            price.output,
+            price.input * keep,
+            price.output * keep,
             entry=key,
-            cached_input_per_mtok=rates["cached_input"][0],
-            cache_write_per_mtok=rates["cache_write_input"][0],
+            cached_input_per_mtok=rates["cached_input"][0] * keep,
+            cache_write_per_mtok=rates["cache_write_input"][0] * keep,
             cache_rates={name: source for name, (_, source) in rates.items()},
+            batch_discount=discount,
         )
     if prefix not in API_PREFIXES:
         return Pricing(model, 0.0, 0.0, note=LOCAL_NOTE, cached_input_per_mtok=0.0, cache_write_per_mtok=0.0)

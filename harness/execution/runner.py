@@ -28,6 +28,7 @@ from harness.execution.scoring import run_metrics, score_records
 from harness.execution.summary import build_results, now_iso, snapshot_hash
 from harness.execution.watchdog import LoopWatch
 from harness.models import create_backend
+from harness.models.batch import REQUEST_ORIGIN
 from harness.models.cache import ResponseCache
 from harness.models.concurrency import AdaptiveLimit
 from harness.records import (
@@ -141,7 +142,7 @@ class Run:
                 name += "-shard{}of{}".format(*config.shard.split("/"))
             self.run_dir = Path("results") / name
         self.price_table = load_price_table(config.price_table)
-        self.pricing = pricing_for(config.model, self.price_table)
+        self.pricing = pricing_for(config.model, self.price_table, batch=config.backend.batch)
         if config.max_cost is not None and not self.pricing.priced:
             raise ConfigError(f"--max-cost needs a price for {config.model}: {self.pricing.reason}")
         self.budget: Budget | None = None
@@ -197,6 +198,8 @@ class Run:
         return {"requests_at_a_time": slots}
 
     def _samples_at_a_time(self) -> int:
+        if self.config.backend.batch:  # every open sample's request joins the batch being gathered
+            return sys.maxsize
         return 1 if self.backend.one_request_at_a_time else self.config.max_connections
 
     def _one_at_a_time_note(self) -> dict[str, Any]:
@@ -295,6 +298,8 @@ class Run:
         failures: dict[str, dict[str, Any]] = {}
         died: ProcessDiedError | None = None
         self.backend.log_dir = self.run_dir / LOG_DIR  # a worker's or server's log, kept with the run
+        if self.config.backend.batch:  # batches are recorded in the run directory (harness.models.batch)
+            self.backend.attach_run(self.run_dir, self.invocation["number"])
         try:
             if todo:
                 await self.backend.start()
@@ -399,6 +404,7 @@ class Run:
 
         async def one(sample: Sample, epoch: int) -> None:
             nonlocal prefetched
+            REQUEST_ORIGIN.set((sample.id, epoch))  # this task's requests, for --batch's record
             async with semaphore:
                 if self.budget is not None and self.budget.exhausted:
                     return  # over budget: not started, left pending for a rerun with a higher --max-cost

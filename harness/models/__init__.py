@@ -51,6 +51,10 @@ def create_backend(spec: str | None, options: BackendOptions | None = None) -> M
     entry, rest = resolve_backend(spec)
     backend = entry.obj(rest, options or BackendOptions())
     backend.plugin = entry.record()
+    if backend.options.batch:  # --batch: answered through the provider's batch interface
+        from harness.models.batch import BatchBackend
+
+        return BatchBackend(backend)
     return backend
 
 

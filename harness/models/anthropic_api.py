@@ -498,6 +498,10 @@ class AnthropicBackend(ModelBackend):
     def identity_facts(self) -> dict[str, Any]:
         return endpoint_fact(self.env_base_url, DEFAULT_BASE_URL)
 
+    def usage_facts(self) -> dict[str, Any]:
+        # found while the run went (describe() is read before the first request)
+        return {"dropped_params": sorted(self.dropped_params)} if self.dropped_params else {}
+
     def describe(self) -> dict[str, Any]:
         info = super().describe()
         info["ignored_params"] = ["seed"]

@@ -127,6 +127,12 @@ class BackendOptions(BaseModel):
     # Anthropic's prompt cache: cache_control breakpoints on the shared prefix (anthropic_api). It
     # changes the bill, never the answer: not hashed, like request_timeout. OpenAI's cache is automatic.
     prompt_cache: bool = True
+    # --batch: requests go through the provider's batch interface (harness.models.batch), billed at its
+    # batch price: in the run key (a run is billed one way); neutral, so earlier runs keep their keys
+    batch: bool = Field(False, json_schema_extra={"neutral": False})
+    # a batch is sent once no request has joined it for this long (seconds)
+    batch_window: float = Field(1.0, gt=0, le=3600)
+    batch_poll_interval: float = Field(30.0, gt=0, le=WEEK_S)
 
     @field_validator("base_url")
     @classmethod

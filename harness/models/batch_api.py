@@ -1,0 +1,605 @@
+"""The providers' batch interfaces, one class each, behind one shape (``harness.models.batch`` drives them):
+
+* ``OpenAIBatchAPI``: OpenAI's Batch API, or any compatible base URL: a JSONL of ``{"custom_id",
+  "method": "POST", "url": "/v1/chat/completions", "body"}`` uploaded to ``/files`` (purpose
+  ``batch``), created at ``/batches`` (completion window 24h, ``metadata.harness_key`` naming our
+  record), polled, then the output and error files downloaded from ``/files/ID/content``;
+* ``AnthropicBatchAPI``: Message Batches (``/v1/messages/batches``: ``requests`` of ``{custom_id,
+  params}``, ``processing_status`` polled, the ``results`` JSONL fetched);
+* ``VLLMRunBatch``: ``vllm run-batch -i IN -o OUT --model M`` on this machine, the same JSONL as OpenAI's.
+
+Each provider's results are normalized line by line into one shape, ``{"custom_id", "status", "body",
+"error"}`` (status 200 with the reply's body, an HTTP status with the error text, or None for a
+request that never ran: expired, cancelled), masked like every file and written atomically.
+Control calls (upload, create, poll) go through httpx with the reply cap and one deadline per call;
+429, 5xx, timeouts and dropped connections are transient, other 4xx one line (``ModelError``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator, Iterable
+from urllib.parse import urlsplit
+
+from harness.errors import ModelError, TransientModelError
+from harness.models.base import DEFAULT_MAX_RESPONSE_BYTES, ModelBackend
+from harness.models.http_reply import capped_event_hooks, reply_json, within_deadline
+from harness.redact import redact, redact_data, strip_credentials
+
+# A results file may be large (OpenAI: up to 50,000 replies); bounded all the same.
+MAX_RESULTS_BYTES = 4 * 2**30
+# statuses after which a batch changes no more
+OPENAI_TERMINAL = ("completed", "failed", "expired", "cancelled")
+ANTHROPIC_ERROR_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "overloaded_error": 529,
+}
+
+
+@dataclass
+class BatchState:
+    """One poll's answer."""
+
+    status: str  # the provider's word: in_progress, completed, expired, ended, ...
+    terminal: bool
+    reason: str | None = None  # why a batch failed, expired or was cancelled
+    counts: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict)
+    has_results: bool = True  # False: nothing to download (a batch the provider no longer knows)
+
+
+def _one_line(text: Any, limit: int = 300) -> str:
+    text = " ".join(redact(str(text)).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _error_text(payload: Any) -> str:
+    """``error.message`` of an API error body, else the body."""
+    if isinstance(payload, dict):
+        inner = payload.get("error", payload)
+        if isinstance(inner, dict):
+            inner = inner.get("error", inner) if isinstance(inner.get("error"), dict) else inner
+            if inner.get("message"):
+                code = inner.get("code") or inner.get("type")
+                return _one_line(f"{code + ': ' if isinstance(code, str) else ''}{inner['message']}")
+        if isinstance(inner, str):
+            return _one_line(inner)
+    return _one_line(payload)
+
+
+class ControlError(ModelError):
+    """A control call refused (a 4xx other than 408, 409, 429); ``status`` says which."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+def status_error(status: int, message: str, where: str) -> Exception:
+    """An HTTP status of a control call: transient (429, 408, 409, 5xx) or one line (other 4xx)."""
+    if status in (408, 409, 429) or status >= 500:
+        return TransientModelError(f"{where} answered {status}: {message}", status=status)
+    if status == 401:
+        return ControlError(f"{where} rejected the API key (401): {message}", status)
+    return ControlError(f"{where} refused ({status}): {message}", status)
+
+
+class AtomicLines:
+    """Lines written to a temp file beside ``path``, fsynced and renamed over it on success only."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, self.tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        self.file = os.fdopen(fd, "w", encoding="utf-8")
+        return self
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.file.write(json.dumps(redact_data(record), ensure_ascii=False) + "\n")
+
+    def __exit__(self, kind, exc, tb):
+        try:
+            if kind is None:
+                self.file.flush()
+                os.fsync(self.file.fileno())
+            self.file.close()
+            if kind is None:
+                os.replace(self.tmp, self.path)
+        finally:
+            Path(self.tmp).unlink(missing_ok=True)  # a failed write's leftover (gone after the rename)
+        return False
+
+
+def openai_result(line: Any) -> dict[str, Any] | None:
+    """One line of an OpenAI (or vLLM run-batch) output or error file, normalized."""
+    if not isinstance(line, dict) or not isinstance(line.get("custom_id"), str):
+        return None
+    out: dict[str, Any] = {"custom_id": line["custom_id"], "status": None, "body": None, "error": None}
+    response, error = line.get("response"), line.get("error")
+    if isinstance(response, dict) and isinstance(response.get("status_code"), int):
+        out["status"] = response["status_code"]
+        if response["status_code"] == 200:
+            out["body"] = response.get("body")
+        else:
+            out["error"] = _error_text(response.get("body"))
+    else:
+        out["error"] = _error_text({"error": error}) if error else "no response and no error"
+    return out
+
+
+def anthropic_result(line: Any) -> dict[str, Any] | None:
+    """One line of an Anthropic message batch's results, normalized."""
+    if not isinstance(line, dict) or not isinstance(line.get("custom_id"), str):
+        return None
+    out: dict[str, Any] = {"custom_id": line["custom_id"], "status": None, "body": None, "error": None}
+    result = line.get("result") if isinstance(line.get("result"), dict) else {}
+    kind = result.get("type")
+    if kind == "succeeded":
+        out["status"], out["body"] = 200, result.get("message")
+    elif kind == "errored":
+        error = result.get("error") if isinstance(result.get("error"), dict) else {}
+        inner = error.get("error") if isinstance(error.get("error"), dict) else error
+        out["status"] = ANTHROPIC_ERROR_STATUS.get(inner.get("type"), 500)
+        out["error"] = _error_text({"error": inner})
+    else:  # canceled, expired
+        out["error"] = f"request {kind or 'without a result'}"
+    return out
+
+
+class HttpBatchAPI:
+    """What the HTTP providers share: one httpx client per event loop, capped, with a deadline per call."""
+
+    name = ""
+
+    def __init__(self, backend: ModelBackend):
+        self.backend = backend
+        self.options = backend.options
+        self._client: tuple[Any, Any] | None = None
+
+    def where(self) -> str:
+        raise NotImplementedError
+
+    def headers(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def client(self, limit: int = DEFAULT_MAX_RESPONSE_BYTES):
+        import httpx
+
+        loop = asyncio.get_running_loop()
+        if self._client is not None and self._client[0] is loop:
+            return self._client[1]
+        client = httpx.AsyncClient(
+            timeout=self.options.request_timeout,
+            headers=self.headers(),
+            trust_env=False,
+            event_hooks=capped_event_hooks(max(self.options.max_response_bytes, DEFAULT_MAX_RESPONSE_BYTES)),
+        )
+        self._client = (loop, client)
+        return client
+
+    async def close(self) -> None:
+        held, self._client = self._client, None
+        if held is not None and not held[0].is_closed():
+            try:
+                await held[1].aclose()
+            except Exception:  # closing is best effort
+                pass
+
+    list_path = ""  # where the provider lists its batches (a free GET)
+
+    async def probe(self) -> None:
+        """Before the run: a server without batch endpoints is one line now, not after the first batch."""
+        try:
+            await self.call("GET", f"{self.base}{self.list_path}", params={"limit": 1})
+        except ControlError as exc:
+            if exc.status in (404, 405, 501):
+                raise ModelError(
+                    f"--batch: {self.where()} has no batch endpoints (GET {self.list_path} answered {exc.status}); "
+                    "use a server that implements them, or drop --batch"
+                ) from None
+            raise
+        except TransientModelError:
+            pass  # said at the first batch, with retries
+
+    async def call(self, method: str, url: str, **kwargs: Any) -> Any:
+        """A control call's JSON reply; errors mapped (``status_error``)."""
+        import httpx
+
+        where = self.where()
+        try:
+            resp = await within_deadline(
+                self.client().request(method, url, **kwargs), self.options.request_timeout, where
+            )
+        except httpx.HTTPError as exc:
+            raise TransientModelError(f"connection to {where} failed: {_one_line(exc or type(exc).__name__)}") from exc
+        if resp.status_code >= 300:
+            try:
+                payload = resp.json()
+            except ValueError:
+                payload = resp.text
+            raise status_error(resp.status_code, _error_text(payload), f"{where} ({method} {urlsplit(url).path})")
+        return reply_json(resp, where)
+
+    async def lines(self, url: str) -> AsyncIterator[Any]:
+        """A JSONL file's lines, parsed, streamed (at most MAX_RESULTS_BYTES)."""
+        import httpx
+
+        where = self.where()
+        seen = 0
+        try:
+            async with httpx.AsyncClient(
+                timeout=self.options.request_timeout, headers=self.headers(), trust_env=False
+            ) as client:
+                async with client.stream("GET", url) as resp:
+                    if resp.status_code >= 300:
+                        await resp.aread()
+                        raise status_error(resp.status_code, _error_text(resp.text), where)
+                    async for text in resp.aiter_lines():
+                        seen += len(text) + 1
+                        if seen > MAX_RESULTS_BYTES:
+                            raise TransientModelError(f"{where}: results file over {MAX_RESULTS_BYTES} bytes")
+                        if text.strip():
+                            try:
+                                yield json.loads(text)
+                            except ValueError:
+                                continue  # a torn line: its request counts as without a result
+        except httpx.HTTPError as exc:
+            raise TransientModelError(f"download from {where} failed: {_one_line(exc or type(exc).__name__)}") from exc
+
+
+class OpenAIBatchAPI(HttpBatchAPI):
+    name = "openai"
+    list_path = "/batches"
+    url_path = "/v1/chat/completions"
+    max_requests = 50_000
+    max_bytes = 190 * 2**20  # the API takes input files up to 200 MB
+
+    def __init__(self, backend: ModelBackend):
+        super().__init__(backend)
+        from harness.models.openai_api import DEFAULT_BASE_URL
+
+        self.base = (getattr(backend, "base_url", None) or DEFAULT_BASE_URL).rstrip("/")
+
+    def where(self) -> str:
+        return f"batch API at {strip_credentials(self.base)}"
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.backend.api_key()}"}
+
+    def body(self, messages, params, tools, tool_choice) -> dict[str, Any]:
+        return self.backend.request_kwargs(messages, params, tools, tool_choice)
+
+    def line(self, custom_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        return {"custom_id": custom_id, "method": "POST", "url": self.url_path, "body": body}
+
+    def parse(self, body: Any, where: str):
+        from harness.models.openai_compat import response_from_completion
+
+        return response_from_completion(body, where)
+
+    async def upload(self, key: str, lines: list[dict[str, Any]]) -> str:
+        data = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines).encode()
+        reply = await self.call(
+            "POST",
+            f"{self.base}/files",
+            data={"purpose": "batch"},
+            files={"file": (f"harness-{key}.jsonl", data, "application/jsonl")},
+        )
+        if not isinstance(reply, dict) or not isinstance(reply.get("id"), str):
+            raise TransientModelError(f"{self.where()}: the file upload's reply has no id")
+        return reply["id"]
+
+    async def create(self, key: str, uploaded: str, lines: list[dict[str, Any]]) -> str:
+        reply = await self.call(
+            "POST",
+            f"{self.base}/batches",
+            json={
+                "input_file_id": uploaded,
+                "endpoint": self.url_path,
+                "completion_window": "24h",
+                "metadata": {"harness_key": key},
+            },
+        )
+        if not isinstance(reply, dict) or not isinstance(reply.get("id"), str):
+            raise TransientModelError(f"{self.where()}: the batch's reply has no id")
+        return reply["id"]
+
+    async def find(self, key: str, pages: int = 10) -> str | None:
+        """The batch created for ``key`` (its metadata names it), among the most recent ones."""
+        after = None
+        for _ in range(pages):
+            params: dict[str, Any] = {"limit": 100, **({"after": after} if after else {})}
+            reply = await self.call("GET", f"{self.base}/batches", params=params)
+            data = reply.get("data") if isinstance(reply, dict) else None
+            if not isinstance(data, list) or not data:
+                return None
+            for batch in data:
+                meta = batch.get("metadata") if isinstance(batch, dict) else None
+                if isinstance(meta, dict) and meta.get("harness_key") == key:
+                    return batch.get("id")
+            if not reply.get("has_more"):
+                return None
+            after = data[-1].get("id")
+        return None
+
+    async def poll(self, batch_id: str) -> BatchState:
+        raw = await self.call("GET", f"{self.base}/batches/{batch_id}")
+        if not isinstance(raw, dict) or not isinstance(raw.get("status"), str):
+            raise TransientModelError(f"{self.where()}: batch {batch_id}'s reply has no status")
+        status = raw["status"]
+        reason = None
+        errors = (raw.get("errors") or {}).get("data") if isinstance(raw.get("errors"), dict) else None
+        if errors:
+            reason = "; ".join(_error_text({"error": e}) for e in errors[:3] if isinstance(e, dict))
+        return BatchState(status, status in OPENAI_TERMINAL, reason, raw.get("request_counts") or {}, raw)
+
+    async def results(self, batch_id: str, state: BatchState) -> AsyncIterator[dict[str, Any]]:
+        for key in ("output_file_id", "error_file_id"):
+            file_id = state.raw.get(key)
+            if isinstance(file_id, str) and file_id:
+                async for line in self.lines(f"{self.base}/files/{file_id}/content"):
+                    result = openai_result(line)
+                    if result is not None:
+                        yield result
+
+
+class AnthropicBatchAPI(HttpBatchAPI):
+    name = "anthropic"
+    list_path = "/v1/messages/batches"
+    max_requests = 100_000
+    max_bytes = 250 * 2**20  # the API takes batches up to 256 MB
+
+    def __init__(self, backend: ModelBackend):
+        super().__init__(backend)
+        from harness.models.anthropic_api import DEFAULT_BASE_URL
+
+        self.base = (getattr(backend, "base_url", None) or DEFAULT_BASE_URL).rstrip("/")
+
+    def where(self) -> str:
+        return f"message batches API at {strip_credentials(self.base)}"
+
+    def headers(self) -> dict[str, str]:
+        return {"x-api-key": self.backend.api_key(), "anthropic-version": "2023-06-01"}
+
+    def body(self, messages, params, tools, tool_choice) -> dict[str, Any]:
+        from harness.models.anthropic_api import to_anthropic_request
+
+        kwargs = to_anthropic_request(
+            self.backend.model, messages, params, tools, tool_choice, self.backend.dropped_params
+        )
+        return {**{k: v for k, v in kwargs.items() if k != "extra_body"}, **kwargs.get("extra_body", {})}
+
+    def line(self, custom_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        return {"custom_id": custom_id, "params": body}
+
+    def parse(self, body: Any, where: str):
+        from harness.models.anthropic_api import from_anthropic_message
+
+        return from_anthropic_message(body, where)
+
+    def drop_rejected(self, message: str, body: dict[str, Any]) -> bool:
+        """A 400 saying the model takes no ``temperature``/``top_p`` that was sent: dropped for the
+        rest of the run (``dropped_params``, as without --batch), True."""
+        from harness.models.anthropic_api import _SAMPLING_REJECTED
+
+        if "top_p" in body and "temperature" in message and "top_p" in message and "both" in message:
+            param = "top_p"  # "cannot both be specified": keep the temperature
+        else:
+            match = _SAMPLING_REJECTED.search(message)
+            param = match.group(1).lower() if match and match.group(1).lower() in body else None
+        if param is None:
+            return False
+        self.backend.dropped_params.add(param)
+        return True
+
+    async def upload(self, key: str, lines: list[dict[str, Any]]) -> str:
+        return ""  # the requests travel in the create call
+
+    async def create(self, key: str, uploaded: str, lines: list[dict[str, Any]]) -> str:
+        reply = await self.call("POST", f"{self.base}/v1/messages/batches", json={"requests": lines})
+        if not isinstance(reply, dict) or not isinstance(reply.get("id"), str):
+            raise TransientModelError(f"{self.where()}: the batch's reply has no id")
+        return reply["id"]
+
+    async def find(self, key: str) -> str | None:
+        return None  # message batches carry no metadata to find ours by
+
+    async def poll(self, batch_id: str) -> BatchState:
+        raw = await self.call("GET", f"{self.base}/v1/messages/batches/{batch_id}")
+        if not isinstance(raw, dict) or not isinstance(raw.get("processing_status"), str):
+            raise TransientModelError(f"{self.where()}: batch {batch_id}'s reply has no processing_status")
+        status = raw["processing_status"]
+        return BatchState(status, status == "ended", None, raw.get("request_counts") or {}, raw)
+
+    def results_url(self, batch_id: str, state: BatchState) -> str:
+        """The reply's ``results_url`` when it is on the API's own host (the key is sent there), else ours."""
+        given = state.raw.get("results_url")
+        ours = f"{self.base}/v1/messages/batches/{batch_id}/results"
+        if isinstance(given, str) and urlsplit(given).netloc == urlsplit(self.base).netloc:
+            return given
+        return ours
+
+    async def results(self, batch_id: str, state: BatchState) -> AsyncIterator[dict[str, Any]]:
+        async for line in self.lines(self.results_url(batch_id, state)):
+            result = anthropic_result(line)
+            if result is not None:
+                yield result
+
+
+VLLM_NEEDED = (
+    "--batch with vllm/ runs `vllm run-batch` on this machine (it needs vLLM and a GPU): vLLM is not installed "
+    "here; pip install vllm on a machine with a GPU, or drop --batch"
+)
+
+
+class VLLMRunBatch:
+    """``vllm run-batch`` as a batch provider: each batch is one process over a JSONL file in a
+    private temporary folder (prompts are not kept on disk); its output has OpenAI's line format.
+    Nothing is paid, so a batch whose process is gone (an earlier invocation) is run again."""
+
+    name = "vllm"
+    max_requests = 50_000
+    max_bytes = 2**40
+
+    def __init__(self, backend: ModelBackend):
+        self.backend = backend
+        self.options = backend.options
+        self.procs: dict[str, tuple[Any, Path]] = {}  # batch id -> (process, its folder)
+        self.log_dir: Path | None = None
+
+    def where(self) -> str:
+        return "vllm run-batch"
+
+    def executable(self) -> str:
+        from harness.models.vllm import find_vllm_executable
+
+        found = find_vllm_executable()
+        if found is None:
+            raise ModelError(VLLM_NEEDED)
+        return found
+
+    def command(self, executable: str, input_path: str, output_path: str) -> list[str]:
+        argv = [executable, "run-batch", "-i", input_path, "-o", output_path, "--model", self.backend.model]
+        if self.options.context_size:
+            argv += ["--max-model-len", str(self.options.context_size)]
+        if "--seed" not in self.options.server_args:
+            argv += ["--seed", "0"]
+        return argv + list(self.options.server_args)
+
+    def body(self, messages, params, tools, tool_choice) -> dict[str, Any]:
+        return self.backend.request_kwargs(messages, params, tools, tool_choice)
+
+    def line(self, custom_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        return {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body}
+
+    def parse(self, body: Any, where: str):
+        from harness.models.openai_compat import response_from_completion
+
+        return response_from_completion(body, where)
+
+    async def upload(self, key: str, lines: list[dict[str, Any]]) -> str:
+        folder = Path(tempfile.mkdtemp(prefix=f"harness-run-batch-{key}-"))
+        (folder / "input.jsonl").write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
+        return str(folder)
+
+    async def create(self, key: str, uploaded: str, lines: list[dict[str, Any]]) -> str:
+        folder = Path(uploaded)
+        argv = self.command(self.executable(), str(folder / "input.jsonl"), str(folder / "output.jsonl"))
+        log_dir = self.log_dir or folder
+        log_dir.mkdir(parents=True, exist_ok=True)
+        import threading
+
+        from harness.models.launcher import _parent_death_signal
+
+        # dies with the run (nothing is paid: a rerun runs the batch again)
+        preexec = _parent_death_signal if threading.current_thread() is threading.main_thread() else None
+        with open(log_dir / f"vllm-run-batch-{key}.log", "ab") as log:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, preexec_fn=preexec
+            )
+        batch_id = f"vllm-run-batch-{key}"
+        self.procs[batch_id] = (proc, folder)
+        return batch_id
+
+    async def find(self, key: str) -> str | None:
+        return None
+
+    async def poll(self, batch_id: str) -> BatchState:
+        held = self.procs.get(batch_id)
+        if held is None:
+            return BatchState("failed", True, "its vllm run-batch process belonged to an earlier invocation")
+        proc = held[0]
+        if proc.returncode is None:
+            return BatchState("in_progress", False)
+        if proc.returncode == 0:
+            return BatchState("completed", True)
+        from harness.errors import describe_exit
+
+        return BatchState("failed", True, f"vllm run-batch ended with {describe_exit(proc.returncode)}")
+
+    async def results(self, batch_id: str, state: BatchState) -> AsyncIterator[dict[str, Any]]:
+        held = self.procs.pop(batch_id, None)
+        if held is None:
+            return
+        output = held[1] / "output.jsonl"
+        try:
+            if output.is_file():
+                with open(output, encoding="utf-8") as f:
+                    for text in f:
+                        try:
+                            result = openai_result(json.loads(text))
+                        except ValueError:
+                            continue
+                        if result is not None:
+                            yield result
+        finally:
+            import shutil
+
+            shutil.rmtree(held[1], ignore_errors=True)
+
+    async def close(self) -> None:
+        for proc, folder in self.procs.values():
+            if proc.returncode is None:
+                proc.terminate()
+                try:
+                    await asyncio.wait_for(proc.wait(), 30)
+                except asyncio.TimeoutError:
+                    proc.kill()
+            import shutil
+
+            shutil.rmtree(folder, ignore_errors=True)
+        self.procs.clear()
+
+
+def provider_for(backend: ModelBackend):
+    """The batch interface of ``backend``; one line for a backend that has none."""
+    from harness.models.anthropic_api import AnthropicBackend
+    from harness.models.openai_api import OpenAIBackend
+    from harness.models.vllm import VLLMBackend
+
+    if isinstance(backend, VLLMBackend):
+        if backend.options.base_url:
+            raise ModelError(
+                "--batch with vllm/ runs `vllm run-batch` on this machine, not a server: drop --base-url, or reach a "
+                "server that implements /v1/batches as openai/MODEL --base-url URL"
+            )
+        return VLLMRunBatch(backend)
+    if isinstance(backend, OpenAIBackend):
+        if len(backend.options.base_urls) > 1:
+            raise ModelError("--batch sends one batch to one endpoint: give one --base-url, not a list")
+        return OpenAIBatchAPI(backend)
+    if isinstance(backend, AnthropicBackend):
+        return AnthropicBatchAPI(backend)
+    raise ModelError(
+        f"--batch needs a provider batch interface: openai/ (OpenAI's Batch API or a compatible --base-url), "
+        f"anthropic/ (Message Batches) or vllm/ (vllm run-batch); {getattr(backend, 'prefix', '?')}/ has none"
+    )
+
+
+def chunks(items: list[Any], sizes: Iterable[int], max_requests: int, max_bytes: int) -> list[list[Any]]:
+    """``items`` cut in order into runs of at most ``max_requests`` items and ``max_bytes`` bytes."""
+    out: list[list[Any]] = []
+    current: list[Any] = []
+    used = 0
+    for item, size in zip(items, sizes):
+        if current and (len(current) >= max_requests or used + size > max_bytes):
+            out.append(current)
+            current, used = [], 0
+        current.append(item)
+        used += size
+    if current:
+        out.append(current)
+    return out

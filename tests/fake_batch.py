@@ -1,0 +1,356 @@
+"""A loopback fake of the providers' batch endpoints (and their one-request endpoints, for comparison).
+
+OpenAI: ``POST /v1/files`` (multipart, purpose batch), ``GET /v1/files/ID/content``, ``POST /v1/batches``,
+``GET /v1/batches`` (list), ``GET /v1/batches/ID``, ``POST /v1/batches/ID/cancel``, ``POST /v1/chat/completions``.
+Anthropic: ``POST /v1/messages/batches``, ``GET /v1/messages/batches`` (list), ``GET /v1/messages/batches/ID``, ``GET .../ID/results``,
+``POST .../ID/cancel``, ``POST /v1/messages``, ``POST /v1/messages/count_tokens``.
+
+The model answers ``answer-<sha1 of the last user text>[:10]`` with fixed usage, so an answer names the
+question it answers. A batch is ``in_progress`` for ``finish_after`` polls (or while ``hold`` is
+clear), then ends as the next of ``outcomes`` says (completed by default; expired, failed,
+cancelled; vanished: polls answer 404). ``poll_failures``: the next this-many polls answer 503. ``line_error(batch_number, line_number, custom_id)`` may return (status, message) for
+a per-request error. ``batch_endpoints=False``: a server without them (404). ``block_create``: the create call records the batch, then waits for the
+event before it answers (a kill in that window). Counters: ``creates``, ``uploads``, ``polls``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+from urllib.parse import parse_qs, urlsplit
+
+USAGE = (100, 10)
+
+
+def answer_for(text: str) -> str:
+    return "answer-" + hashlib.sha1(text.encode()).hexdigest()[:10]
+
+
+def last_user_text(messages: list[dict[str, Any]]) -> str:
+    for m in reversed(messages):
+        if m.get("role") == "user":
+            content = m.get("content")
+            if isinstance(content, list):  # Anthropic blocks
+                return "".join(b.get("text", "") for b in content if isinstance(b, dict))
+            return content or ""
+    return ""
+
+
+def completion(body: dict[str, Any], usage=USAGE) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 0,
+        "model": body.get("model"),
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": answer_for(last_user_text(body.get("messages", [])))},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
+    }
+
+
+def message(params: dict[str, Any], usage=USAGE) -> dict[str, Any]:
+    return {
+        "id": "msg_fake",
+        "type": "message",
+        "role": "assistant",
+        "model": params.get("model"),
+        "content": [{"type": "text", "text": answer_for(last_user_text(params.get("messages", [])))}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": usage[0], "output_tokens": usage[1]},
+    }
+
+
+ANTHROPIC_ERROR_TYPES = {400: "invalid_request_error", 429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
+
+
+class FakeBatchServer:
+    def __init__(
+        self,
+        *,
+        finish_after: int = 1,
+        outcomes: list[str] | None = None,
+        line_error: Callable[[int, int, str], tuple[int, str] | None] | None = None,
+        hold: bool = False,
+        block_create: bool = False,
+        usage: tuple[int, int] = USAGE,
+        batch_endpoints: bool = True,
+    ):
+        self.finish_after = finish_after
+        self.outcomes = list(outcomes or [])
+        self.line_error = line_error
+        self.released = threading.Event()
+        if not hold:
+            self.released.set()
+        self.create_gate = threading.Event()
+        if not block_create:
+            self.create_gate.set()
+        self.usage = usage
+        self.batch_endpoints = batch_endpoints  # False: a compatible server that has none (404)
+        self.poll_failures = 0  # the next this-many polls answer 503
+        self.lock = threading.Lock()
+        self.files: dict[str, bytes] = {}
+        self.batches: dict[str, dict[str, Any]] = {}
+        self.creates = self.uploads = self.polls = self.chat_calls = 0
+        self.batch_sizes: list[int] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _reply(self, status: int, payload: Any, raw: bytes | None = None) -> None:
+                data = raw if raw is not None else json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/jsonl" if raw is not None else "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _body(self) -> bytes:
+                length = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(length) if length else b""
+
+            def do_GET(self):
+                status, payload, raw = outer.get(self.path)
+                self._reply(status, payload, raw)
+
+            def do_POST(self):
+                status, payload = outer.post(self.path, self.headers, self._body())
+                self._reply(status, payload)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def __enter__(self):
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.released.set()
+        self.create_gate.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def release(self) -> None:
+        self.released.set()
+
+    # ------------------------------------------------------------------ routing
+    def get(self, target: str):
+        parts = urlsplit(target)
+        path = parts.path
+        if path in ("/v1/models", "/models"):
+            return 200, {"object": "list", "data": []}, None
+        m = re.fullmatch(r"/v1/files/([^/]+)/content", path)
+        if m:
+            with self.lock:
+                data = self.files.get(m.group(1))
+            return (200, None, data) if data is not None else (404, {"error": {"message": "no such file"}}, None)
+        if not self.batch_endpoints and "batches" in path:
+            return 404, {"error": {"message": "Not Found"}}, None
+        if path in ("/v1/batches", "/v1/messages/batches"):
+            provider = "openai" if path == "/v1/batches" else "anthropic"
+            query = parse_qs(parts.query)
+            with self.lock:
+                listed = [self.public(b) for b in reversed(self.batches.values()) if b["provider"] == provider]
+            after = query.get("after", [None])[0]
+            if after:
+                ids = [b["id"] for b in listed]
+                listed = listed[ids.index(after) + 1 :] if after in ids else []
+            limit = int(query.get("limit", ["20"])[0])
+            return 200, {"object": "list", "data": listed[:limit], "has_more": len(listed) > limit}, None
+        m = re.fullmatch(r"/v1/(messages/)?batches/([^/]+)(/results)?", path)
+        if m:
+            with self.lock:
+                batch = self.batches.get(m.group(2))
+                if batch is None:
+                    return 404, {"error": {"type": "not_found_error", "message": "no such batch"}}, None
+                if m.group(3):
+                    return 200, None, batch.get("results", b"")
+                self.polls += 1
+                if self.poll_failures > 0:
+                    self.poll_failures -= 1
+                    return 503, {"error": {"message": "fake outage"}}, None
+                if batch["outcome"] == "vanished" and batch["polls"] + 1 >= self.finish_after:
+                    return 404, {"error": {"type": "not_found_error", "message": "no such batch"}}, None
+                self.advance(batch)
+                return 200, self.public(batch), None
+        return 404, {"error": {"message": f"no route {path}"}}, None
+
+    def post(self, target: str, headers, raw: bytes):
+        path = urlsplit(target).path
+        if not self.batch_endpoints and ("batches" in path or path == "/v1/files"):
+            return 404, {"error": {"message": "Not Found"}}
+        if path == "/v1/files":
+            return self.upload(headers, raw)
+        body = json.loads(raw or b"{}")
+        if path == "/v1/chat/completions":
+            with self.lock:
+                self.chat_calls += 1
+            return 200, completion(body, self.usage)
+        if path == "/v1/messages":
+            with self.lock:
+                self.chat_calls += 1
+            return 200, message(body, self.usage)
+        if path == "/v1/messages/count_tokens":
+            return 200, {"input_tokens": len(last_user_text(body.get("messages", [])).split()) + 3}
+        if path in ("/v1/batches", "/v1/messages/batches"):
+            return self.create(path, body)
+        m = re.fullmatch(r"/v1/(messages/)?batches/([^/]+)/cancel", path)
+        if m:
+            return self.cancel(m.group(2))
+        return 404, {"error": {"message": f"no route {path}"}}
+
+    # ------------------------------------------------------------------ OpenAI files
+    def upload(self, headers, raw: bytes):
+        boundary = re.search(r"boundary=([^;]+)", headers.get("Content-Type", "")).group(1).strip('"')
+        fields: dict[str, bytes] = {}
+        for part in raw.split(b"--" + boundary.encode()):
+            head, sep, content = part.partition(b"\r\n\r\n")
+            name = re.search(rb'name="([^"]+)"', head)
+            if sep and name:
+                fields[name.group(1).decode()] = content.rsplit(b"\r\n", 1)[0]
+        if fields.get("purpose") != b"batch" or "file" not in fields:
+            return 400, {"error": {"message": "purpose must be batch, with a file"}}
+        with self.lock:
+            self.uploads += 1
+            file_id = f"file-{len(self.files) + 1}"
+            self.files[file_id] = fields["file"]
+        return 200, {"id": file_id, "object": "file", "purpose": "batch", "bytes": len(fields["file"])}
+
+    # ------------------------------------------------------------------ batches
+    def create(self, path: str, body: dict[str, Any]):
+        provider = "anthropic" if path.startswith("/v1/messages") else "openai"
+        with self.lock:
+            if provider == "openai":
+                data = self.files.get(body.get("input_file_id"))
+                if data is None or body.get("completion_window") != "24h" or body.get("endpoint") != "/v1/chat/completions":
+                    return 400, {"error": {"message": "bad batch request"}}
+                lines = [json.loads(x) for x in data.decode().splitlines() if x.strip()]
+                if any(x.get("method") != "POST" or x.get("url") != "/v1/chat/completions" for x in lines):
+                    return 400, {"error": {"message": "bad line"}}
+            else:
+                lines = body.get("requests") or []
+                if any(not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", x.get("custom_id", "")) for x in lines):
+                    return 400, {"error": {"type": "invalid_request_error", "message": "bad custom_id"}}
+            self.creates += 1
+            number = self.creates
+            batch_id = f"{'msgbatch' if provider == 'anthropic' else 'batch'}_{number}"
+            outcome = self.outcomes[number - 1] if number - 1 < len(self.outcomes) else "completed"
+            self.batches[batch_id] = {
+                "id": batch_id,
+                "provider": provider,
+                "number": number,
+                "lines": lines,
+                "polls": 0,
+                "status": "validating" if provider == "openai" else "in_progress",
+                "outcome": outcome,
+                "metadata": body.get("metadata") or {},
+                "input_file_id": body.get("input_file_id"),
+            }
+            self.batch_sizes.append(len(lines))
+            public = self.public(self.batches[batch_id])
+        self.create_gate.wait()
+        return 200, public
+
+    def cancel(self, batch_id: str):
+        with self.lock:
+            batch = self.batches.get(batch_id)
+            if batch is None:
+                return 404, {"error": {"message": "no such batch"}}
+            batch["outcome"] = "cancelled"
+            batch["status"] = "cancelling" if batch["provider"] == "openai" else "canceling"
+            return 200, self.public(batch)
+
+    def advance(self, batch: dict[str, Any]) -> None:
+        """One poll: still running, or ended as its outcome says (called under the lock)."""
+        if batch.get("ended"):
+            return
+        batch["polls"] += 1
+        if batch["outcome"] != "cancelled" and (not self.released.is_set() or batch["polls"] < self.finish_after):
+            batch["status"] = "in_progress"
+            return
+        (self.end_openai if batch["provider"] == "openai" else self.end_anthropic)(batch)
+        batch["ended"] = True
+
+    def end_openai(self, batch: dict[str, Any]) -> None:
+        outcome = batch["outcome"]
+        output, errors = [], []
+        for i, line in enumerate(batch["lines"]):
+            cid = line["custom_id"]
+            if outcome in ("expired", "cancelled"):
+                code = "batch_expired" if outcome == "expired" else "batch_cancelled"
+                errors.append({"id": f"r{i}", "custom_id": cid, "response": None, "error": {"code": code, "message": f"request {outcome}"}})
+                continue
+            failure = self.line_error(batch["number"], i, cid) if self.line_error else None
+            if failure:
+                status, text = failure
+                response = {"status_code": status, "request_id": f"q{i}", "body": {"error": {"message": text, "type": "server_error"}}}
+                errors.append({"id": f"r{i}", "custom_id": cid, "response": response, "error": None})
+            else:
+                response = {"status_code": 200, "request_id": f"q{i}", "body": completion(line["body"], self.usage)}
+                output.append({"id": f"r{i}", "custom_id": cid, "response": response, "error": None})
+        if outcome == "failed":
+            batch["status"] = "failed"
+            batch["errors"] = {"object": "list", "data": [{"code": "invalid_request", "message": "fake validation failure"}]}
+            return
+        batch["status"] = outcome
+        for key, lines in (("output_file_id", output), ("error_file_id", errors)):
+            if lines:
+                file_id = f"file-{len(self.files) + 1}"
+                self.files[file_id] = "".join(json.dumps(x) + "\n" for x in lines).encode()
+                batch[key] = file_id
+
+    def end_anthropic(self, batch: dict[str, Any]) -> None:
+        outcome = batch["outcome"]
+        results = []
+        for i, line in enumerate(batch["lines"]):
+            cid = line["custom_id"]
+            if outcome in ("expired", "cancelled"):
+                results.append({"custom_id": cid, "result": {"type": "expired" if outcome == "expired" else "canceled"}})
+                continue
+            failure = ("failed",) if outcome == "failed" else (self.line_error(batch["number"], i, cid) if self.line_error else None)
+            if failure:
+                status, text = (500, "fake failure") if outcome == "failed" else failure
+                kind = ANTHROPIC_ERROR_TYPES.get(status, "api_error")
+                results.append({"custom_id": cid, "result": {"type": "errored", "error": {"type": "error", "error": {"type": kind, "message": text}}}})
+            else:
+                results.append({"custom_id": cid, "result": {"type": "succeeded", "message": message(line["params"], self.usage)}})
+        batch["status"] = "ended"
+        batch["results"] = "".join(json.dumps(x) + "\n" for x in results).encode()
+
+    def public(self, batch: dict[str, Any]) -> dict[str, Any]:
+        n = len(batch["lines"])
+        if batch["provider"] == "openai":
+            return {
+                "id": batch["id"],
+                "object": "batch",
+                "endpoint": "/v1/chat/completions",
+                "input_file_id": batch["input_file_id"],
+                "completion_window": "24h",
+                "status": batch["status"],
+                "output_file_id": batch.get("output_file_id"),
+                "error_file_id": batch.get("error_file_id"),
+                "errors": batch.get("errors"),
+                "metadata": batch["metadata"],
+                "request_counts": {"total": n, "completed": 0, "failed": 0},
+            }
+        ended = batch["status"] == "ended"
+        return {
+            "id": batch["id"],
+            "type": "message_batch",
+            "processing_status": batch["status"],
+            "request_counts": {"processing": 0 if ended else n, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0},
+            "results_url": f"{self.url}/v1/messages/batches/{batch['id']}/results" if ended else None,
+        }
