@@ -74,7 +74,26 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         else:
             sub.add_parser(name, help=line, add_help=False)
     _add_verbose(sub)  # `harness run -v` as well as `harness -v run`
+    _add_docs_epilog(parser)
     return parser
+
+
+DOCS_PAGE = "docs/cli.md"
+
+
+def docs_anchor(words: list[str]) -> str:
+    """The CLI reference's anchor of a command: ``["snapshot", "build"]`` -> ``snapshot-build``."""
+    return "-".join(words)
+
+
+def _add_docs_epilog(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()) -> None:
+    """Every parser's help ends with the documentation page that says more (sub-commands' too)."""
+    parser.epilog = f"docs: {DOCS_PAGE}#{docs_anchor(list(words))}" if words else f"docs: {DOCS_PAGE} (and docs/)"
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                if child.add_help:  # placeholders of commands not built show no help of their own
+                    _add_docs_epilog(child, (*words, name))
 
 
 def _add_verbose(sub) -> None:

@@ -1,4 +1,4 @@
-"""README's "Adding a strategy, backend, dataset or metric", executed as written: its files are
+"""docs/plugins.md (writing a strategy, a metric, a dataset and a backend), executed as written: its files are
 written to a temporary directory, its commands run there (``harness`` as ``python -m harness``;
 ``pip install .`` into a temporary target that only these commands see), on the embedded local
 model. Then the runs are checked: all four plugins were used, from files and from the installed
@@ -18,18 +18,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTION = "### Adding a strategy, backend, dataset or metric"
+PAGE = ROOT / "docs" / "plugins.md"
 BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.S)
 
 
 def readme_blocks() -> list[tuple[str, str]]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = text.index(SECTION)
-    end = text.index("\n## ", start)
-    return BLOCK.findall(text[start:end])
+    """The plugins page's code blocks, in order (the tutorial's files and commands)."""
+    return BLOCK.findall(PAGE.read_text(encoding="utf-8"))
 
 
-def test_the_readme_section_has_every_kind_of_block():
+def test_the_plugins_page_has_every_kind_of_block():
     blocks = readme_blocks()
     files = [body.splitlines()[0] for kind, body in blocks if body.startswith("# file: ")]
     assert files == [

@@ -61,7 +61,7 @@ class RunStopped(HarnessError):
         self.died = died
         super().__init__(
             f"{died.describe()}. {finished} of {total} samples are finished and kept in {run_dir}; run the same "
-            "command again to resume (a crash that repeats: see README, Local models and crashes)"
+            "command again to resume (a crash that repeats: see docs/models.md#local-models-and-crashes)"
         )
 
 

@@ -14,7 +14,7 @@ weights into CPU-specific layouts at load: AMX tiles on Intel CPUs with AMX, 8x8
 for Q4_0/Q4_K/... on AVX2 and NEON. ``llama_cpp.Llama`` does not expose the flag, so it is set on
 the defaults ``Llama`` starts from. ``auto`` turns it off where AMX would be used (llama.cpp built
 with AMX, or the CPU reports it) and leaves it on elsewhere, where it costs nothing and speeds
-prompts of repackable models (benchmarks/local_model.py; README "Local models and crashes").
+prompts of repackable models (benchmarks/local_model.py; docs/models.md, "Local models and crashes").
 
 Only the standard library at module level: the decision is importable (and tested) without llama_cpp.
 """
