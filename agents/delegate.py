@@ -405,18 +405,9 @@ class Delegate(Agent):
 
     def check_template(self, samples) -> None:
         super().check_template(samples)
-        try:
-            self.sub_prompt("")
-        except KeyError as exc:
-            raise ConfigError(
-                f"sub-agent template {self.sub_template_source} uses {{{exc.args[0]}}}, which agent {self.name} "
-                "does not fill (it fills {instructions}, {current_date})"
-            ) from None
-        except (IndexError, ValueError, AttributeError) as exc:
-            raise ConfigError(
-                f"sub-agent template {self.sub_template_source} does not render: {exc} "
-                "(literal braces must be doubled: {{ }})"
-            ) from None
+        self.check_renders(
+            lambda: self.sub_prompt(""), f"sub-agent template {self.sub_template_source}", ("instructions", "current_date")
+        )
 
     def identity(self) -> dict[str, Any]:
         return {**super().identity(), "sub_prompt_sha256": self.sub_template_sha256}

@@ -10,8 +10,10 @@ from its event-loop thread, which lives as long as the run), and a thread pollin
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 import time
+from typing import Any
 
 POLL_S = 1.0
 
@@ -37,3 +39,26 @@ def die_with_parent(parent: int | None, poll_s: float | None = POLL_S) -> None:
             os._exit(0)
 
         threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def spawn_piped(argv: list[str], stderr: Any = None) -> tuple[subprocess.Popen, Any, Any]:
+    """Start ``argv`` with a pipe each way (its stdin and stdout), in a session of its own (Ctrl-C
+    reaches the run, which stops the child itself). Returns (the process, a connection to it, one
+    from it); the child calls ``die_with_parent`` first. Call from the thread that lives as long as
+    the run (the event loop's): the parent-death signal follows the thread that started the child."""
+    from multiprocessing.connection import Connection
+
+    to_child_r, to_child_w = os.pipe()
+    from_child_r, from_child_w = os.pipe()
+    try:
+        process = subprocess.Popen(
+            argv, stdin=to_child_r, stdout=from_child_w, stderr=stderr, close_fds=True, start_new_session=True
+        )
+    except BaseException:
+        os.close(to_child_w)
+        os.close(from_child_r)
+        raise
+    finally:
+        os.close(to_child_r)
+        os.close(from_child_w)
+    return process, Connection(to_child_w, readable=False), Connection(from_child_r, writable=False)

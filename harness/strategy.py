@@ -214,20 +214,27 @@ class Agent(ABC):
         if not self.template:
             return
         blanks = {name: "" for name in self.template_fields}
+        fills = ("question", "current_date", *self.template_fields)
         for sample in samples:
-            try:
-                self.prompt(sample.question, **blanks)
-            except KeyError as exc:
-                known = ", ".join("{" + f + "}" for f in ("question", "current_date", *self.template_fields))
-                raise ConfigError(
-                    f"prompt template {self.template_source} uses {{{exc.args[0]}}}, which agent {self.name} "
-                    f"does not fill (it fills {known})"
-                ) from None
-            except (IndexError, ValueError, AttributeError) as exc:
-                raise ConfigError(
-                    f"prompt template {self.template_source} does not render for sample {sample.id}: {exc} "
-                    "(literal braces must be doubled: {{ }})"
-                ) from None
+            self.check_renders(
+                lambda: self.prompt(sample.question, **blanks),
+                f"prompt template {self.template_source}",
+                fills,
+                f" for sample {sample.id}",
+            )
+
+    def check_renders(self, render: Any, what: str, fills: tuple[str, ...], where: str = "") -> None:
+        """``render()`` a template with blank fields; a field this strategy does not fill or a stray
+        brace is one line naming the template (``what``), never a KeyError on the first sample."""
+        try:
+            render()
+        except KeyError as exc:
+            known = ", ".join("{" + f + "}" for f in fills)
+            raise ConfigError(
+                f"{what} uses {{{exc.args[0]}}}, which agent {self.name} does not fill (it fills {known})"
+            ) from None
+        except (IndexError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"{what} does not render{where}: {exc} (literal braces must be doubled: {{{{ }}}})") from None
 
     def identity(self) -> dict[str, Any]:
         """What changes the prompts or the answers: hashed into the run key. Subclasses add facts

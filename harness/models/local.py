@@ -234,29 +234,14 @@ class ModelWorker:
         return self.process.pid if self.process else None
 
     async def start(self, timeout: float) -> dict[str, Any]:
-        from multiprocessing.connection import Connection
+        from harness.lifeline import spawn_piped
 
-        to_child_r, to_child_w = os.pipe()
-        from_child_r, from_child_w = os.pipe()
         ready: Future = Future()
         self._pending[0] = ready
         with open(self.log_path, "ab") as log:
             log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} worker start\n".encode())
             log.flush()
-            try:
-                self.process = subprocess.Popen(
-                    self.argv,
-                    stdin=to_child_r,
-                    stdout=from_child_w,
-                    stderr=log,
-                    close_fds=True,
-                    start_new_session=True,  # Ctrl-C reaches the run, which stops the worker itself
-                )
-            finally:
-                os.close(to_child_r)
-                os.close(from_child_w)
-        self._out = Connection(to_child_w, readable=False)
-        inbox = Connection(from_child_r, writable=False)
+            self.process, self._out, inbox = spawn_piped(self.argv, stderr=log)
         _LIVE_WORKERS.add(self)
         threading.Thread(target=self._read_loop, args=(inbox,), name="model-worker-replies", daemon=True).start()
         try:

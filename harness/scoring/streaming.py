@@ -85,24 +85,12 @@ class StreamingScorer:
             self._start()
 
     def _start(self) -> None:
-        from multiprocessing.connection import Connection
+        from harness.lifeline import spawn_piped
 
-        to_child_r, to_child_w = os.pipe()
-        from_child_r, from_child_w = os.pipe()
-        try:
-            # started from the event-loop thread: the parent-death signal follows that thread
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "harness.scoring.worker", "--parent", str(os.getpid())],
-                stdin=to_child_r,
-                stdout=from_child_w,
-                close_fds=True,
-                start_new_session=True,  # Ctrl-C reaches the run, which stops the worker itself
-            )
-        finally:
-            os.close(to_child_r)
-            os.close(from_child_w)
-        self._out = Connection(to_child_w, readable=False)
-        self._in = Connection(from_child_r, writable=False)
+        # started from the event-loop thread: the parent-death signal follows that thread
+        self.process, self._out, self._in = spawn_piped(
+            [sys.executable, "-m", "harness.scoring.worker", "--parent", str(os.getpid())]
+        )
         self._out.send(("warm", list(self._refs.values()), self.options))  # small: never blocks
         self._warming = True
 
