@@ -72,6 +72,7 @@ BACKEND_NOT_HASHED = frozenset(
         "n_threads",
         "max_response_bytes",
         "prompt_cache",
+        "http_client",
     }
 )
 
@@ -241,6 +242,7 @@ BACKEND_KEYS = {
     "weight_repack",
     "server_args",
     "prompt_cache",
+    "http_client",
 }
 
 

@@ -127,6 +127,9 @@ class BackendOptions(BaseModel):
     # Anthropic's prompt cache: cache_control breakpoints on the shared prefix (anthropic_api). It
     # changes the bill, never the answer: not hashed, like request_timeout. OpenAI's cache is automatic.
     prompt_cache: bool = True
+    # the SDKs' HTTP transport (openai/, vllm/, llamacpp-server/, anthropic/): auto is aiohttp where
+    # installed, else httpx; same requests and reply checks either way, so not hashed
+    http_client: Literal["auto", "aiohttp", "httpx"] = "auto"
 
     @field_validator("base_url")
     @classmethod
