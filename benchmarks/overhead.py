@@ -1,6 +1,27 @@
-"""Harness overhead vs Inspect AI on an instant local OpenAI-protocol server.
+"""Harness overhead on an instant local OpenAI-protocol server: the request loop against the bare
+HTTP clients' floors, whole closed-book runs, and Inspect AI where it is installed.
 
-    python benchmarks/overhead.py [--copies 4] [--repeats 3] [--max-connections 10] [--limit N]
+    python benchmarks/overhead.py --floors [--connections 4,64] [--requests 20000]
+    python benchmarks/overhead.py [--copies 4] [--repeats 3] [--max-connections 10] [--limit N] [--inspect]
+
+``--floors`` (issue 25): an instant server (``instant_server`` below: asyncio, one canned chat
+completion, keep-alive; its own process) answers, at each of ``--connections``:
+
+- bare httpx / bare aiohttp: ``--requests`` POSTs of one chat request body, that many in flight, each
+  reply parsed as JSON: the floor of each client library;
+- request loop: ``ModelBackend.generate`` of the openai/ backend on each ``--http-client`` (SDK,
+  byte cap, deadline, reply checks, retry wrapper), the same requests in flight;
+- end to end: ``harness run`` closed-book (FanOutQA dev repeated to ``--samples``), response cache
+  on (fresh), ``--max-connections`` as given: generated, written, cached, scored; samples/s over
+  the whole command, and its peak RSS.
+
+Each is a child process timed with ``os.wait4`` (wall, CPU, peak RSS); the table puts each figure
+beside the bare aiohttp floor measured in the same invocation. Goals (issue 25, 2-core machine):
+>= 1,000 closed-book samples/s end to end at 64 connections, the request loop >= half the bare
+aiohttp floor, peak RSS flat from 10,000 to 100,000 samples (``--samples 10000,100000``).
+
+The older comparison with Inspect AI (below) runs only with ``--inspect`` or where
+``benchmarks/.venv-inspect`` exists.
 
 Both evaluate the same samples: FanOutQA dev (closed book, the vendored nov23 file) repeated
 ``--copies`` times with unique ids (4 x 310 = 1,240 requests), each prompt the harness's
@@ -66,11 +87,198 @@ def serve(answer: str) -> None:
         sys.stdin.read()  # until the parent closes our stdin
 
 
-def start_server(answer: str) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--_serve", answer], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
+def start_server(answer: str, instant: bool = False) -> tuple[subprocess.Popen, str]:
+    cmd = [sys.executable, __file__, "--_instant"] if instant else [sys.executable, __file__, "--_serve", answer]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     return proc, proc.stdout.readline().strip()
+
+# ---- issue 25: the instant server, the client floors, the request loop ---------------------------------
+REPLY = json.dumps(
+    {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "bench",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
+    }
+).encode()
+MODELS = json.dumps({"object": "list", "data": [{"id": "bench", "object": "model", "max_model_len": 32768}]}).encode()
+
+
+def _http_reply(body: bytes) -> bytes:
+    head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    return head.encode() + body
+
+
+def instant_server() -> None:
+    """Answers every POST with REPLY and every GET with MODELS at once (HTTP/1.1 keep-alive), until
+    stdin closes; prints its base URL."""
+    import asyncio
+    import threading
+
+    post, get = _http_reply(REPLY), _http_reply(MODELS)
+
+    class Instant(asyncio.Protocol):
+        def connection_made(self, transport):
+            self.transport, self.buf = transport, b""
+
+        def data_received(self, data):
+            self.buf += data
+            while (end := self.buf.find(b"\r\n\r\n")) >= 0:
+                head = self.buf[:end].lower()
+                at = head.find(b"\r\ncontent-length:")
+                size = int(head[at + 17 :].split(b"\r\n", 1)[0]) if at >= 0 else 0
+                if len(self.buf) < end + 4 + size:
+                    return
+                self.buf = self.buf[end + 4 + size :]
+                self.transport.write(get if head.startswith(b"get") else post)
+
+    loop = asyncio.new_event_loop()
+    server = loop.run_until_complete(loop.create_server(Instant, "127.0.0.1", 0, backlog=1024))
+    print(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1", flush=True)
+    threading.Thread(target=lambda: (sys.stdin.read(), loop.call_soon_threadsafe(loop.stop)), daemon=True).start()
+    loop.run_forever()
+
+
+def chat_body(model: str) -> dict:
+    """The chat request the harness sends for the first dev question, closed-book."""
+    from harness.templates import load_template
+
+    row = json.loads(DEV_FILE.read_text(encoding="utf-8"))[0]
+    prompt = load_template("closed_book")[0].format(question=row["question"], current_date=CURRENT_DATE)
+    messages = [{"role": "user", "content": prompt}]
+    return {"model": model, "messages": messages, "temperature": 0.0, "top_p": 1.0, "max_tokens": 512, "seed": 0}
+
+
+async def _loop(which: str, url: str, conns: int, n: int, body: dict) -> None:
+    """``n`` requests, ``conns`` in flight, by ``which``: httpx, aiohttp, harness-httpx, harness-aiohttp."""
+    import asyncio
+
+    left = n
+
+    async def worker(call) -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            await call()
+
+    data, headers = json.dumps(body).encode(), {"content-type": "application/json", "authorization": "Bearer x"}
+    if which == "httpx":
+        import httpx
+
+        async with httpx.AsyncClient(limits=httpx.Limits(max_connections=conns)) as client:
+
+            async def call():
+                json.loads((await client.post(url + "/chat/completions", content=data, headers=headers)).content)
+
+            await asyncio.gather(*(worker(call) for _ in range(conns)))
+    elif which == "aiohttp":
+        import aiohttp
+
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=conns)) as session:
+
+            async def call():
+                async with session.post(url + "/chat/completions", data=data, headers=headers) as r:
+                    json.loads(await r.read())
+
+            await asyncio.gather(*(worker(call) for _ in range(conns)))
+    else:
+        from harness.models import BackendOptions, GenerationParams, create_backend
+
+        backend = create_backend("openai/bench", BackendOptions(base_url=url, http_client=which.split("-")[1]))
+        await backend.start()
+        params = GenerationParams(temperature=0.0, top_p=1.0, max_tokens=512, seed=0)
+
+        async def call():
+            await backend.generate(body["messages"], params)
+
+        try:
+            await call()  # the SDK's imports and first connection: not the loop's time
+            left -= 1
+            await asyncio.gather(*(worker(call) for _ in range(conns)))
+        finally:
+            await backend.close()
+
+
+def floor_child(which: str, url: str, conns: int, n: int, model: str) -> None:
+    import asyncio
+
+    body = chat_body(model)
+    t, c = time.perf_counter(), time.process_time()
+    asyncio.run(_loop(which, url, conns, n, body))
+    print(json.dumps({"wall": time.perf_counter() - t, "cpu": time.process_time() - c}))
+
+
+def floors(args, env: dict[str, str], work: Path) -> None:
+    conns_list = [int(c) for c in args.connections.split(",")]
+    samples_list = [int(s) for s in args.samples.split(",")]
+    server, url = start_server("", instant=True)
+    kinds = ["httpx", "aiohttp", "harness-httpx", "harness-aiohttp"]
+    rows: dict[tuple[str, int], dict] = {}
+    try:
+        for conns in conns_list:
+            for rep in range(args.repeats):
+                for which in kinds if rep % 2 == 0 else kinds[::-1]:
+                    cmd = [sys.executable, __file__, "--_floor", which, url, str(conns), str(args.requests)]
+                    proc = subprocess.run(cmd + [args.model_name], env=env, capture_output=True, text=True)
+                    if proc.returncode:
+                        sys.exit(f"{which} at {conns}: {proc.stderr[-2000:]}")
+                    r = json.loads(proc.stdout.strip().splitlines()[-1])
+                    best = rows.get((which, conns))
+                    if best is None or r["wall"] < best["wall"]:
+                        rows[(which, conns)] = r
+                    print(f"  {which:<16} {conns:>3} conns: {args.requests / r['wall']:8.0f} req/s", file=sys.stderr)
+        ends: dict[tuple[int, int], dict] = {}
+        for n in samples_list:
+            data = work / f"fanoutqa-dev-{n}.json"
+            rows_dev = json.loads(DEV_FILE.read_text(encoding="utf-8"))
+            copies = -(-n // len(rows_dev))
+            dup = [{**r, "id": r["id"] if k == 0 else f"{r['id']}~{k}"} for k in range(copies) for r in rows_dev][:n]
+            data.write_text(json.dumps(dup), encoding="utf-8")
+            for conns in conns_list:
+                out = work / f"e2e-{n}-{conns}"
+                cmd = [sys.executable, "-m", "harness", "run", "--model", f"openai/{args.model_name}", "--base-url", url]
+                cmd += ["--dataset", "fanoutqa:dev", "--data-path", str(data), "--setting", "closed-book"]
+                cmd += ["--max-connections", str(conns), "--out", str(out), "--http-client", args.e2e_client]
+                cache_env = {**env, "HARNESS_CACHE_DIR": str(work / f"cache-{n}-{conns}")}
+                ends[(n, conns)] = r = timed(cmd, work, cache_env, work / f"e2e-{n}-{conns}.log")
+                check_harness(out, n)
+                print(f"  end to end {n:>7,} samples {conns:>3} conns: {n / r['wall']:8.0f} samples/s", file=sys.stderr)
+    finally:
+        server.stdin.close()
+        server.wait(timeout=10)
+
+    print(f"\ninstant loopback server; {args.requests:,} requests per loop, best of {args.repeats}; {os.cpu_count()} CPUs\n")
+    names = {
+        "httpx": "bare httpx",
+        "aiohttp": "bare aiohttp",
+        "harness-httpx": "harness loop, httpx",
+        "harness-aiohttp": "harness loop, aiohttp",
+    }
+    print(f"{'':<24} | {'conns':>5} | {'req/s':>8} | {'CPU ms/req':>10} | {'vs bare aiohttp':>15}")
+    for conns in conns_list:
+        ref = args.requests / rows[("aiohttp", conns)]["wall"]
+        for which in kinds:
+            r = rows[(which, conns)]
+            rps = args.requests / r["wall"]
+            print(f"{names[which]:<24} | {conns:>5} | {rps:8.0f} | {1000 * r['cpu'] / args.requests:10.3f} | {rps / ref:15.2f}")
+    print(f"\n{'end to end (closed-book)':<24} | {'conns':>5} | {'samples':>8} | {'samples/s':>10} | {'CPU s':>7} | {'peak RSS MB':>11}")
+    for (n, conns), r in ends.items():
+        print(f"{'harness run, ' + args.e2e_client:<24} | {conns:>5} | {n:8,} | {n / r['wall']:10.0f} | {r['cpu']:7.1f} | {r['rss_mb']:11.0f}")
+    loop64 = max(conns_list)
+    ratio = rows[("harness-aiohttp", loop64)]["wall"] and (
+        rows[("aiohttp", loop64)]["wall"] / rows[("harness-aiohttp", loop64)]["wall"]
+    )
+    print(f"\ngoal: request loop >= 0.5 x bare aiohttp at {loop64} connections: {ratio:.2f} {'PASS' if ratio >= 0.5 else 'FAIL'}")
+    big = [(n, c) for (n, c) in ends if c == loop64]
+    if big:
+        n, c = big[0]
+        rate = n / ends[(n, c)]["wall"]
+        print(f"goal: >= 1,000 closed-book samples/s at {c} connections: {rate:.0f} {'PASS' if rate >= 1000 else 'FAIL'}")
+    if len(samples_list) > 1:
+        rss = [ends[(n, loop64)]["rss_mb"] for n in samples_list]
+        print(f"peak RSS at {', '.join(f'{n:,}' for n in samples_list)} samples: {', '.join(f'{m:.0f}' for m in rss)} MB")
 
 
 # ---- Inspect's venv ----------------------------------------------------------------------------
@@ -178,19 +386,43 @@ def main() -> None:
     ap.add_argument("--answer", default="Paris", help="the server's fixed answer")
     ap.add_argument("--warmup", type=int, default=20, help="samples in the untimed warm-up run of each (0: none)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (run dirs, Inspect logs)")
+    ap.add_argument("--floors", action="store_true", help="issue 25: client floors, request loop, end to end")
+    ap.add_argument("--connections", default="4,64", help="--floors: connections in flight, comma-separated")
+    ap.add_argument("--requests", type=int, default=20000, help="--floors: requests per loop")
+    ap.add_argument("--samples", default="10000", help="--floors: end-to-end samples, comma-separated (e.g. 10000,100000)")
+    ap.add_argument("--e2e-client", default="auto", help="--floors: --http-client of the end-to-end runs")
+    ap.add_argument("--inspect", action="store_true", help="compare with Inspect AI (its venv made on first use)")
     ap.add_argument("--_serve", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    ap.add_argument("--_instant", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--_floor", help=argparse.SUPPRESS)
+    args, rest = ap.parse_known_args()
     if args._serve:
         return serve(args._serve)
+    if args._instant:
+        return instant_server()
+    if args._floor:
+        url, conns, n, model = rest
+        return floor_child(args._floor, url, int(conns), int(n), model)
+    # a dummy key: nothing real reaches the local server; PYTHONPATH: this checkout's harness first
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "INSPECT_"))}
+    env.update(OPENAI_API_KEY="bench-dummy", PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    if args.floors:
+        work = Path(tempfile.mkdtemp(prefix="harness-floors-"))
+        try:
+            return floors(args, env, work)
+        finally:
+            if not args.keep:
+                import shutil
 
+                shutil.rmtree(work, ignore_errors=True)
+    if not (args.inspect or (INSPECT_VENV / "bin" / "inspect").exists()):
+        sys.exit("Inspect AI is not installed (benchmarks/.venv-inspect); --inspect makes it, --floors runs without it")
     inspect_bin()
     work = Path(tempfile.mkdtemp(prefix="harness-overhead-"))
     task = work / "inspect_task.py"
     task.write_text(INSPECT_TASK)
     harness_data, inspect_data, n = write_data(work, args.copies, args.limit)
-    # a dummy key: nothing real reaches the local server; PYTHONPATH: this checkout's harness
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "INSPECT_"))}
-    env.update(OPENAI_API_KEY="bench-dummy", PYTHONPATH=str(ROOT), HARNESS_CACHE_DIR=str(work / "cache"))
+    env["HARNESS_CACHE_DIR"] = str(work / "cache")
 
     server, url = start_server(args.answer)
     runs: dict[str, list[dict]] = {"harness": [], "inspect": []}

@@ -72,7 +72,22 @@ def register_secret(value: str | None) -> None:
             _registered.update(_encoded_forms(value))
 
 
+def _env_snapshot() -> tuple:
+    """The process environment as it is now (compared in C: cheap enough to check per write)."""
+    data = getattr(os.environ, "_data", None)
+    return tuple(data.items()) if isinstance(data, dict) else tuple(os.environ.items())
+
+
+_env_cache: tuple[tuple, set[str]] | None = None
+
+
 def _env_secrets() -> set[str]:
+    """Key-like environment values and their encoded forms; recomputed whenever the environment changed."""
+    global _env_cache
+    snapshot = _env_snapshot()
+    cached = _env_cache
+    if cached is not None and cached[0] == snapshot:
+        return cached[1]
     values: set[str] = set()
     for name, value in os.environ.items():
         if not _is_secret(value):
@@ -82,6 +97,7 @@ def _env_secrets() -> set[str]:
     for name in URL_ENV_VARS:
         for url in split_urls(os.environ.get(name)):
             values |= url_secrets(url)
+    _env_cache = (snapshot, values)
     return values
 
 
@@ -94,22 +110,23 @@ def known_secrets() -> list[str]:
     return sorted((v for v in values if _is_secret(v)), key=len, reverse=True)
 
 
-_masker_cache: tuple[tuple[str, ...], tuple[list[str], re.Pattern | None]] | None = None
+_masker_cache: tuple[tuple, tuple[list[str], re.Pattern | None]] | None = None
 
 
 def _masker() -> tuple[list[str], re.Pattern | None]:
     """(long secrets, replaced anywhere; one pattern for the short ones, matched as whole words)."""
     global _masker_cache
-    secrets = tuple(known_secrets())
+    key = (len(_registered), _env_snapshot())  # secrets are only ever added to _registered
     cached = _masker_cache
-    if cached is not None and cached[0] == secrets:
+    if cached is not None and cached[0] == key:
         return cached[1]
+    secrets = tuple(known_secrets())
     long = [s for s in secrets if len(s) >= _SHORT]
     short = [s for s in secrets if len(s) < _SHORT]
     pattern = (
         re.compile(r"(?<![A-Za-z0-9])(?:" + "|".join(map(re.escape, short)) + r")(?![A-Za-z0-9])") if short else None
     )
-    _masker_cache = (secrets, (long, pattern))
+    _masker_cache = (key, (long, pattern))
     return long, pattern
 
 

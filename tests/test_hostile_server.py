@@ -18,13 +18,28 @@ from fault_server import FaultServer, LoopbackServer, run_args
 from harness.cli import main
 from harness.errors import TransientModelError
 from harness.models import BackendOptions, GenerationParams, create_backend
-from harness.models.http_reply import PIECE, DeadlineExpired, ReplyTooLarge, _Inflater, capped_event_hooks
+from harness.models.http_reply import (
+    PIECE,
+    DeadlineExpired,
+    ReplyTooLarge,
+    _Inflater,
+    aiohttp_installed,
+    capped_event_hooks,
+)
 
 KEY = "sk-proj-THISISASECRETKEY0123456789"
+TRANSPORTS = ["httpx", pytest.param("aiohttp", marks=pytest.mark.skipif(not aiohttp_installed(), reason="no aiohttp"))]
 
 
-def run(url: str, out: Path, *extra: str, dataset: str = "hotpotqa:dev") -> int:
-    return main(run_args(url, out, "--retry-max-wait", "0.05", "--request-timeout", "1", *extra, dataset=dataset))
+@pytest.fixture(params=TRANSPORTS)
+def transport(request) -> str:
+    """Every check below holds on both of the SDKs' HTTP transports (--http-client)."""
+    return request.param
+
+
+def run(url: str, out: Path, *extra: str, dataset: str = "hotpotqa:dev", transport: str = "httpx") -> int:
+    extra = ("--retry-max-wait", "0.05", "--request-timeout", "1", "--http-client", transport, *extra)
+    return main(run_args(url, out, *extra, dataset=dataset))
 
 
 def pages_args(setting: str, snapshot) -> list[str]:
@@ -51,11 +66,11 @@ def records(path: Path) -> list[dict]:
     ids=lambda f: "+".join(f),
 )
 @pytest.mark.slow
-def test_transient_faults_are_retried_until_an_answer(tmp_path, faults):
+def test_transient_faults_are_retried_until_an_answer(tmp_path, faults, transport):
     # each of these, unchecked, ends as an answer: the trickle and the bomb (whitespace, then a good
     # reply) after a long wait, the oversize 3 MB one at once
     with FaultServer(script=faults, hang_s=2.5) as server:
-        code = run(server.url, tmp_path / "run", "--max-response-bytes", str(MIB))
+        code = run(server.url, tmp_path / "run", "--max-response-bytes", str(MIB), transport=transport)
     assert code == 0
     assert server.served == faults  # every fault was retried, nothing more was sent
     (sample,) = records(tmp_path / "run" / "samples.jsonl")
@@ -81,9 +96,11 @@ MIB = 2**20
         ("oversize", "over --max-response-bytes 1 MiB (long)"),
     ],
 )
-def test_a_fault_that_persists_fails_the_sample_as_model_unavailable(tmp_path, fault, reason, capsys):
+def test_a_fault_that_persists_fails_the_sample_as_model_unavailable(tmp_path, fault, reason, capsys, transport):
     with FaultServer(default=fault) as server:
-        code = run(server.url, tmp_path / "run", "--max-attempts", "3", "--max-response-bytes", str(MIB))
+        code = run(
+            server.url, tmp_path / "run", "--max-attempts", "3", "--max-response-bytes", str(MIB), transport=transport
+        )
     assert code == 1  # the run finished, with a failed sample (rerun retries it)
     assert server.served == [fault] * 3
     (failure,) = records(tmp_path / "run" / "failures.jsonl")
@@ -95,22 +112,20 @@ def test_a_fault_that_persists_fails_the_sample_as_model_unavailable(tmp_path, f
 
 
 @pytest.mark.slow
-def test_retry_after_is_honoured(tmp_path):
-    import time
-
+def test_retry_after_is_honoured(tmp_path, transport):
     with FaultServer(script=["429", "ok"], retry_after="1") as server:
         started = time.monotonic()
-        code = run(server.url, tmp_path / "run", "--retry-max-wait", "5")
+        code = run(server.url, tmp_path / "run", "--retry-max-wait", "5", transport=transport)
         waited = time.monotonic() - started
     assert code == 0 and server.served == ["429", "ok"]
     assert waited >= 1.0  # the server's Retry-After, not the 0.05 s back-off floor
 
 
 @pytest.mark.slow
-def test_a_3mb_answer_is_scored_without_crashing_and_flagged(tmp_path, capsys):
+def test_a_3mb_answer_is_scored_without_crashing_and_flagged(tmp_path, capsys, transport):
     out = tmp_path / "run"
     with FaultServer(default="huge", huge_chars=3_000_000) as server:
-        code = run(server.url, out, dataset="fanoutqa:dev")
+        code = run(server.url, out, dataset="fanoutqa:dev", transport=transport)
     assert code == 0, capsys.readouterr().err
     results = json.loads((out / "results.json").read_text())
     assert results["counts"]["finished"] == 1
@@ -153,7 +168,7 @@ def _files_text(*roots: Path) -> str:
 
 @pytest.mark.parametrize("backend", ["openai", "anthropic"])
 @pytest.mark.slow
-def test_a_401_that_echoes_the_key_never_prints_or_writes_it(tmp_path, backend):
+def test_a_401_that_echoes_the_key_never_prints_or_writes_it(tmp_path, backend, transport):
     env_name = "OPENAI_API_KEY" if backend == "openai" else "ANTHROPIC_API_KEY"
     with FaultServer(default="401-echo") as server:
         url = server.url if backend == "openai" else server.url[: -len("/v1")]
@@ -171,6 +186,8 @@ def test_a_401_that_echoes_the_key_never_prints_or_writes_it(tmp_path, backend):
             str(tmp_path / "run"),
             "--context-size",
             "4096",
+            "--http-client",
+            transport,
             "-v",
             env={env_name: KEY, "HARNESS_CACHE_DIR": str(tmp_path / "cache")},
         )
@@ -183,14 +200,16 @@ def test_a_401_that_echoes_the_key_never_prints_or_writes_it(tmp_path, backend):
     assert KEY[:12] not in _files_text(tmp_path)
 
 
-def test_max_response_bytes_is_recorded_not_hashed(tmp_path):
+@pytest.mark.skipif(not aiohttp_installed(), reason="no aiohttp")
+def test_max_response_bytes_and_http_client_are_recorded_not_hashed(tmp_path):
     with FaultServer() as server:
-        assert run(server.url, tmp_path / "a", "--max-response-bytes", str(MIB)) == 0
-        assert run(server.url, tmp_path / "b") == 0
+        assert run(server.url, tmp_path / "a", "--max-response-bytes", str(MIB), transport="aiohttp") == 0
+        assert run(server.url, tmp_path / "b", transport="httpx") == 0
     a = json.loads((tmp_path / "a" / "results.json").read_text())
     b = json.loads((tmp_path / "b" / "results.json").read_text())
     assert a["config"]["backend"]["max_response_bytes"] == MIB
     assert b["config"]["backend"]["max_response_bytes"] == 16 * MIB  # the default, recorded too
+    assert (a["config"]["backend"]["http_client"], b["config"]["backend"]["http_client"]) == ("aiohttp", "httpx")
     assert a["config_hash"] == b["config_hash"]  # how replies are read, not what is asked
 
 
@@ -217,20 +236,20 @@ def keys(monkeypatch):
 
 
 @pytest.mark.parametrize("backend", ["openai", "anthropic"])
-def test_a_gzip_bomb_is_cut_at_the_cap_with_memory_bounded(keys, backend):
+def test_a_gzip_bomb_is_cut_at_the_cap_with_memory_bounded(keys, backend, transport):
     """256 MiB of whitespace gzipped to 250 KB, then a good reply: read whole it would parse."""
     too_large = r"over --max-response-bytes 1 MiB \(decompressed\)"
     with FaultServer(default="gzip-bomb", bomb_bytes=256 * MIB) as server:
         started = time.monotonic()
         with pytest.raises(ReplyTooLarge, match=too_large):
-            generate(backend, server, max_attempts=2, max_response_bytes=MIB)
+            generate(backend, server, max_attempts=2, max_response_bytes=MIB, http_client=transport)
         took = time.monotonic() - started
         assert server.served == ["gzip-bomb"] * 2  # retried within --max-attempts, then given up
         assert took < 5  # inflating 256 MiB is not what took the time
         tracemalloc.start()  # again, the SDK imported: what is left is the request
         try:
             with pytest.raises(ReplyTooLarge, match=too_large):
-                generate(backend, server, max_attempts=1, max_response_bytes=MIB)
+                generate(backend, server, max_attempts=1, max_response_bytes=MIB, http_client=transport)
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
@@ -239,9 +258,9 @@ def test_a_gzip_bomb_is_cut_at_the_cap_with_memory_bounded(keys, backend):
 
 
 @pytest.mark.parametrize("backend", ["openai", "anthropic"])
-def test_a_gzip_reply_within_the_cap_is_read(keys, backend):
+def test_a_gzip_reply_within_the_cap_is_read(keys, backend, transport):
     with FaultServer(default="gzip-bomb", bomb_bytes=0) as server:  # a plain gzipped reply
-        response = generate(backend, server, max_attempts=1)
+        response = generate(backend, server, max_attempts=1, http_client=transport)
     assert response.content == "Paris"
 
 
@@ -290,12 +309,12 @@ def test_inflater_reads_gzip_zlib_and_raw_deflate_in_bounded_pieces():
 
 
 @pytest.mark.parametrize("backend", ["openai", "anthropic"])
-def test_a_trickling_server_is_cut_at_the_request_timeout(keys, backend):
+def test_a_trickling_server_is_cut_at_the_request_timeout(keys, backend, transport):
     """One byte every 0.05 s: no read waits long, the whole reply would take 15 s."""
     with FaultServer(default="trickle", trickle_s=0.05) as server:
         started = time.monotonic()
         with pytest.raises(DeadlineExpired, match="within --request-timeout 1 s"):
-            generate(backend, server, max_attempts=2)
+            generate(backend, server, max_attempts=2, http_client=transport)
         took = time.monotonic() - started
     assert server.served == ["trickle"] * 2  # the expiry is a transient fault: retried
     assert 2 <= took < 6
@@ -311,11 +330,11 @@ def test_a_trickling_server_is_cut_at_the_request_timeout(keys, backend):
         ("oversize", "over --max-response-bytes 1 MiB (long)"),
     ],
 )
-def test_anthropic_malformed_replies_are_retried_never_answers(keys, fault, reason):
+def test_anthropic_malformed_replies_are_retried_never_answers(keys, fault, reason, transport):
     with FaultServer(script=[fault, "ok"]) as server:
-        response = generate("anthropic", server, max_attempts=2, max_response_bytes=MIB)
+        response = generate("anthropic", server, max_attempts=2, max_response_bytes=MIB, http_client=transport)
     assert response.content == "Paris" and response.attempts == 2
     with FaultServer(default=fault) as server:
         with pytest.raises(TransientModelError) as info:
-            generate("anthropic", server, max_attempts=2, max_response_bytes=MIB)
+            generate("anthropic", server, max_attempts=2, max_response_bytes=MIB, http_client=transport)
     assert reason in str(info.value) and server.served == [fault] * 2

@@ -202,6 +202,12 @@ def add_run_options(p) -> None:
         help="largest reply body read from a model server, decompressed; a larger one is a failed "
         "request, retried within --max-attempts (default 16777216, 16 MiB)",
     )
+    g.add_argument(
+        "--http-client",
+        choices=["auto", "aiohttp", "httpx"],
+        help="the API backends' HTTP transport: aiohttp (faster at many connections) or httpx; auto (default): "
+        "aiohttp where installed; recorded, not hashed",
+    )
     g.add_argument("--sample-timeout", type=float, help="seconds per sample (default 600, the paper's)")
     g.add_argument("--max-attempts", type=int, help="tries per request on 429/5xx/timeouts/malformed replies (default 6)")
     g.add_argument("--retry-max-wait", type=float, help="longest back-off between tries, seconds (default 120)")

@@ -74,6 +74,7 @@ BACKEND_NOT_HASHED = frozenset(
         "prompt_cache",
         "batch_window",
         "batch_poll_interval",
+        "http_client",
     }
 )
 
@@ -246,6 +247,7 @@ BACKEND_KEYS = {
     "batch",
     "batch_window",
     "batch_poll_interval",
+    "http_client",
 }
 
 

@@ -50,6 +50,7 @@ from harness.models.http_reply import (
     caused_by,
     json_kind,
     reply_json,
+    resolve_http_client,
     within_deadline,
 )
 from harness.models.openai_compat import map_api_error
@@ -377,6 +378,10 @@ class AnthropicBackend(ModelBackend):
             f"Anthropic API at {strip_credentials(self.base_url)}" if self.base_url else "Anthropic API"
         )
 
+    def http_transport(self) -> str:
+        """``--http-client`` resolved: aiohttp or httpx."""
+        return resolve_http_client(self.options.http_client)
+
     def client(self) -> Any:
         import asyncio
 
@@ -391,7 +396,7 @@ class AnthropicBackend(ModelBackend):
             base_url=self.base_url,
             max_retries=0,  # retries are ours
             timeout=self.options.request_timeout,  # per read; within_deadline bounds the whole request
-            http_client=capped_sdk_http_client(anthropic, self.options.max_response_bytes),
+            http_client=capped_sdk_http_client(anthropic, self.options.max_response_bytes, self.http_transport()),
         )
         self._clients[id(loop)] = (loop, client)
         return client
@@ -505,6 +510,7 @@ class AnthropicBackend(ModelBackend):
     def describe(self) -> dict[str, Any]:
         info = super().describe()
         info["ignored_params"] = ["seed"]
+        info["http_client"] = self.http_transport()
         info["prompt_cache"] = {"enabled": self.options.prompt_cache, "min_tokens": min_cacheable_tokens(self.model)}
         if self.dropped_params:
             info["dropped_params"] = sorted(self.dropped_params)

@@ -4,18 +4,21 @@ and the body checked to be JSON before anyone reads it.
 
 The cap works at the httpx layer (a response event hook wraps the body stream before anything reads
 it), so it holds for every body the client reads: answers, error bodies, redirects. The SDKs use
-``httpx`` (openai < 3, older anthropic) or its fork ``httpx2``; the hook serves either.
+``httpx`` (openai < 3, older anthropic) or its fork ``httpx2``; the hook serves either, and the SDKs'
+aiohttp transport too (``DefaultAioHttpClient``: an httpx2 client whose transport is aiohttp, asked
+not to inflate, so the raw body passes through the same hook).
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import sys
 import zlib
 from typing import Any, AsyncIterator, Awaitable, Iterator, TypeVar
 
-from harness.errors import TransientModelError
+from harness.errors import ModelError, TransientModelError
 
 T = TypeVar("T")
 
@@ -140,12 +143,29 @@ def capped_event_hooks(limit: int) -> dict[str, list[Any]]:
     return {"response": [cap_body]}
 
 
-def capped_sdk_http_client(sdk: Any, limit: int) -> Any:
-    """The SDK's own default async httpx client (its limits, redirects, proxies from the
-    environment), with the body cap and only the encodings the cap can count."""
-    return sdk.DefaultAsyncHttpxClient(
-        event_hooks=capped_event_hooks(limit), headers={"Accept-Encoding": ACCEPT_ENCODING}
-    )
+HTTP_CLIENTS = ("auto", "aiohttp", "httpx")
+
+
+def aiohttp_installed() -> bool:
+    return importlib.util.find_spec("aiohttp") is not None
+
+
+def resolve_http_client(choice: str) -> str:
+    """``--http-client``: ``auto`` is aiohttp where it is installed, else httpx."""
+    if choice == "auto":
+        return "aiohttp" if aiohttp_installed() else "httpx"
+    if choice == "aiohttp" and not aiohttp_installed():
+        raise ModelError("--http-client aiohttp needs the aiohttp package: pip install 'openai[aiohttp]'")
+    if choice not in HTTP_CLIENTS:
+        raise ModelError(f"--http-client must be one of {', '.join(HTTP_CLIENTS)}, not {choice!r}")
+    return choice
+
+
+def capped_sdk_http_client(sdk: Any, limit: int, transport: str = "httpx") -> Any:
+    """The SDK's own default async client (its limits, redirects, timeouts) on ``transport``
+    (``aiohttp`` or ``httpx``), with the body cap and only the encodings the cap can count."""
+    cls = sdk.DefaultAioHttpClient if transport == "aiohttp" else sdk.DefaultAsyncHttpxClient
+    return cls(event_hooks=capped_event_hooks(limit), headers={"Accept-Encoding": ACCEPT_ENCODING})
 
 
 def caused_by(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
@@ -210,6 +230,7 @@ def reply_json(http_response: Any, where: str) -> Any:
 __all__ = [
     "ACCEPT_ENCODING",
     "DeadlineExpired",
+    "HTTP_CLIENTS",
     "ReplyRejected",
     "ReplyTooLarge",
     "caused_by",
@@ -217,5 +238,6 @@ __all__ = [
     "capped_sdk_http_client",
     "json_kind",
     "reply_json",
+    "resolve_http_client",
     "within_deadline",
 ]

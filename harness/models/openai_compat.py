@@ -50,6 +50,7 @@ from harness.models.http_reply import (
     caused_by,
     json_kind,
     reply_json,
+    resolve_http_client,
     within_deadline,
 )
 from harness.models.pool import Endpoint, ServerPool
@@ -152,10 +153,11 @@ def map_api_error(exc: Exception, sdk: Any, where: str, model: str | None = None
 
     ``sdk`` is the SDK module; ``where`` names the server in messages (e.g. "OpenAI API at URL").
     """
-    if isinstance(exc, sdk.APITimeoutError):
+    dropped = _aiohttp_connection_error(exc)
+    if isinstance(exc, sdk.APITimeoutError) and dropped is None:
         return TransientModelError(f"request to {where} timed out", status=None)
     if isinstance(exc, sdk.APIConnectionError):
-        cause = exc.__cause__ or exc.__context__
+        cause = dropped or exc.__cause__ or exc.__context__
         detail = f": {_one_line(cause)}" if cause else ""
         return TransientModelError(f"connection to {where} failed{detail}", status=None)
     if isinstance(exc, sdk.APIStatusError):
@@ -185,6 +187,18 @@ def map_api_error(exc: Exception, sdk: Any, where: str, model: str | None = None
         # a 200 the SDK cannot read (truncated, not the schema): transient, retried, then model_unavailable
         return TransientModelError(f"{where} returned a response that does not follow the API: {error_message(exc)}")
     return ModelError(f"{where}: {type(exc).__name__}: {error_message(exc)}")
+
+
+def _aiohttp_connection_error(exc: BaseException) -> BaseException | None:
+    """The aiohttp error under an SDK error, when it is not a timeout: the vendored aiohttp
+    transport maps every connection error (a dropped connection too) to httpx's ConnectTimeout."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if type(exc).__module__.startswith("aiohttp"):
+            return None if isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__ else exc
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 async def check_reachable(url: str, timeout: float = 10.0) -> None:
@@ -424,6 +438,13 @@ class OpenAICompatibleBackend(ModelBackend):
     def usage_facts(self) -> dict[str, Any]:
         return {"servers": self.pool.facts()} if self.pool is not None else {}
 
+    def http_transport(self) -> str:
+        """``--http-client`` resolved: aiohttp or httpx."""
+        return resolve_http_client(self.options.http_client)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "http_client": self.http_transport()}
+
     # hooks ---------------------------------------------------------------------
     def api_key(self) -> str:
         """The key sent as ``Authorization: Bearer``; local servers accept anything."""
@@ -469,7 +490,7 @@ class OpenAICompatibleBackend(ModelBackend):
             api_key=self.api_key(),
             max_retries=0,  # retries are ours (harness.models.retry)
             timeout=self.options.request_timeout,  # per read; within_deadline bounds the whole request
-            http_client=capped_sdk_http_client(openai, self.options.max_response_bytes),
+            http_client=capped_sdk_http_client(openai, self.options.max_response_bytes, self.http_transport()),
         )
         self._clients[(id(loop), base_url)] = (loop, client)
         return client
@@ -526,8 +547,14 @@ class OpenAICompatibleBackend(ModelBackend):
 
     async def _request(self, base_url: str | None, kwargs: dict[str, Any]) -> ModelResponse:
         label = self.server_label(base_url)
-        # the client first: the SDK's imports on first use are not the server's time
-        create = self.client(base_url).chat.completions.with_raw_response.create
+        # the client first: the SDK's imports on first use are not the server's time. Posted as is,
+        # not through chat.completions.create: its typed-params transform walked every message
+        # (the loop's top cost at many connections) and left these plain fields as they were.
+        client = self.client(base_url)
+
+        def create(**body: Any) -> Any:
+            return client.post("/chat/completions", body=body, cast_to=object, options=_RAW_REPLY)
+
         reply = await within_deadline(self._send(create, kwargs, label), self.options.request_timeout, label)
         # parsed here, not by the SDK: its lenient models turn a malformed reply into an empty answer
         return response_from_completion(reply_json(reply, label), label)
@@ -546,6 +573,10 @@ class OpenAICompatibleBackend(ModelBackend):
                 raise _said_by(rejected, label) from rejected
             raise map_api_error(exc, openai, label, self.model) from exc
         return raw.http_response
+
+
+# the SDK hands back the HTTP response, unparsed (what with_raw_response asks for)
+_RAW_REPLY = {"headers": {"X-Stainless-Raw-Response": "true"}}
 
 
 def _said_by(exc: TransientModelError, label: str) -> TransientModelError:
