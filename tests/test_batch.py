@@ -20,6 +20,9 @@ import harness
 from harness.execution.config import build_config
 from harness.models.batch import BATCHES_FILE
 
+# each test starts a loopback server (or runs whole CLI runs in subprocesses): the slow tier
+pytestmark = pytest.mark.slow
+
 BATCH = {"batch_window": 0.2, "batch_poll_interval": 0.05}
 OPENAI = "openai/gpt-test"
 ANTHROPIC = "anthropic/claude-test"

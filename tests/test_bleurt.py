@@ -132,6 +132,7 @@ def test_bleurt_without_checkpoint(dataset):
     assert info["available"] is False and "--bleurt-checkpoint" in info["reason"]
 
 
+@pytest.mark.slow  # imports torch and transformers
 def test_bad_checkpoint_is_a_clear_error(tmp_path, dataset):
     bleurt_modules()
     from harness.errors import HarnessError

@@ -102,6 +102,7 @@ def test_runnable_blocks_exist():
     assert {"getting-started.md", "reproducing.md", "api.md"} <= pages
 
 
+@pytest.mark.slow  # runs the harness CLI
 @pytest.mark.parametrize("page,kind,body", runnable_blocks(), ids=lambda v: v if v.endswith(".md") else "")
 def test_runnable_block_runs(page, kind, body, tmp_path):
     """Each marked block in a fresh folder (tests/ linked in, for fixtures), on the scripted backend."""
@@ -122,6 +123,7 @@ def test_runnable_block_runs(page, kind, body, tmp_path):
         assert proc.returncode == 0, f"{page}: {shlex.join(argv[2:8])}\n{proc.stdout[-1500:]}\n{proc.stderr[-2500:]}"
 
 
+@pytest.mark.slow  # a whole mkdocs build
 def test_the_site_builds_strict(tmp_path):
     if shutil.which("mkdocs") is None and importlib.util.find_spec("mkdocs") is None:
         pytest.skip("mkdocs is not installed (pip install -e '.[docs]'; .ci/run installs it)")

@@ -27,6 +27,9 @@ from harness.models.http_reply import (
     capped_event_hooks,
 )
 
+# each test starts a loopback server (or runs whole CLI runs in subprocesses): the slow tier
+pytestmark = pytest.mark.slow
+
 KEY = "sk-proj-THISISASECRETKEY0123456789"
 TRANSPORTS = ["httpx", pytest.param("aiohttp", marks=pytest.mark.skipif(not aiohttp_installed(), reason="no aiohttp"))]
 

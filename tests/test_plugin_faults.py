@@ -18,6 +18,9 @@ from harness.cli import main
 from harness.datasets import load_dataset
 from harness.strategy import AGENTS, Agent, SampleResult, register_agent
 
+# each test starts a loopback server (or runs whole CLI runs in subprocesses): the slow tier
+pytestmark = pytest.mark.slow
+
 IDS = [s.id for s in load_dataset("hotpotqa:dev").samples[:4]]
 FAULTY = IDS[1]  # the sample the strategy misbehaves on; the other three are in flight beside it
 

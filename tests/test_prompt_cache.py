@@ -28,6 +28,9 @@ from harness.scoring.metrics import ScoringOptions, get_metric
 from harness.strategy import AGENTS
 from harness.templates import load_template
 
+# each test starts a loopback server (or runs whole CLI runs in subprocesses): the slow tier
+pytestmark = pytest.mark.slow
+
 EPHEMERAL = {"type": "ephemeral"}
 
 

@@ -108,6 +108,7 @@ sys.exit(code)
 """
 
 
+@pytest.mark.slow  # loads the real model in a worker
 def test_every_llama_call_runs_on_one_thread(tmp_path):
     """llama.cpp's OpenMP build keeps a spinning thread team per calling thread: in the model's worker
     process, loading and every generation must run on one thread (its main one), while token counts

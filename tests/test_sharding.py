@@ -25,6 +25,9 @@ from harness.execution.config import build_config
 from harness.execution.selection import select_samples, shard_of
 from harness.models.scripted import register_script
 
+# each test starts a loopback server (or runs whole CLI runs in subprocesses): the slow tier
+pytestmark = pytest.mark.slow
+
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 SCRIPT = "shard-test"

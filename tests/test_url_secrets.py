@@ -18,6 +18,9 @@ from harness.cli import main
 from harness.models import create_backend
 from harness.redact import MASK
 
+# each test starts a loopback server (or runs whole CLI runs in subprocesses): the slow tier
+pytestmark = pytest.mark.slow
+
 USER, PASSWORD = "zed-user", "p@ss/w0rd!"  # "@" and "/" must be percent-encoded in a URL
 PASSWORD_IN_URL = "p%40ss%2Fw0rd%21"
 QUERY_KEY = "qk7"  # shorter than 6 characters: masked all the same
