@@ -110,3 +110,16 @@ def loaded_run(path, scores, dataset):
         }
     )
     return LoadedRun.of(path, results)
+
+
+def wait_until(predicate, timeout: float, what: str):
+    """``predicate()``'s first truthy value, polled every 50 ms; AssertionError naming ``what`` after ``timeout`` s."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")

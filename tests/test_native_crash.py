@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, harness_cmd, run_harness
+from conftest import REPO, harness_cmd, run_harness, wait_until
 
 from harness.errors import ModelError, ProcessDiedError, describe_exit
 from harness.models import BackendOptions, GenerationParams, create_backend
@@ -319,19 +319,9 @@ def rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def model_process(run: subprocess.Popen) -> int:
     """The harness's child that holds the model (the worker or the launched server)."""
-    return wait_for(lambda: next(iter(children_of(run.pid)), None), 120, "the model's process")
+    return wait_until(lambda: next(iter(children_of(run.pid)), None), 120, "the model's process")
 
 
 @pytest.mark.slow
@@ -350,7 +340,7 @@ def test_sigsegv_mid_run_is_one_line_keeps_the_rows_and_the_rerun_resumes(tmp_pa
     run = subprocess.Popen(harness_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         holder = model_process(run)
-        first = wait_for(lambda: rows(out / "samples.jsonl"), 180, "the first finished sample")
+        first = wait_until(lambda: rows(out / "samples.jsonl"), 180, "the first finished sample")
         os.kill(holder, signal.SIGSEGV)  # what llama.cpp's AMX matmul does on an affected CPU
         killed_at = time.monotonic()
         stdout, stderr = run.communicate(timeout=120)
@@ -403,7 +393,7 @@ def test_kill_9_of_the_run_leaves_no_model_process_behind(tmp_path, model):
         time.sleep(1.0)  # loading or generating
         run.send_signal(signal.SIGKILL)
         run.wait(timeout=30)
-        wait_for(lambda: not pid_alive(worker), 10, "the model process to die with the run")
+        wait_until(lambda: not pid_alive(worker), 10, "the model process to die with the run")
     finally:
         if run.poll() is None:
             run.kill()

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import wait_until
 
 import harness
 from harness.models.scripted import register_script, unregister_script
@@ -284,18 +285,6 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
-
-
-def wait_until(predicate, timeout: float, what: str):
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
