@@ -89,6 +89,9 @@ class DatasetLoader:
     default_agents: ClassVar[dict[str, str]] = {}
     # what the samples' gold evidence pages (Sample.gold_evidence) are; None: the dataset marks none
     gold_evidence: ClassVar[str | None] = None
+    # the score a paper reports for it (``METRIC.LEAF`` keys); empty: its first metric's headline
+    # (harness.scoring.display)
+    headline: ClassVar[tuple[str, ...]] = ()
 
     def load(self, split: str, version: str, data_path: str | None = None) -> Dataset:
         raise NotImplementedError

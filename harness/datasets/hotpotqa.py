@@ -18,6 +18,7 @@ class HotpotQA(DatasetLoader):
     default_version = "distractor-first100"
     license = "CC BY-SA 4.0"
     metrics = ["fanoutqa-string", "em-f1"]
+    headline = ("em-f1.em", "em-f1.f1")  # what HotpotQA's official evaluation reports
     answer_types = ("str",)
     gold_evidence = "the supporting facts' pages (of the 10 context paragraphs the evidence-provided setting packs)"
 

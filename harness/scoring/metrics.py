@@ -137,7 +137,9 @@ class MetricDeclaration:
     (``harness.scoring.gold.ANSWER_TYPES``), ``answers``: the answer types, ``datasets``: the only
     datasets it scores; None: any. ``needs``: ScoringOptions fields that must be set. ``options``: its
     options (a ``MetricOptions`` model), passed to it as keyword arguments. ``check(options)``: more
-    checks before any model call (raise HarnessError)."""
+    checks before any model call (raise HarnessError). ``headline``: the aggregate leaves a table shows
+    by default; ``labels``: {leaf: display name}; ``scale``: a perfect score (1 or 100; None:
+    unbounded), ``scales`` per leaf (``harness.scoring.display``)."""
 
     accepts: tuple[str, ...] | None = None
     answers: tuple[str, ...] | None = None
@@ -145,6 +147,10 @@ class MetricDeclaration:
     needs: tuple[str, ...] = ()
     options: type[MetricOptions] | None = None
     check: Callable[[ScoringOptions], None] | None = None
+    headline: tuple[str, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+    scale: float | None = 1.0
+    scales: tuple[tuple[str, float | None], ...] = ()
 
 
 def declare(
@@ -155,6 +161,10 @@ def declare(
     needs: tuple[str, ...] = (),
     options: type[MetricOptions] | None = None,
     check: Callable[[ScoringOptions], None] | None = None,
+    headline: tuple[str, ...] | list[str] = (),
+    labels: dict[str, str] | None = None,
+    scale: float | None = 1.0,
+    scales: dict[str, float | None] | None = None,
 ):
     """Decorator: the metric's ``MetricDeclaration`` (``fn.declaration``)."""
     from harness.scoring.gold import ANSWER_TYPES
@@ -176,6 +186,10 @@ def declare(
         tuple(needs),
         options,
         check,
+        tuple(headline),
+        tuple((labels or {}).items()),
+        scale,
+        tuple((scales or {}).items()),
     )
 
     def mark(fn: MetricFn) -> MetricFn:
