@@ -431,15 +431,14 @@ class Run:
                 # written before it is scored: a stalled or killed scorer never holds a finished row back
                 samples_out.append(record)
                 finished[key] = kept = self._kept(record)
-                del record  # written: a sample waiting for its score holds only what is kept
+                progress.advance(ok=True)
                 if self.scorer is not None and self.scorer.active:
-                    # scored in the worker, outside the semaphore: the next request is already on its
-                    # way; the values stay in memory for the end's aggregate (the row is written)
-                    scores = await self.scorer.score(sample, kept["answer"])
-                    if scores is not None:
-                        kept["scores"] = scores
-                        kept["scored_with"] = self.scorer.fingerprint
-                progress.advance(ok=True, scores=kept.get("scores"))
+                    # scored in the worker while the run goes on: the values stay in memory for the
+                    # end's aggregate (the row is written), and join the progress line's headline
+                    scorer = self.scorer
+                    scorer.submit(sample, kept["answer"]).add_done_callback(
+                        lambda future: self._scored(kept, future, scorer.fingerprint, progress)
+                    )
             else:
                 failures_out.append(record)
                 failures[key] = self._kept(record)
@@ -451,6 +450,8 @@ class Run:
             watch.start()
             with progress:
                 await self._run_tasks(one, todo, semaphore)
+                if self.scorer is not None:
+                    await self.scorer.drain()  # the last values, before the last progress line
         finally:
             watch.stop()
             if watch.stalls:  # the loop's stalls a strategy caused, for the record
@@ -500,6 +501,15 @@ class Run:
                 await asyncio.gather(*running, return_exceptions=True)
         if errors:
             raise errors[0]
+
+    @staticmethod
+    def _scored(kept: dict[str, Any], future: asyncio.Future, fingerprint: str, progress: Progress) -> None:
+        """A sample's streamed values came back (None: it is scored at the end)."""
+        scores = None if future.cancelled() else future.result()
+        if scores is not None:
+            kept["scores"] = scores
+            kept["scored_with"] = fingerprint
+            progress.add_scores(scores)
 
     def _kept(self, record: dict[str, Any]) -> dict[str, Any]:
         """What this invocation holds of a written row until the end (scores, counts, tokens, cost,
