@@ -112,8 +112,11 @@ def chat_body(model: str) -> dict:
     return {"model": model, "messages": messages, "temperature": 0.0, "top_p": 1.0, "max_tokens": 512, "seed": 0}
 
 
-async def _loop(which: str, url: str, conns: int, n: int, body: dict) -> None:
-    """``n`` requests, ``conns`` in flight, by ``which``: httpx, aiohttp, harness-httpx, harness-aiohttp."""
+async def _loop(which: str, url: str, conns: int, n: int, body: dict) -> dict:
+    """``n`` requests, ``conns`` in flight, by ``which``: httpx, aiohttp, harness-httpx,
+    harness-aiohttp; {"wall", "cpu"} of the loop alone. For each, one request first, untimed: the
+    imports, the client and the first connection are not the loop's time (for the harness, the
+    backend's start too: its reachability check and the server's context size)."""
     import asyncio
 
     left = n
@@ -124,6 +127,14 @@ async def _loop(which: str, url: str, conns: int, n: int, body: dict) -> None:
             left -= 1
             await call()
 
+    async def timed(call) -> dict:
+        nonlocal left
+        await call()
+        left -= 1
+        t, c = time.perf_counter(), time.process_time()
+        await asyncio.gather(*(worker(call) for _ in range(conns)))
+        return {"wall": time.perf_counter() - t, "cpu": time.process_time() - c}
+
     data, headers = json.dumps(body).encode(), {"content-type": "application/json", "authorization": "Bearer x"}
     if which == "httpx":
         import httpx
@@ -133,7 +144,7 @@ async def _loop(which: str, url: str, conns: int, n: int, body: dict) -> None:
             async def call():
                 json.loads((await client.post(url + "/chat/completions", content=data, headers=headers)).content)
 
-            await asyncio.gather(*(worker(call) for _ in range(conns)))
+            return await timed(call)
     elif which == "aiohttp":
         import aiohttp
 
@@ -143,7 +154,7 @@ async def _loop(which: str, url: str, conns: int, n: int, body: dict) -> None:
                 async with session.post(url + "/chat/completions", data=data, headers=headers) as r:
                     json.loads(await r.read())
 
-            await asyncio.gather(*(worker(call) for _ in range(conns)))
+            return await timed(call)
     else:
         from harness.models import BackendOptions, GenerationParams, create_backend
 
@@ -155,9 +166,7 @@ async def _loop(which: str, url: str, conns: int, n: int, body: dict) -> None:
             await backend.generate(body["messages"], params)
 
         try:
-            await call()  # the SDK's imports and first connection: not the loop's time
-            left -= 1
-            await asyncio.gather(*(worker(call) for _ in range(conns)))
+            return await timed(call)
         finally:
             await backend.close()
 
@@ -165,10 +174,7 @@ async def _loop(which: str, url: str, conns: int, n: int, body: dict) -> None:
 def floor_child(which: str, url: str, conns: int, n: int, model: str) -> None:
     import asyncio
 
-    body = chat_body(model)
-    t, c = time.perf_counter(), time.process_time()
-    asyncio.run(_loop(which, url, conns, n, body))
-    print(json.dumps({"wall": time.perf_counter() - t, "cpu": time.process_time() - c}))
+    print(json.dumps(asyncio.run(_loop(which, url, conns, n, chat_body(model)))))
 
 
 def floors(args, env: dict[str, str], work: Path) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.redact import redact_data
+from harness.redact import dumps_redacted, redact_data
 
 
 # The files of a run directory
@@ -295,7 +295,7 @@ class JsonlAppender:
         self._unsynced = False
 
     def append(self, record: dict[str, Any]) -> None:
-        self._file.write(to_json(redact_data(record)) + "\n")
+        self._file.write(dumps_redacted(record, to_json) + "\n")
         self._file.flush()
         self._unsynced = True
         if time.monotonic() - self._synced >= self.sync_every:

@@ -20,7 +20,7 @@ import logging
 import os
 import re
 import threading
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlsplit, urlunsplit
 
 MASK = "[REDACTED]"
@@ -110,24 +110,28 @@ def known_secrets() -> list[str]:
     return sorted((v for v in values if _is_secret(v)), key=len, reverse=True)
 
 
-_masker_cache: tuple[tuple, tuple[list[str], re.Pattern | None]] | None = None
+_masker_cache: tuple[tuple, tuple[list[str], re.Pattern | None], tuple[str, ...]] | None = None
 
 
-def _masker() -> tuple[list[str], re.Pattern | None]:
-    """(long secrets, replaced anywhere; one pattern for the short ones, matched as whole words)."""
+def _masker_and_forms() -> tuple[tuple[list[str], re.Pattern | None], tuple[str, ...]]:
     global _masker_cache
     key = (len(_registered), _env_snapshot())  # secrets are only ever added to _registered
     cached = _masker_cache
     if cached is not None and cached[0] == key:
-        return cached[1]
+        return cached[1], cached[2]
     secrets = tuple(known_secrets())
     long = [s for s in secrets if len(s) >= _SHORT]
     short = [s for s in secrets if len(s) < _SHORT]
     pattern = (
         re.compile(r"(?<![A-Za-z0-9])(?:" + "|".join(map(re.escape, short)) + r")(?![A-Za-z0-9])") if short else None
     )
-    _masker_cache = (key, (long, pattern))
-    return long, pattern
+    _masker_cache = (key, (long, pattern), secrets)
+    return (long, pattern), secrets
+
+
+def _masker() -> tuple[list[str], re.Pattern | None]:
+    """(long secrets, replaced anywhere; one pattern for the short ones, matched as whole words)."""
+    return _masker_and_forms()[0]
 
 
 def _mask_known(text: str, long: list[str], short: re.Pattern | None) -> str:
@@ -166,6 +170,21 @@ def redact_data(data: Any) -> Any:
         return value
 
     return walk(data)
+
+
+def dumps_redacted(data: Any, dumps: Callable[[Any], str]) -> str:
+    """``dumps(redact_data(data))`` for a JSON writer ``dumps``, walking ``data`` only when its text
+    shows a secret: JSON escapes a string character by character, so a string holding a secret holds
+    its escaped form in the text, and that form is one of the known ones (``_encoded_forms``). A
+    record with nothing to mask (nearly all) is serialized once and never copied."""
+    text = dumps(data)
+    return dumps(redact_data(data)) if mentions_secret(text) else text
+
+
+def mentions_secret(text: str) -> bool:
+    """Whether ``text`` holds any known secret in any of its forms (raw, URL-, JSON-encoded); a
+    JSON text that holds none has no string with a secret in it (see ``dumps_redacted``)."""
+    return any(form in text for form in _masker_and_forms()[1])
 
 
 def _mask_basic(m: re.Match) -> str:

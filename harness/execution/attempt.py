@@ -24,7 +24,7 @@ from harness.models.base import WAIT_CLOCK, GenerationParams, ModelBackend, Wait
 from harness.models.cache import ResponseCache
 from harness.execution.watchdog import SAMPLE, LoopWatch
 from harness.records import ERROR_LOG, answer_stored_once, to_json, work_key
-from harness.redact import redact, redact_data
+from harness.redact import redact
 from harness.strategy import Agent, AgentContext, SampleResult
 
 
@@ -94,9 +94,10 @@ async def within_own_time(coro, timeout: float, clock: WaitClock, watch: LoopWat
 
 
 def _json_problem(value: Any) -> str | None:
-    """Why ``value`` cannot be written to a JSON line, or None."""
+    """Why ``value`` cannot be written to a JSON line, or None (masking secrets, which only ever
+    changes text, changes nothing to that)."""
     try:
-        to_json(redact_data(value))
+        to_json(value)
     except (TypeError, ValueError, RecursionError) as exc:
         return " ".join(str(exc).split())[:200]
     return None
@@ -227,9 +228,9 @@ class SampleAttempts:
                 "extra": result.extra,
             }
             # what the strategy returned must be written whole, or the sample fails: never half a row
-            problem = next(
-                (f"{field}: {why}" for field in ("answer", "outcome", "extra", "messages") if (why := _json_problem(record[field]))),
-                None,
+            fields = ("answer", "outcome", "extra", "messages")
+            problem = _json_problem([record[field] for field in fields]) and next(  # each apart: only to name it
+                (f"{field}: {why}" for field in fields if (why := _json_problem(record[field]))), None
             )
             if problem is None:
                 self.invocation["finished"] += 1

@@ -23,7 +23,7 @@ from harness.execution.config import RunConfig
 from harness.execution.cost import Budget, load_price_table, pricing_for, run_cost, spent_in_records
 from harness.execution.lock import RunLock
 from harness.execution.progress import Progress
-from harness.execution.record import RunResults, read_results, results_dict
+from harness.execution.record import RunResults, read_results, results_dict, write_results
 from harness.execution.scoring import run_metrics, score_records
 from harness.scoring.metrics import reads_rows, resolve_metrics
 from harness.execution.summary import build_results, now_iso, snapshot_hash
@@ -106,9 +106,21 @@ class Run:
             resolved["shuffle_seed"] = shuffle_seed(config)
         self.config = config = config.model_copy(update=resolved)
         self.show_progress = show_progress
+        self.agent = create_agent(config)
+        self.scorer = None  # StreamingScorer while samples are being solved
+        # the scoring worker loads its libraries (spaCy: seconds) while the dataset loads
+        self._early_scorer = self._start_scorer_early()
+        try:
+            self._load()
+        except BaseException:
+            self._close_early_scorer()
+            raise
+
+    def _load(self) -> None:
+        """The dataset, its selection, the backend, the run key and directory, the preflight checks."""
+        config = self.config
         self.dataset = load_dataset(config.dataset, config.data_path)
         self.samples = select_samples(self.dataset, config)
-        self.agent = create_agent(config)
         metrics = run_metrics(config.metrics, self.dataset, self.agent.records)  # recorded: `score RUN_DIR` reads it
         if metrics != config.metrics:
             self.config = config = config.model_copy(update={"metrics": metrics})
@@ -158,7 +170,6 @@ class Run:
         self.keep_whole_rows = any(
             reads_rows(entry.obj) and entry.source != "builtin" for entry in resolve_metrics(self.metric_names).values()
         )
-        self.scorer = None  # StreamingScorer while samples are being solved
         self.attempts: SampleAttempts | None = None  # this invocation's, while samples are solved
         self._preflight()
 
@@ -265,9 +276,50 @@ class Run:
             )
 
     # the loop --------------------------------------------------------------------
+    def _start_scorer_early(self):
+        """The StreamingScorer of the metrics this run will have, started before its dataset is
+        loaded (its loader's metrics are known without it); None where it would not stream (--stream-scoring
+        off, a --limit below STREAM_FROM) or the metrics cannot be told yet. ``_execute_locked`` keeps it
+        if the run streams with these metrics, and stops it otherwise."""
+        config = self.config
+        if config.stream_scoring == "off" or (
+            config.stream_scoring == "auto" and config.limit is not None and config.limit * config.epochs < self.STREAM_FROM
+        ):
+            return None
+        try:
+            from harness.datasets import parse_spec
+            from harness.datasets.base import DATASETS
+            from harness.scoring.streaming import StreamingScorer, streamable_metrics
+
+            loader = DATASETS.resolve(parse_spec(config.dataset)[0]).obj
+            names = list(run_metrics(config.metrics, loader, self.agent.records) or loader.metrics)
+            if not streamable_metrics(names):
+                return None
+            return StreamingScorer(names, config.scoring_options())
+        except Exception:  # noqa: BLE001 - the dataset's own loading says what is wrong with it
+            return None
+
+    def _close_early_scorer(self) -> None:
+        if self._early_scorer is not None and self._early_scorer is not self.scorer:
+            self._early_scorer.close()
+        self._early_scorer = None
+
+    def _streaming_scorer(self):
+        """This run's StreamingScorer: the one started early when it scores these metrics so."""
+        from harness.scoring.streaming import StreamingScorer, fingerprint
+
+        early = self._early_scorer
+        if early is not None and early.fingerprint == fingerprint(self.metric_names, self.scoring_options):
+            return early
+        return StreamingScorer(self.metric_names, self.scoring_options)
+
     async def execute(self) -> dict[str, Any]:
         # One writer per run directory, held until the results are written (the kernel drops it on kill -9).
-        lock = RunLock(self.run_dir, purpose="run").acquire()
+        try:
+            lock = RunLock(self.run_dir, purpose="run").acquire()
+        except BaseException:
+            self._close_early_scorer()
+            raise
         died = False
         try:
             return await self._execute_locked()
@@ -309,6 +361,9 @@ class Run:
         if self.config.backend.batch:  # batches are recorded in the run directory (harness.models.batch)
             self.backend.attach_run(self.run_dir, self.invocation["number"])
         try:
+            if todo and self.dataset.info.has_answers and self._stream_scoring(len(todo)):
+                self.scorer = self._streaming_scorer()
+            self._close_early_scorer()  # unless it is the one used
             if todo:
                 await self.backend.start()
                 self._preflight_started_backend()
@@ -337,6 +392,9 @@ class Run:
             status = "error"
             raise
         finally:
+            self._close_early_scorer()
+            if self.scorer is not None:  # stopped before its samples were solved (the backend did not start)
+                self.scorer.close()
             if todo and model_info is not None:
                 model_info = {**model_info, **self.backend.usage_facts()}  # per-server counts
             await self.backend.close()
@@ -350,8 +408,8 @@ class Run:
                 self.invocation["status"] = status
                 invocations.append(self.invocation)
                 record = self._results(finished, failures, status, model_info, invocations, previous)
+                write_results(self.run_dir / RESULTS_FILE, record)
                 results = results_dict(record)
-                write_json_atomic(self.run_dir / RESULTS_FILE, results)
         if died is not None:
             raise RunStopped(died, self.run_dir, len(finished), len(self.samples) * self.config.epochs)
         return results
@@ -404,10 +462,6 @@ class Run:
             watch=watch,
         )
         watch.who = attempts.who
-        if self.dataset.info.has_answers and self._stream_scoring(len(todo)):
-            from harness.scoring.streaming import StreamingScorer
-
-            self.scorer = StreamingScorer(self.metric_names, self.scoring_options)
         prefetched = False
 
         async def one(sample: Sample, epoch: int) -> None:

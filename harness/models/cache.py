@@ -16,7 +16,7 @@ from typing import Any
 
 from harness.errors import ConfigError
 from harness.models.base import GenerationParams, ModelResponse
-from harness.redact import redact_data
+from harness.redact import dumps_redacted
 from harness.records import file_kind
 
 
@@ -78,7 +78,7 @@ class ResponseCache:
 
     def put(self, key: str, response: ModelResponse) -> None:
         # an answer may echo a key (a server quoting the request's header): masked like the run's files
-        text = json.dumps(redact_data(response.model_dump(mode="json")), ensure_ascii=False)
+        text = dumps_redacted(response.model_dump(mode="json"), lambda data: json.dumps(data, ensure_ascii=False))
         self._db.execute("INSERT OR REPLACE INTO responses (key, response) VALUES (?, ?)", (key, text))
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ not to inflate, so the raw body passes through the same hook).
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import json
 import sys
@@ -126,15 +127,7 @@ def capped_event_hooks(limit: int) -> dict[str, list[Any]]:
         base = lib.AsyncByteStream
         if base not in _STREAM_TYPES:
             _STREAM_TYPES[base] = _capped_stream_type(base)
-        encodings = [e.strip().lower() for e in response.headers.get("content-encoding", "").split(",") if e.strip()]
-        encodings = [e for e in encodings if e != "identity"] or ["identity"]
-        if len(encodings) > 1:
-            raise ReplyRejected(f"reply is encoded {', '.join(encodings)}; one of {ACCEPT_ENCODING} was asked for")
-        encoding = encodings[0]
-        _Inflater(encoding)  # refuses an encoding it cannot count, before any byte is read
-        length = response.headers.get("content-length", "")
-        if encoding == "identity" and length.isdigit() and int(length) > limit:
-            raise ReplyTooLarge(f"reply body is {length} bytes, over --max-response-bytes {mib(limit)}; not read")
+        encoding = body_encoding(response.headers, limit)
         response.stream = _STREAM_TYPES[base](response.stream, encoding, limit)
         if encoding != "identity":  # inflated here: the client must not inflate again
             del response.headers["content-encoding"]
@@ -143,10 +136,107 @@ def capped_event_hooks(limit: int) -> dict[str, list[Any]]:
     return {"response": [cap_body]}
 
 
+def body_encoding(headers: Any, limit: int) -> str:
+    """The one Content-Encoding of a reply the cap can count (identity, gzip, deflate), checked
+    before any byte is read: another encoding, or a Content-Length past ``limit``, is refused."""
+    named = headers.get("content-encoding")
+    if not named:
+        encoding = "identity"
+    else:
+        encodings = [e.strip().lower() for e in named.split(",") if e.strip()]
+        encodings = [e for e in encodings if e != "identity"] or ["identity"]
+        if len(encodings) > 1:
+            raise ReplyRejected(f"reply is encoded {', '.join(encodings)}; one of {ACCEPT_ENCODING} was asked for")
+        encoding = encodings[0]
+        _Inflater(encoding)  # refuses an encoding it cannot count
+    length = headers.get("content-length") or ""
+    if encoding == "identity" and length.isdigit() and int(length) > limit:
+        raise ReplyTooLarge(f"reply body is {length} bytes, over --max-response-bytes {mib(limit)}; not read")
+    return encoding
+
+
+async def read_capped(response: Any, limit: int) -> bytes:
+    """An aiohttp response's body (its session asked not to inflate), inflated here and counted as
+    it is read, cut past ``limit`` bytes: the cap ``capped_event_hooks`` puts on httpx clients."""
+    encoding = body_encoding(response.headers, limit)
+    if encoding == "identity" and response.content_length is not None:
+        # within the cap (checked above), and aiohttp reads no more than the Content-Length
+        return await response.read()
+    inflater = _Inflater(encoding)
+    pieces: list[bytes] = []
+    seen = 0
+    async for raw in response.content.iter_any():
+        for piece in inflater.feed(raw):
+            seen += len(piece)
+            if seen > limit:
+                how = "decompressed" if encoding != "identity" else "long"
+                raise ReplyTooLarge(f"reply body is over --max-response-bytes {mib(limit)} ({how}); not read further")
+            pieces.append(piece)
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+
+class AiohttpSessions:
+    """One aiohttp session per event loop (a session cannot cross loops), made as the SDKs' aiohttp
+    transport makes its own: up to 1,000 connections, idle ones kept 5 s, certifi's roots, no
+    inflating (``read_capped`` counts the bytes as it inflates), every read within ``read_timeout``.
+    No cookie jar, and the proxy variables are read once per URL (``env_proxy``), not by aiohttp's
+    ``trust_env`` (two hops to a thread per request, and a ~/.netrc entry for the host would clash
+    with the key's Authorization header)."""
+
+    def __init__(self, read_timeout: float):
+        self.read_timeout = read_timeout
+        self._sessions: dict[int, tuple[asyncio.AbstractEventLoop, Any]] = {}
+
+    def get(self) -> Any:
+        loop = asyncio.get_running_loop()
+        entry = self._sessions.get(id(loop))
+        if entry is not None and entry[0] is loop:
+            return entry[1]
+        import ssl
+
+        import aiohttp
+        import certifi
+
+        self._sessions = {k: v for k, v in self._sessions.items() if not v[0].is_closed()}
+        connector = aiohttp.TCPConnector(
+            limit=1000, keepalive_timeout=5.0, ssl=ssl.create_default_context(cafile=certifi.where())
+        )
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.read_timeout, sock_read=self.read_timeout)
+        session = aiohttp.ClientSession(
+            connector=connector, timeout=timeout, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar()
+        )
+        self._sessions[id(loop)] = (loop, session)
+        return session
+
+    async def close(self) -> None:
+        sessions, self._sessions = self._sessions, {}
+        for loop, session in sessions.values():
+            try:
+                if loop is asyncio.get_running_loop():
+                    await session.close()
+            except Exception:  # closing is best effort
+                pass
+
+
+def env_proxy(url: str) -> dict[str, Any]:
+    """``proxy``/``proxy_auth`` for an aiohttp request to ``url`` from HTTP(S)_PROXY and NO_PROXY
+    (as httpx clients honour them), or {} for none."""
+    from aiohttp.helpers import get_env_proxy_for_url
+    from yarl import URL
+
+    try:
+        proxy, auth = get_env_proxy_for_url(URL(url))
+    except LookupError:
+        return {}
+    return {"proxy": proxy, "proxy_auth": auth}
+
+
 HTTP_CLIENTS = ("auto", "aiohttp", "httpx")
 
 
+@functools.cache
 def aiohttp_installed() -> bool:
+    """Whether aiohttp can be imported (looked up once: ``find_spec`` searches sys.path)."""
     return importlib.util.find_spec("aiohttp") is not None
 
 
@@ -188,11 +278,17 @@ async def within_deadline(call: Awaitable[T], seconds: float, where: str) -> T:
     """``call`` with one deadline for all of it: a server sending a byte now and then (which no
     per-read timeout catches) is cut at ``seconds``; the expiry is a transient fault, retried."""
     try:
-        return await asyncio.wait_for(call, seconds)
+        if _TIMEOUT is None:  # Python 3.10
+            return await asyncio.wait_for(call, seconds)
+        async with _TIMEOUT(seconds):  # in this task: wait_for (3.10, 3.11) runs each call in a task of its own
+            return await call
     except asyncio.TimeoutError:
         raise DeadlineExpired(
             f"{where} did not finish its reply within --request-timeout {seconds:g} s (the whole request)"
         ) from None
+
+
+_TIMEOUT = getattr(asyncio, "timeout", None)
 
 
 def json_kind(value: Any) -> str:
@@ -216,10 +312,14 @@ def json_kind(value: Any) -> str:
 def reply_json(http_response: Any, where: str) -> Any:
     """A 2xx reply's body as JSON; anything else is a transient fault that says what came instead
     (an HTML page from a proxy, a truncated body)."""
-    status = http_response.status_code
-    content_type = http_response.headers.get("content-type", "").split(";")[0].strip().lower()
+    return body_json(http_response.status_code, http_response.headers, http_response.content, where)
+
+
+def body_json(status: int, headers: Any, content: bytes, where: str) -> Any:
+    """``reply_json`` of a reply's status, headers and body bytes."""
+    content_type = headers.get("content-type", "").split(";")[0].strip().lower()
     try:
-        return json.loads(http_response.content)
+        return json.loads(content)
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
         if content_type and "json" not in content_type:
             raise TransientModelError(f"{where}: reply {status} is {content_type}, not JSON") from None
@@ -229,6 +329,11 @@ def reply_json(http_response: Any, where: str) -> Any:
 
 __all__ = [
     "ACCEPT_ENCODING",
+    "AiohttpSessions",
+    "body_encoding",
+    "body_json",
+    "env_proxy",
+    "read_capped",
     "DeadlineExpired",
     "HTTP_CLIENTS",
     "ReplyRejected",

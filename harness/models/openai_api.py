@@ -78,6 +78,17 @@ class OpenAIBackend(OpenAICompatibleBackend):
     def identity_facts(self) -> dict[str, Any]:
         return endpoint_fact(self.env_base_url, DEFAULT_BASE_URL)
 
+    def default_base_url(self) -> str | None:
+        return DEFAULT_BASE_URL
+
+    def request_headers(self) -> dict[str, str]:
+        # the organization and project the SDK reads from the environment, as it sends them
+        headers = super().request_headers()
+        for header, variable in (("OpenAI-Organization", "OPENAI_ORG_ID"), ("OpenAI-Project", "OPENAI_PROJECT_ID")):
+            if os.environ.get(variable):
+                headers[header] = os.environ[variable]
+        return headers
+
     def api_key(self) -> str:
         key = os.environ.get(API_KEY_ENV)
         if key:

@@ -30,6 +30,7 @@ import time
 import uuid
 from typing import Any, ClassVar, Mapping
 
+from harness._version import __version__
 from harness.errors import ModelError, TransientModelError
 from harness.redact import redact, strip_credentials
 from harness.models.base import (
@@ -43,12 +44,17 @@ from harness.models.base import (
     close_loop_clients,
 )
 from harness.models.http_reply import (
+    ACCEPT_ENCODING,
+    AiohttpSessions,
     DeadlineExpired,
     ReplyRejected,
+    body_json,
     capped_event_hooks,
     capped_sdk_http_client,
     caused_by,
+    env_proxy,
     json_kind,
+    read_capped,
     reply_json,
     resolve_http_client,
     within_deadline,
@@ -161,32 +167,60 @@ def map_api_error(exc: Exception, sdk: Any, where: str, model: str | None = None
         detail = f": {_one_line(cause)}" if cause else ""
         return TransientModelError(f"connection to {where} failed{detail}", status=None)
     if isinstance(exc, sdk.APIStatusError):
-        status = exc.status_code
-        headers = getattr(exc.response, "headers", None)
-        msg = error_message(exc)
-        if status == 429:
-            if _error_code(exc) == "insufficient_quota":
-                return ModelError(f"{where}: quota exceeded (429 insufficient_quota): {msg}")
-            return TransientModelError(
-                f"{where} rate limited the request (429): {msg}", retry_after=parse_retry_after(headers), status=429
-            )
-        if status in (408, 409) or status >= 500:
-            return TransientModelError(
-                f"{where} answered {status}: {msg}", retry_after=parse_retry_after(headers), status=status
-            )
-        if status in (400, 413, 422) and is_context_overflow(exc):
-            return ContextOverflowError(f"prompt exceeds the context of {model or 'the model'} ({status}): {msg}")
-        if status == 401:
-            return ModelError(f"{where} rejected the API key (401): {msg}")
-        if status == 403:
-            return ModelError(f"{where} denied access (403): {msg}")
-        if status == 404:
-            return ModelError(f"{where}: model {model!r} or endpoint not found (404): {msg}")
-        return ModelError(f"{where} rejected the request ({status}): {msg}")
+        return map_status_error(exc, exc.status_code, getattr(exc.response, "headers", None), where, model)
     if isinstance(exc, getattr(sdk, "APIResponseValidationError", ())):
         # a 200 the SDK cannot read (truncated, not the schema): transient, retried, then model_unavailable
         return TransientModelError(f"{where} returned a response that does not follow the API: {error_message(exc)}")
     return ModelError(f"{where}: {type(exc).__name__}: {error_message(exc)}")
+
+
+def map_status_error(exc: Exception, status: int, headers: Any, where: str, model: str | None = None) -> Exception:
+    """A reply of status ``status`` (not 2xx) as our error; ``exc`` carries its ``body``, ``message``
+    and ``code`` as the SDKs' status errors do (``StatusReply`` for the replies read without one)."""
+    msg = error_message(exc)
+    if status == 429:
+        if _error_code(exc) == "insufficient_quota":
+            return ModelError(f"{where}: quota exceeded (429 insufficient_quota): {msg}")
+        return TransientModelError(
+            f"{where} rate limited the request (429): {msg}", retry_after=parse_retry_after(headers), status=429
+        )
+    if status in (408, 409) or status >= 500:
+        return TransientModelError(
+            f"{where} answered {status}: {msg}", retry_after=parse_retry_after(headers), status=status
+        )
+    if status in (400, 413, 422) and is_context_overflow(exc):
+        return ContextOverflowError(f"prompt exceeds the context of {model or 'the model'} ({status}): {msg}")
+    if status == 401:
+        return ModelError(f"{where} rejected the API key (401): {msg}")
+    if status == 403:
+        return ModelError(f"{where} denied access (403): {msg}")
+    if status == 404:
+        return ModelError(f"{where}: model {model!r} or endpoint not found (404): {msg}")
+    return ModelError(f"{where} rejected the request ({status}): {msg}")
+
+
+class StatusReply(Exception):
+    """A reply that is not 2xx, read past the SDK (``--http-client aiohttp``), shaped as the SDKs make
+    their status errors from it: ``message`` "Error code: N - <error.message>", ``body`` the JSON's
+    ``error`` object (or the whole JSON, or the text), ``code`` its ``code``."""
+
+    def __init__(self, status: int, headers: Any, content: bytes):
+        text = content.decode("utf-8", errors="replace").strip()
+        message, body = f"Error code: {status}", text
+        try:
+            body = json.loads(text)
+        except ValueError:
+            pass
+        else:
+            error = body.get("error", body) if isinstance(body, Mapping) else None
+            said = error.get("message") if isinstance(error, Mapping) else None
+            if isinstance(said, str) and said:
+                message += f" - {said}"
+        super().__init__(message)
+        self.status_code, self.headers, self.message = status, headers, message
+        self.body = body.get("error", body) if isinstance(body, Mapping) else body
+        code = self.body.get("code") if isinstance(self.body, dict) else None
+        self.code = str(code) if code is not None else None
 
 
 def _aiohttp_connection_error(exc: BaseException) -> BaseException | None:
@@ -408,6 +442,9 @@ class OpenAICompatibleBackend(ModelBackend):
         self.pool: ServerPool | None = None  # several servers (--base-url URL1,URL2): see use_servers
         self.launcher: Any = None  # the ServerLauncher of a server this backend started: its death is said at once
         self._clients: dict[tuple[int, str | None], tuple[asyncio.AbstractEventLoop, Any]] = {}
+        # --http-client aiohttp: requests go out on aiohttp directly (``_request_direct``)
+        self._sessions = AiohttpSessions(options.request_timeout)
+        self._targets: dict[str | None, tuple[str, dict[str, Any]]] = {}
 
     def use_servers(self, urls: list[str]) -> None:
         """Balance requests over ``urls`` (API bases, ``.../v1``); one URL stays a plain ``base_url``."""
@@ -454,6 +491,21 @@ class OpenAICompatibleBackend(ModelBackend):
         """The ``model`` field sent to the server."""
         return self.model
 
+    def default_base_url(self) -> str | None:
+        """The API base used when none is set (the SDK's default): OpenAI's, for openai/."""
+        return None
+
+    def request_headers(self) -> dict[str, str]:
+        """The headers of a chat request sent past the SDK (``--http-client aiohttp``): what the SDK
+        sends but its own telemetry (X-Stainless-*, User-Agent AsyncOpenAI/Python)."""
+        return {
+            "Authorization": f"Bearer {self.api_key()}",
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "Accept-Encoding": ACCEPT_ENCODING,
+            "User-Agent": f"harness/{__version__}",
+        }
+
     def server_label(self, url: str | None = None) -> str:
         url = url or self.base_url
         return f"{self.label} at {strip_credentials(url)}" if url else self.label
@@ -497,7 +549,9 @@ class OpenAICompatibleBackend(ModelBackend):
 
     async def close(self) -> None:
         clients, self._clients = self._clients, {}
+        self._targets = {}
         await close_loop_clients(clients)
+        await self._sessions.close()
 
     # generation ----------------------------------------------------------------
     async def _generate(self, messages, params: GenerationParams, tools=None, tool_choice=None) -> ModelResponse:
@@ -547,6 +601,8 @@ class OpenAICompatibleBackend(ModelBackend):
 
     async def _request(self, base_url: str | None, kwargs: dict[str, Any]) -> ModelResponse:
         label = self.server_label(base_url)
+        if self.http_transport() == "aiohttp":
+            return await self._request_direct(base_url, kwargs, label)
         # the client first: the SDK's imports on first use are not the server's time. Posted as is,
         # not through chat.completions.create: its typed-params transform walked every message
         # (the loop's top cost at many connections) and left these plain fields as they were.
@@ -558,6 +614,46 @@ class OpenAICompatibleBackend(ModelBackend):
         reply = await within_deadline(self._send(create, kwargs, label), self.options.request_timeout, label)
         # parsed here, not by the SDK: its lenient models turn a malformed reply into an empty answer
         return response_from_completion(reply_json(reply, label), label)
+
+    async def _request_direct(self, base_url: str | None, kwargs: dict[str, Any], label: str) -> ModelResponse:
+        """The request on aiohttp itself, past the SDK (not even imported: 0.5 s of CPU): its request
+        building (options models, header merging, URL parsing, the httpx2 layer over aiohttp) was
+        ~80 % of a request's CPU. The same URL and body as the SDK's, its headers but its telemetry
+        (``request_headers``), and a reply read as on the SDK's transports: the same byte cap,
+        deadline, reply checks and error messages (a status error shaped as the SDK shapes it)."""
+        url, sent = self._direct_target(base_url)
+        body = json.dumps(kwargs, ensure_ascii=False, separators=(",", ":")).encode()
+        status, reply_headers, content = await within_deadline(
+            self._post(url, body, sent, label), self.options.request_timeout, label
+        )
+        if not 200 <= status < 300:
+            reply = StatusReply(status, reply_headers, content)
+            raise map_status_error(reply, status, reply_headers, label, self.model) from reply
+        return response_from_completion(body_json(status, reply_headers, content, label), label)
+
+    def _direct_target(self, base_url: str | None) -> tuple[str, dict[str, Any]]:
+        """(chat URL, aiohttp keywords: headers, proxy) for a server (``base_url``, default ``self.base_url``)."""
+        entry = self._targets.get(base_url)
+        if entry is None:
+            base = base_url or self.base_url or self.default_base_url()
+            if not base:
+                raise ModelError(f"{self.prefix}/{self.model}: no server to send requests to (pass --base-url)")
+            url = base.rstrip("/") + "/chat/completions"
+            entry = self._targets[base_url] = (url, {"headers": self.request_headers(), **env_proxy(url)})
+        return entry
+
+    async def _post(self, url: str, body: bytes, sent: dict[str, Any], label: str) -> tuple[int, Any, bytes]:
+        import aiohttp
+
+        try:
+            async with self._sessions.get().post(url, data=body, **sent) as reply:
+                return reply.status, reply.headers, await read_capped(reply, self.options.max_response_bytes)
+        except ReplyRejected as exc:
+            raise _said_by(exc, label) from exc
+        except asyncio.TimeoutError as exc:  # a connect or read past --request-timeout (aiohttp's own)
+            raise TransientModelError(f"request to {label} timed out", status=None) from exc
+        except aiohttp.ClientError as exc:  # refused, dropped, cut short
+            raise TransientModelError(f"connection to {label} failed: {_one_line(exc)}", status=None) from exc
 
     async def _send(self, create: Any, kwargs: dict[str, Any], label: str) -> Any:
         """The 2xx ``httpx`` response of one chat request, its body read (within the byte cap)."""
@@ -596,9 +692,17 @@ def _server_fault(exc: BaseException) -> bool:
 
 
 def _connection_errors() -> tuple[type, ...]:
-    import openai
+    """What a request that never reached the server or lost it raises: the SDK's connection errors
+    (APITimeoutError is one too; none where the SDK was never imported), and aiohttp's where
+    requests go on it directly."""
+    import sys
 
-    return (openai.APIConnectionError,)  # APITimeoutError is one too
+    found: tuple[type, ...] = (asyncio.TimeoutError,)
+    if "openai" in sys.modules:
+        found += (sys.modules["openai"].APIConnectionError,)
+    if "aiohttp" in sys.modules:
+        found += (sys.modules["aiohttp"].ClientError,)
+    return found
 
 
 __all__ = [
@@ -611,6 +715,7 @@ __all__ = [
     "error_message",
     "is_context_overflow",
     "map_api_error",
+    "map_status_error",
     "parse_retry_after",
     "response_from_completion",
 ]
