@@ -80,7 +80,7 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
         text.flush()
         text.detach()
 
-    _write_atomic(path, write)
+    write_atomic(path, write)
 
 
 def file_kind(mode: int) -> str:
@@ -117,10 +117,10 @@ def write_bytes_atomic(path: str | Path, data: bytes | str) -> None:
     """Any file (JSON, HTML, PNG, JSONL) written whole or not at all: a temp file, fsync, then rename.
     Only a regular file (or a new path) is written: a rename would replace a device, a FIFO or a
     folder with a file (/dev/null as root). A symlink is followed and its target replaced."""
-    _write_atomic(path, lambda f: f.write(data.encode("utf-8") if isinstance(data, str) else data))
+    write_atomic(path, lambda f: f.write(data.encode("utf-8") if isinstance(data, str) else data))
 
 
-def _write_atomic(path: str | Path, write: Callable[[Any], None]) -> None:
+def write_atomic(path: str | Path, write: Callable[[Any], None]) -> None:
     """``write(f)`` into a temp file beside ``path`` (binary), fsync, rename over ``path``."""
     path = Path(path)
     target, st = _output_target(path)

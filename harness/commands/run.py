@@ -205,7 +205,8 @@ def add_run_options(p) -> None:
     g.add_argument(
         "--http-client",
         choices=["auto", "aiohttp", "httpx"],
-        help="the API backends' HTTP transport: aiohttp (faster at many connections) or httpx; auto (default): "
+        help="the API backends' HTTP transport: aiohttp (openai/, vllm/, llamacpp-server/ send on it directly, "
+        "anthropic/ through its SDK; fastest at many connections) or httpx (through the SDKs); auto (default): "
         "aiohttp where installed; recorded, not hashed",
     )
     g.add_argument("--sample-timeout", type=float, help="seconds per sample (default 600, the paper's)")

@@ -16,10 +16,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import to_json
 
 from harness.errors import HarnessError
 from harness.execution.config import RunConfig
-from harness.records import CONFIG_FILE, RESULTS_FILE, read_json, transcript_of, write_bytes_atomic, write_json_atomic
+from harness.records import (
+    CONFIG_FILE,
+    RESULTS_FILE,
+    read_json,
+    transcript_of,
+    write_atomic,
+    write_bytes_atomic,
+    write_json_atomic,
+)
 from harness.redact import mentions_secret
 from harness.scoring.results import RESULTS_FORMAT, SECTIONS, upgrade
 
@@ -425,10 +434,37 @@ def _plain_json(value: Any) -> bool:
 def write_results(path: str | Path, record: RunResults) -> None:
     """results.json of ``record``, serialized by pydantic (10x faster than the json module's
     indented writer, which runs in Python: seconds at 100,000 samples; floats in positional
-    notation, 0.00008 for 8e-05, the same numbers). A text holding a secret is written from the
-    masked values instead, as every file is (``write_json_atomic``)."""
-    text = record.model_dump_json(indent=2, exclude_unset=True)
-    if mentions_secret(text):
+    notation, 0.00008 for 8e-05, the same numbers), its per-question rows one at a time into the
+    file, never all of it in one string. A text holding a secret is written from the masked values
+    instead, as every file is (``write_json_atomic``)."""
+    rows = record.scores.raw if record.scores is not None else []
+    head = record.model_dump_json(
+        indent=2, exclude_unset=True, exclude={"scores": {"raw": {"__all__"}}} if rows else None
+    )
+    scores = head.find('\n  "scores": {')
+    at = head.find(_EMPTY_ROWS, scores) if rows and scores >= 0 else -1
+    if mentions_secret(head) or (rows and at < 0):
+        return write_json_atomic(path, results_dict(record))
+
+    def write(f) -> None:
+        f.write(head[: at + len(_EMPTY_ROWS) - 1].encode("utf-8"))  # up to the list's "["
+        for i, row in enumerate(rows):
+            text = to_json(row, indent=2, inf_nan_mode="null").decode("utf-8")
+            if mentions_secret(text):
+                raise _HoldsSecret
+            f.write(("," if i else "").encode() + ("\n      " + text.replace("\n", "\n      ")).encode("utf-8"))
+        f.write(("\n    ]" + head[at + len(_EMPTY_ROWS) :] + "\n").encode("utf-8"))
+
+    if not rows:
+        return write_bytes_atomic(path, head + "\n")
+    try:
+        write_atomic(path, write)
+    except _HoldsSecret:
         write_json_atomic(path, results_dict(record))
-    else:
-        write_bytes_atomic(path, text + "\n")
+
+
+_EMPTY_ROWS = '\n    "raw": []'  # scores.raw as the dump leaves it when its rows are excluded
+
+
+class _HoldsSecret(Exception):
+    pass

@@ -133,8 +133,9 @@ class BackendOptions(BaseModel):
     # a batch is sent once no request has joined it for this long (seconds)
     batch_window: float = Field(1.0, gt=0, le=3600)
     batch_poll_interval: float = Field(30.0, gt=0, le=WEEK_S)
-    # the SDKs' HTTP transport (openai/, vllm/, llamacpp-server/, anthropic/): auto is aiohttp where
-    # installed, else httpx; same requests and reply checks either way, so not hashed
+    # the HTTP transport of openai/, vllm/, llamacpp-server/ and anthropic/: aiohttp (the OpenAI
+    # protocol sent on it directly, anthropic/ through its SDK) or httpx (through the SDKs); auto is
+    # aiohttp where installed; same requests and reply checks either way, so not hashed
     http_client: Literal["auto", "aiohttp", "httpx"] = "auto"
 
     @field_validator("base_url")

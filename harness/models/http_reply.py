@@ -6,7 +6,8 @@ The cap works at the httpx layer (a response event hook wraps the body stream be
 it), so it holds for every body the client reads: answers, error bodies, redirects. The SDKs use
 ``httpx`` (openai < 3, older anthropic) or its fork ``httpx2``; the hook serves either, and the SDKs'
 aiohttp transport too (``DefaultAioHttpClient``: an httpx2 client whose transport is aiohttp, asked
-not to inflate, so the raw body passes through the same hook).
+not to inflate, so the raw body passes through the same hook). Requests the harness sends on
+aiohttp itself (``AiohttpSessions``) are read by ``read_capped``: the same inflater and count.
 """
 
 from __future__ import annotations

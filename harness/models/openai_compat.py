@@ -1,8 +1,11 @@
 """Shared base for every backend that speaks the OpenAI chat-completions protocol.
 
-``OpenAICompatibleBackend`` drives the official ``openai`` SDK with its own retries turned off
-(``max_retries=0``): ``ModelBackend.generate`` retries ``TransientModelError`` itself, honouring
-the server's ``Retry-After``. SDK errors are mapped here:
+``OpenAICompatibleBackend`` sends chat requests on aiohttp itself (``--http-client aiohttp``, the
+default where aiohttp is installed: the SDK's request building cost ~80 % of a request's CPU) or
+through the official ``openai`` SDK on httpx, its own retries turned off (``max_retries=0``):
+``ModelBackend.generate`` retries ``TransientModelError`` itself, honouring the server's
+``Retry-After``. Either way the errors are mapped here (a reply read on aiohttp is shaped as the
+SDK shapes its errors, ``StatusReply``):
 
 * 429 (except OpenAI's ``insufficient_quota``), 408, 409, 5xx, timeouts, dropped connections
   -> ``TransientModelError`` (with ``retry_after`` from ``retry-after-ms`` / ``Retry-After``);
@@ -16,7 +19,7 @@ the server's ``Retry-After``. SDK errors are mapped here:
 The automatic prompt cache's hits (``usage.prompt_tokens_details.cached_tokens``) are read into
 ``Usage.cache_read_tokens``, priced at the cached-input rate.
 
-The SDK is imported lazily, so only the backends that use it need it installed.
+The SDK is imported lazily, only where it sends the requests (httpx).
 """
 
 from __future__ import annotations
