@@ -2,10 +2,11 @@
 HTTP clients' floors, whole closed-book runs, and Inspect AI where it is installed.
 
     python benchmarks/overhead.py --floors [--connections 4,64] [--requests 20000]
+    python benchmarks/overhead.py --memory [--samples 10000,50000,100000]
     python benchmarks/overhead.py [--copies 4] [--repeats 3] [--max-connections 10] [--limit N] [--inspect]
 
-``--floors`` (issue 25): an instant server (``instant_server`` below: asyncio, one canned chat
-completion, keep-alive; its own process) answers, at each of ``--connections``:
+``--floors`` (issue 25): an instant server (``tests/fault_server.py``'s ``serve_instant``: asyncio,
+one canned chat completion, keep-alive; its own process) answers, at each of ``--connections``:
 
 - bare httpx / bare aiohttp: ``--requests`` POSTs of one chat request body, that many in flight, each
   reply parsed as JSON: the floor of each client library;
@@ -15,10 +16,18 @@ completion, keep-alive; its own process) answers, at each of ``--connections``:
   on (fresh), ``--max-connections`` as given: generated, written, cached, scored; samples/s over
   the whole command, and its peak RSS.
 
-Each is a child process timed with ``os.wait4`` (wall, CPU, peak RSS); the table puts each figure
-beside the bare aiohttp floor measured in the same invocation. Goals (issue 25, 2-core machine):
->= 1,000 closed-book samples/s end to end at 64 connections, the request loop >= half the bare
-aiohttp floor, peak RSS flat from 10,000 to 100,000 samples (``--samples 10000,100000``).
+Each loop runs in a child process and is timed from after its first request (imports, the client,
+the backend's start are not the loop's); the end-to-end runs are child processes timed with
+``os.wait4`` (wall, CPU, peak RSS). The table puts each figure beside the bare aiohttp floor
+measured in the same invocation. Goals (issue 25, 2-core machine): >= 1,000 closed-book samples/s
+end to end at 64 connections, the request loop >= half the bare aiohttp floor, memory flat to
+100,000 samples.
+
+``--memory``: ``harness run`` closed-book at each of ``--samples`` (the largest of ``--connections``),
+its RSS read when its dataset is loaded and at each progress line (every 10 %), its peak polled
+(VmHWM) and from ``wait4`` (with its scoring worker); what the dataset alone adds to a fresh process
+is measured apart, and the peak's growth per sample between sizes is split into the dataset's and
+the run's own.
 
 The older comparison with Inspect AI (below) runs only with ``--inspect`` or where
 ``benchmarks/.venv-inspect`` exists.

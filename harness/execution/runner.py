@@ -282,9 +282,8 @@ class Run:
         off, a --limit below STREAM_FROM) or the metrics cannot be told yet. ``_execute_locked`` keeps it
         if the run streams with these metrics, and stops it otherwise."""
         config = self.config
-        if config.stream_scoring == "off" or (
-            config.stream_scoring == "auto" and config.limit is not None and config.limit * config.epochs < self.STREAM_FROM
-        ):
+        known = min(n for n in (config.limit, len(config.sample_ids or ()) or None, sys.maxsize) if n is not None)
+        if config.stream_scoring == "off" or (config.stream_scoring == "auto" and known * config.epochs < self.STREAM_FROM):
             return None
         try:
             from harness.datasets import parse_spec

@@ -447,7 +447,8 @@ class OpenAICompatibleBackend(ModelBackend):
         self._clients: dict[tuple[int, str | None], tuple[asyncio.AbstractEventLoop, Any]] = {}
         # --http-client aiohttp: requests go out on aiohttp directly (``_request_direct``)
         self._sessions = AiohttpSessions(options.request_timeout)
-        self._targets: dict[str | None, tuple[str, dict[str, Any]]] = {}
+        self._targets: dict[str | None, tuple[str, dict[str, Any]]] = {}  # per server: URL, headers, proxy
+        self._labels: dict[str | None, str] = {}
 
     def use_servers(self, urls: list[str]) -> None:
         """Balance requests over ``urls`` (API bases, ``.../v1``); one URL stays a plain ``base_url``."""
@@ -603,7 +604,10 @@ class OpenAICompatibleBackend(ModelBackend):
             return response
 
     async def _request(self, base_url: str | None, kwargs: dict[str, Any]) -> ModelResponse:
-        label = self.server_label(base_url)
+        server = base_url or self.base_url  # a launched server's URL is set when it starts
+        label = self._labels.get(server)
+        if label is None:  # credentials stripped once per server, not per request
+            label = self._labels[server] = self.server_label(base_url)
         if self.http_transport() == "aiohttp":
             return await self._request_direct(base_url, kwargs, label)
         # the client first: the SDK's imports on first use are not the server's time. Posted as is,
@@ -636,13 +640,13 @@ class OpenAICompatibleBackend(ModelBackend):
 
     def _direct_target(self, base_url: str | None) -> tuple[str, dict[str, Any]]:
         """(chat URL, aiohttp keywords: headers, proxy) for a server (``base_url``, default ``self.base_url``)."""
-        entry = self._targets.get(base_url)
+        base = base_url or self.base_url or self.default_base_url()
+        entry = self._targets.get(base)
         if entry is None:
-            base = base_url or self.base_url or self.default_base_url()
             if not base:
                 raise ModelError(f"{self.prefix}/{self.model}: no server to send requests to (pass --base-url)")
             url = base.rstrip("/") + "/chat/completions"
-            entry = self._targets[base_url] = (url, {"headers": self.request_headers(), **env_proxy(url)})
+            entry = self._targets[base] = (url, {"headers": self.request_headers(), **env_proxy(url)})
         return entry
 
     async def _post(self, url: str, body: bytes, sent: dict[str, Any], label: str) -> tuple[int, Any, bytes]:
