@@ -2,7 +2,7 @@
 closed-book runs against an instant loopback server, in this process under tracemalloc, at two
 sizes; the peak's growth per extra sample is bounded. The old loop held a waiting task per sample
 (~2 KB each), every row whole until the end (its transcript included), and results.json as one
-string beside the chunks it was joined from; it grew ~6 KB a sample here."""
+string beside the chunks it was joined from: 8.2 KB a sample here, 2.4 KB now."""
 
 from __future__ import annotations
 
