@@ -173,6 +173,10 @@ def headline_of(ablation: dict[str, Any]) -> list[str]:
     return dataset_headline(name or None, _metric_names(ablation))
 
 
+def _interval(ci: Any) -> bool:
+    return isinstance(ci, (list, tuple)) and len(ci) == 2 and all(isinstance(v, (int, float)) for v in ci)
+
+
 def sweep_of(ablation: dict[str, Any], source: str | Path) -> Sweep:
     """An ablation (as written to ablation.json, any version) as the figures read it."""
     points = []
@@ -182,7 +186,7 @@ def sweep_of(ablation: dict[str, Any], source: str | Path) -> Sweep:
             SweepPoint(
                 context_size=r["context_size"],
                 values=r.get("metrics") or {},
-                intervals={m: tuple(e["ci95"]) for m, e in errors.items() if e and e.get("ci95")},
+                intervals={m: tuple(e["ci95"]) for m, e in errors.items() if e and _interval(e.get("ci95"))},
                 ceiling=r.get("ceiling"),
                 answered=(r.get("counts") or {}).get("finished"),
             )
