@@ -154,6 +154,10 @@ def test_report_in_headless_chromium(open_book_run, browser):
     assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
 
     assert row_ids(browser) == IDS
+    # the run's scores figure, inline SVG (HotpotQA's headline: EM and F1 panels)
+    titles = browser.execute_script("return Array.from(document.querySelectorAll('#figures svg text')).map(t => t.textContent)")
+    assert {"EM", "F1", "openai/scripted"} <= set(titles)
+    assert browser.execute_script("return document.querySelector('#figures svg').namespaceURI") == "http://www.w3.org/2000/svg"
     assert len(browser.find_elements(By.CSS_SELECTOR, "details.transcript")) == 3
     answer_cell = browser.find_elements(By.CSS_SELECTOR, "#question-table tbody tr")[0].find_elements(
         By.TAG_NAME, "td"

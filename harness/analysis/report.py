@@ -292,6 +292,20 @@ def _scores_section(results: RunResults) -> str:
     )
 
 
+def _figure_section(results: RunResults) -> str:
+    """The run's headline scores with their 95% intervals (``harness figure scores``), as inline
+    SVG: drawn here, nothing fetched. None without scores."""
+    from harness.analysis.figures import figure_svg, scores_spec
+
+    if not score_values(results.scores_dict()) and results.counts.finished:
+        return ""
+    try:
+        spec = scores_spec([(results.run_id, results)])
+    except HarnessError:  # no headline metric to draw
+        return ""
+    return f'<section id="figures"><h2>Figure</h2><div style="overflow-x:auto">{figure_svg(spec)}</div></section>'
+
+
 def _breakdown_section(results: RunResults) -> str:
     """One table per breakdown group (FanOutQA category, QAMPARI type, QUEST template/domain,
     TopiOCQA turn type): each value's n and headline means."""
@@ -631,7 +645,7 @@ def render_report(data: dict[str, Any]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{_e(title)} — run {_e(results.run_id)}</title><style>{CSS}</style></head><body>"
         f"<h1>{_e(title)}</h1>"
-        f"{_meta_section(results)}{_scores_section(results)}{_breakdown_section(results)}"
+        f"{_meta_section(results)}{_scores_section(results)}{_figure_section(results)}{_breakdown_section(results)}"
         f"{_question_table(rows, data['score_columns'])}"
         f'<section id="transcripts"><h2>Transcripts</h2>{"".join(_transcript(r, kinds) for r in rows)}</section>'
         f'<script type="application/json" id="report-data">{_json_for_script(embedded)}</script>'
