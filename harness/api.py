@@ -173,3 +173,22 @@ def read_generations(generations: str | list[dict[str, Any]]) -> list[dict[str, 
         seen.add(record["id"])
         answers.append({"id": record["id"], "answer": record["answer"]})
     return answers
+
+
+def runs_df(*paths: Any):
+    """The runs under ``paths`` (run folders, or folders holding runs; links followed, each real run
+    once) as a pandas DataFrame, one row per run: identity, status, ``n`` answered, failures, the
+    headline and every metric value with its interval (``KEY.ci_lo``, ``KEY.ci_hi``), tokens, cost.
+    Needs pandas (``pip install 'harness[analysis]'``). See ``harness.analysis.frames.runs_df``."""
+    from harness.analysis.frames import runs_df as _runs_df
+
+    return _runs_df(*paths)
+
+
+def samples_df(*paths: Any):
+    """The runs' samples as a pandas DataFrame, one row per question x epoch: status, answer,
+    outcome, error, latency, tokens, cost, and each metric's per-question values. See
+    ``harness.analysis.frames.samples_df``."""
+    from harness.analysis.frames import samples_df as _samples_df
+
+    return _samples_df(*paths)

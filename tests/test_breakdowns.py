@@ -65,7 +65,7 @@ def test_leaderboard_rows_carry_the_breakdown_and_one_scale_per_column(qampari_r
         assert entry["set-f1.f1"] == results["scores"]["breakdown"]["type"][value]["set-f1"]["f1"]
     assert board["scales"] and set(board["scales"].values()) == {"0-1"}
     assert all(not isinstance(v, int) or isinstance(v, bool) for v in row["metrics"].values())
-    assert "set-f1.f1 (0-1)" in format_markdown(board)
+    assert "Set F1 (0-1)" in format_markdown(board)
 
 
 def test_topiocqa_turns_are_a_count_and_its_scores_say_0_100(tmp_path):
@@ -83,7 +83,7 @@ def test_topiocqa_turns_are_a_count_and_its_scores_say_0_100(tmp_path):
     assert "topiocqa.turns" not in row["metrics"] and row["score_counts"]["topiocqa.turns"] == 5
     assert board["scales"]["topiocqa.em"] == board["scales"]["topiocqa.bleu_corpus"] == "0-100"
     table = format_markdown(board)
-    assert "topiocqa.em (0-100)" in table and "topiocqa.turns" not in table
+    assert "EM (0-100)" in table and "Turns" not in table
     assert "turn_type" in row["breakdown"]
 
 

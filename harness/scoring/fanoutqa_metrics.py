@@ -163,3 +163,36 @@ def aggregate_fanoutqa(raw: list[dict], eval_len: int) -> dict:
             for k in ROUGE_TYPES
         },
     }
+
+
+from harness.scoring.gold import GoldMatch  # noqa: E402  (kept with the function that uses it)
+
+
+def gold_matches(reference: Any, candidate: Any) -> list[GoldMatch]:
+    """Each reference string of one question as ``answer_in_text`` scores it (one per string, a
+    dict's keys then its values, repeats kept: the found share is the question's loose accuracy),
+    found or missing, with the part of the answer it was found in: the smallest comma- or
+    semicolon-separated part, else the line, whose own normalized text holds it; else the
+    normalized words around it (the match may span lines)."""
+    items = list(_primitives(reference))
+    text = "" if candidate is None else str(candidate)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    parts = [p.strip() for line in lines for p in re.split(r"[,;]", line) if p.strip()]
+    norm_cand, *_ = normalize_many([candidate, *items, *parts, *lines])
+    out = []
+    for item in items:
+        pattern = _bounded(normalize(item))  # the test _answer_in makes, on the same normalized answer
+        if not pattern.search(norm_cand):
+            out.append(GoldMatch(str(item), False, None))
+            continue
+        where = next((p for p in [*parts, *lines] if pattern.search(normalize(p))), None)
+        out.append(GoldMatch(str(item), True, where or _around(pattern, norm_cand)))
+    return out
+
+
+def _around(pattern: re.Pattern, norm_cand: str, words: int = 4) -> str:
+    """The normalized match with a few normalized words either side."""
+    match = pattern.search(norm_cand)
+    before = norm_cand[: match.start()].split()[-words:]
+    after = norm_cand[match.end() :].split()[:words]
+    return " ".join(["…", *before, match.group(0), *after, "…"])

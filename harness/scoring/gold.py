@@ -8,7 +8,7 @@ entity (``{"answer_text", "aliases"}``) reads as its answer text.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 # answer type -> what it is; a metric declares the ones it scores, a dataset the ones its golds have
 ANSWER_TYPES: dict[str, str] = {
@@ -78,3 +78,13 @@ def answer_type(value: Any, declared: tuple[str, ...] | None = None) -> str | No
             return "list_of_str"
         return "list"
     return type(value).__name__
+
+
+class GoldMatch(NamedTuple):
+    """One gold item of a question as a list metric read it: matched or missed, and the part of the
+    answer that matched it (the metric's own matching rule: ``gold_matches`` of fanoutqa_metrics,
+    list_metrics and quest_metrics)."""
+
+    item: str
+    matched: bool
+    matched_text: str | None = None
