@@ -152,5 +152,8 @@ def test_the_python_api_runs_and_rescores(executed):
     assert r["agent"]["knobs"] == {"revisions": 0}
     printed = procs[-1].stdout.splitlines()
     assert printed[0].startswith("{'revisions': 0} {'words': ")
-    # harness.score rewrote results.json with the metric asked for, and returned the same numbers
-    assert r["scores"]["meta"]["metrics"] == ["set-f1"] and float(printed[1]) == r["scores"]["set-f1"]["f1"]
+    # harness.score re-scored the metric asked for into results.json, kept the other, and returned the same numbers
+    assert r["scores"]["meta"]["metrics"] == ["answer-length", "set-f1"] and r["scores"]["meta"]["kept_metrics"] == [
+        "answer-length"
+    ]
+    assert float(printed[1]) == r["scores"]["set-f1"]["f1"]

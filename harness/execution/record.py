@@ -151,6 +151,11 @@ class ScoresMeta(_Open):
     aggregation: dict[str, Any] = {}
     options: dict[str, Any] = {}
     clustering: dict[str, Any] = {}
+    kept_metrics: list[str] = Field(
+        [],
+        description="metrics whose numbers (or failure) come from an earlier scoring of the run, kept as they were "
+        "when `harness score RUN_DIR --metrics ...` scored the others",
+    )
 
 
 class Scores(BaseModel):

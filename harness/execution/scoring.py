@@ -7,7 +7,7 @@ selected questions, finished answers, metrics and scoring options, and goes thro
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from harness.datasets import Dataset, Sample, load_dataset
 from harness.errors import DatasetError, HarnessError
@@ -15,7 +15,7 @@ from harness.execution.config import RunConfig
 from harness.execution.record import RunClaim, RunResults, parse_results, read_claim, read_results
 from harness.records import CONFIG_FILE, RESULTS_FILE, record_epoch, work_key
 from harness.scoring.metrics import ScoringOptions, check_metrics, score_answers
-from harness.scoring.results import RESULTS_FORMAT
+from harness.scoring.results import RESULTS_FORMAT, SECTIONS, upgrade
 
 
 def score_records(
@@ -174,6 +174,18 @@ def score_run(
     )
 
 
+class Rescored(NamedTuple):
+    """What ``rescore_run`` did: the run's scores now (the re-scored metrics merged with the kept
+    ones), whether results.json was written, and which metrics were scored now, kept as they were,
+    or dropped (``drop_other_metrics``)."""
+
+    scores: dict[str, Any]
+    saved: bool
+    scored: list[str]
+    kept: list[str]
+    dropped: list[str]
+
+
 def rescore_run(
     run_dir: str | Path,
     metrics: list[str] | None = None,
@@ -182,11 +194,14 @@ def rescore_run(
     data_path: str | None = None,
     save: bool = True,
     metric_options: dict[str, dict[str, Any]] | None = None,
-) -> tuple[dict[str, Any], bool]:
+    drop_other_metrics: bool = False,
+) -> Rescored:
     """``harness score RUN_DIR``: ``score_run`` with the run's options updated by ``given`` (judge,
     bleurt_checkpoint named now) and its metric options by ``metric_options`` (option by option),
-    written into its results.json in results format 2 whatever format it had. Returns (scores,
-    whether results.json was written: a killed run has none)."""
+    written into its results.json in results format 2 whatever format it had (a killed run has none:
+    nothing is written). The metrics scored now replace their own numbers and add to the others
+    the file holds, which stay as they were (``merge_scores``); ``drop_other_metrics``: the file
+    holds the metrics scored now alone."""
     from harness.execution.cost import refresh_judge_cost
     from harness.execution.lock import RunLock
     from harness.records import write_json_atomic
@@ -201,12 +216,223 @@ def rescore_run(
             merged.setdefault(name, {}).update(values)
         options = options.model_copy(update={"metric_options": merged})
         scores = score_run(run_dir, metrics, options, only_answered, data_path=data_path, named_options=metric_options)
+        scored = scored_metrics(scores)
+        before = results.scores_dict() if results is not None else None
+        if drop_other_metrics or not before:
+            kept: list[str] = []
+            dropped = [n for n in metrics_of(before) if n not in scored]
+        else:
+            scores, kept = merge_scores(before, scores)
+            dropped = []
         if results is None or not save:
-            return scores, False
+            return Rescored(scores, False, scored, kept, dropped)
         data = results.model_dump(mode="json", exclude_unset=True)
         data.update(results_format=RESULTS_FORMAT, scores=scores)  # written in this harness's format
         if results.cost is not None:  # a judge named now has a cost of its own
             data["cost"] = refresh_judge_cost(data["cost"], results.config.price_table, scores)
         record = parse_results(data, run_dir / RESULTS_FILE)  # what is written validates
         write_json_atomic(run_dir / RESULTS_FILE, record.model_dump(mode="json", exclude_unset=True))
-    return scores, True
+    return Rescored(scores, True, scored, kept, dropped)
+
+
+# --------------------------------------------------------------------------- merging a re-scoring
+def metrics_of(scores: dict[str, Any] | None) -> list[str]:
+    """The metrics a scores dict holds numbers of (``meta.metrics``, then any other namespace), and
+    those that failed in it (``meta.failed_metrics``)."""
+    scores = upgrade(scores) or {}
+    meta = scores.get("meta") or {}
+    names = [*(meta.get("metrics") or []), *(k for k, v in scores.items() if k not in SECTIONS and isinstance(v, dict))]
+    return list(dict.fromkeys([*names, *(meta.get("failed_metrics") or {})]))
+
+
+def scored_metrics(scores: dict[str, Any]) -> list[str]:
+    """The metrics a scoring covered: those it scored and those that failed in it."""
+    meta = scores.get("meta") or {}
+    return list(dict.fromkeys([*(meta.get("metrics") or []), *(meta.get("failed_metrics") or {})]))
+
+
+# Facts of a scoring every metric's numbers depend on: a kept metric is only kept where they are the
+# same in the scoring that keeps it (the same questions and answers, read the same way).
+SHARED_FACTS: tuple[tuple[str, str], ...] = (
+    ("dataset_sha256", "the dataset file's sha256"),
+    ("n_questions", "questions scored"),
+    ("n_answered", "answered questions"),
+    ("only_score_answered", "--only-answered"),
+    ("epochs", "epochs"),
+    ("epoch_reducer", "the epoch reducer"),
+    ("options.max_answer_chars", "--max-answer-chars"),
+    ("options.strip_reasoning", "--strip-reasoning"),
+    ("clustering.by", "--cluster-by"),
+)
+
+
+def _fact(meta: dict[str, Any], path: str) -> tuple[bool, Any]:
+    node: Any = meta
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def _metric_fn(name: str, info: dict[str, Any]) -> Any:
+    """The function of a metric named in a scores dict (a plugin by the reference its info records);
+    None when it cannot be loaded now (a plugin file gone)."""
+    from harness.scoring.metrics import resolve_metrics
+
+    ref = ((info or {}).get("plugin") or {}).get("ref") or name
+    try:
+        (entry,) = resolve_metrics([ref]).values()
+    except HarnessError:
+        return None
+    return entry.obj
+
+
+def _needs_of(name: str, info: dict[str, Any]) -> tuple[str, ...]:
+    """The scoring options a kept metric's numbers depend on (its declared ``needs``); every one
+    a metric may need when it cannot be loaded now."""
+    from harness.scoring.metrics import NEEDS, declaration_of
+
+    fn = _metric_fn(name, info)
+    return tuple(NEEDS) if fn is None else declaration_of(fn).needs
+
+
+def kept_mismatches(before: dict[str, Any], now: dict[str, Any], kept: list[str]) -> list[str]:
+    """Why the kept metrics' numbers would not be those of this scoring (one phrase each, ``old ->
+    new``): another question set or answers, other shared options, another judge or checkpoint
+    for a metric that needs one. Facts an older file does not record are not compared."""
+    old_meta, new_meta = before.get("meta") or {}, now.get("meta") or {}
+    reasons = []
+    for path, label in SHARED_FACTS:
+        (had, old), (has, new) = _fact(old_meta, path), _fact(new_meta, path)
+        if had and has and old != new:
+            reasons.append(f"{label} {old!r} -> {new!r}")
+    old_ids = [r.get("question_id") for r in before.get("raw") or []]
+    new_ids = [r.get("question_id") for r in now.get("raw") or []]
+    if old_ids and old_ids != new_ids and not any("questions scored" in r for r in reasons):
+        reasons.append("the questions scored differ")
+    info = old_meta.get("metric_info") or {}
+    for option in dict.fromkeys(o for name in kept for o in _needs_of(name, info.get(name) or {})):
+        (had, old), (has, new) = _fact(old_meta, f"options.{option}"), _fact(new_meta, f"options.{option}")
+        if had and has and old != new:
+            users = [n for n in kept if option in _needs_of(n, info.get(n) or {})]
+            reasons.append(f"--{option.replace('_', '-')} {old!r} -> {new!r} (for {', '.join(users)})")
+    return reasons
+
+
+def _owner(key: str, names: list[str]) -> str | None:
+    """The metric a ``METRIC.LEAF`` key belongs to (the longest name it starts with)."""
+    found = [n for n in names if key.startswith(f"{n}.")]
+    return max(found, key=len) if found else None
+
+
+def _pick(old: dict[str, Any], new: dict[str, Any], kept: set[str], names: list[str]) -> dict[str, Any]:
+    """``METRIC.LEAF``-keyed values: the kept metrics' from ``old``, the others' from ``new``."""
+    out = {k: v for k, v in old.items() if _owner(k, names) in kept}
+    out.update({k: v for k, v in new.items() if _owner(k, names) not in kept})
+    return out
+
+
+def merge_scores(before: dict[str, Any], now: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """(the scores a run holds after a re-scoring, the metrics kept). The metrics scored ``now``
+    replace their own parts of ``before`` (namespace, per-question values, breakdown, error bars,
+    epochs, info, aggregation, options, failure) and the others keep theirs; a metric scored before
+    keeps its place, a new one comes last (nothing kept: ``now`` as it is). Refused (one line naming each difference and the two
+    ways on) where the kept numbers were scored on other answers or options than these."""
+    before = upgrade(before) or {}
+    scored = scored_metrics(now)
+    kept = [n for n in metrics_of(before) if n not in scored]
+    if not kept:
+        return now, []
+    with_numbers = [n for n in kept if isinstance(before.get(n), dict)]  # not a failure note alone
+    reasons = kept_mismatches(before, now, with_numbers)
+    if reasons:
+        raise HarnessError(
+            f"cannot keep {', '.join(with_numbers)} from the run's earlier scoring next to {', '.join(scored)}, "
+            f"scored otherwise: {'; '.join(reasons)}. Re-score them too (--metrics {','.join([*scored, *with_numbers])}), "
+            "or drop them (--drop-other-metrics)"
+        )
+    old_meta, new_meta = before.get("meta") or {}, now.get("meta") or {}
+    old_failed, new_failed = old_meta.get("failed_metrics") or {}, new_meta.get("failed_metrics") or {}
+    kept_set = set(kept)
+    new_names = list(new_meta.get("metrics") or [])
+    names = [n for n in metrics_of(before) if n in with_numbers or n in new_names]
+    names += [n for n in new_names if n not in names]
+    every = list(dict.fromkeys([*metrics_of(before), *scored]))
+
+    def source(name: str) -> dict[str, Any]:
+        return before if name in kept_set else now
+
+    out: dict[str, Any] = {"results_format": now.get("results_format", RESULTS_FORMAT)}
+    for name in names:
+        out[name] = source(name).get(name)
+    old_rows = {r.get("question_id"): r for r in before.get("raw") or []}
+    rows = []
+    for row in now.get("raw") or []:
+        old_row = old_rows.get(row["question_id"]) or {}
+        merged = {"question_id": row["question_id"]}
+        for name in names:
+            picked = old_row if name in kept_set else row
+            if name in picked:
+                merged[name] = picked[name]
+        merged.update({k: v for k, v in row.items() if k not in every and k != "question_id"})
+        rows.append(merged)
+    out["raw"] = rows
+    breakdown: dict[str, Any] = {}
+    old_breakdown, new_breakdown = before.get("breakdown") or {}, now.get("breakdown") or {}
+    for group in dict.fromkeys([*new_breakdown, *old_breakdown]):
+        old_group, new_group = old_breakdown.get(group) or {}, new_breakdown.get(group) or {}
+        breakdown[group] = {}
+        for value in dict.fromkeys([*new_group, *old_group]):
+            old_entry, new_entry = old_group.get(value) or {}, new_group.get(value) or {}
+            entry = {"n": new_entry.get("n", old_entry.get("n"))}
+            for name in names:
+                picked = old_entry if name in kept_set else new_entry
+                if name in picked:
+                    entry[name] = picked[name]
+            breakdown[group][value] = entry
+    if breakdown:
+        out["breakdown"] = breakdown
+    out["uncertainty"] = _pick(before.get("uncertainty") or {}, now.get("uncertainty") or {}, kept_set, every)
+    if now.get("epochs"):
+        epochs = dict(now["epochs"])
+        old_epochs = before.get("epochs") or {}
+        old_per = old_epochs.get("per_epoch") or []
+        epochs["per_epoch"] = [
+            _pick(old_per[i] if i < len(old_per) else {}, values, kept_set, every)
+            for i, values in enumerate(now["epochs"].get("per_epoch") or [])
+        ]
+        epochs["between_epoch_variance"] = _pick(
+            old_epochs.get("between_epoch_variance") or {}, now["epochs"].get("between_epoch_variance") or {},
+            kept_set, every,
+        )
+        out["epochs"] = epochs
+    meta = dict(new_meta)
+    meta["metrics"] = names
+    for section in ("metric_info", "aggregation"):
+        meta[section] = {
+            n: source(n).get("meta", {}).get(section, {})[n]
+            for n in names
+            if n in (source(n).get("meta") or {}).get(section, {})
+        }
+    options = dict(new_meta.get("options") or {})
+    old_metric_options = (old_meta.get("options") or {}).get("metric_options") or {}
+    options["metric_options"] = {
+        **{n: v for n, v in old_metric_options.items() if n in kept_set},
+        **{n: v for n, v in (options.get("metric_options") or {}).items() if n not in kept_set},
+    }
+    meta["options"] = options
+    failed = {**{n: v for n, v in old_failed.items() if n in kept_set}, **new_failed}
+    meta.pop("failed_metrics", None)
+    if failed:
+        meta["failed_metrics"] = failed
+    if old_meta.get("upgraded_from_results_format"):
+        meta["upgraded_from_results_format"] = old_meta["upgraded_from_results_format"]
+    meta["kept_metrics"] = kept
+    out["meta"] = meta
+    if "epochs" not in out:  # what relates a metric scored now to the kept ones (a judge and string accuracy)
+        for name in new_names:
+            relate = getattr(_metric_fn(name, meta["metric_info"].get(name) or {}), "with_other_metrics", None)
+            if relate is not None and isinstance(out.get(name), dict):
+                out[name], meta["metric_info"][name] = relate(out[name], meta["metric_info"].get(name) or {}, rows, name)
+    return out, kept
