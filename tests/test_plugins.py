@@ -76,6 +76,28 @@ def test_a_strategy_from_a_bare_file(plugin_dir, capsys):
     (plugin_dir / "shout.py").write_text(STRATEGY.replace("upper()", "lower()"), encoding="utf-8")
     code, err = cli(capsys, *BASE, "--agent", "shout.py:Shout", "--agent-arg", "suffix=?", "--out", "a")
     assert code == 2 and "holds a run with a different configuration" in err
+    err = " ".join(err.split())
+    # what differs (the file, by path, and nothing else), and the two ways on
+    assert ": the strategy file shout.py: its content changed (sha256 " in err and "; " not in err.split("): ")[1]
+    assert "choose another --out for this configuration, or run the configuration a holds (a/config.json)" in err
+
+
+def test_a_refused_run_directory_names_every_field_that_differs(plugin_dir, capsys):
+    code, err = cli(capsys, *BASE, "--agent", "shout.py:Shout", "--max-tokens", "30", "--out", "a")
+    assert code == 0, err
+    argv = [*BASE, "--agent", "shout.py:Shout", "--agent-arg", "suffix=?", "--max-tokens", "31", "--temperature", "0.5"]
+    code, err = cli(capsys, *argv, "--out", "a")
+    err = " ".join(err.split())
+    assert code == 2, err
+    changes = err.split("): ", 1)[1].split(". To go on")[0].split("; ")
+    assert sorted(changes) == sorted(
+        ['generation.max_tokens 30 -> 31', 'generation.temperature 0.0 -> 0.5', 'knob suffix "!" -> "?"']
+    )
+    # another strategy and dataset: said as such, not as each of their facts
+    code, err = cli(capsys, "run", "--model", "scripted/echo", "--dataset", "hotpotqa:dev", "--limit", "1",
+                    "--max-tokens", "30", "--out", "a")  # fmt: skip
+    changes = " ".join(err.split()).split("): ", 1)[1].split(". To go on")[0].split("; ")
+    assert code == 2 and changes == ['dataset "qampari:sample" -> "hotpotqa:dev"', 'strategy "Shout" -> "closed-book"']
 
 
 def test_a_strategy_from_a_module_reference(plugin_dir, capsys, monkeypatch):

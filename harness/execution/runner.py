@@ -233,10 +233,7 @@ class Run:
         if cfg_path.exists():
             old = read_json(cfg_path)
             if old.get("config_hash") != self.config_hash:
-                raise ConfigError(
-                    f"{self.run_dir} holds a run with a different configuration "
-                    f"(run {str(old.get('config_hash'))[:12]}, this one {self.run_id}); choose another --out"
-                )
+                raise ConfigError(self._other_run(old))
             held = (old.get("config") or {}).get("shard") if isinstance(old.get("config"), dict) else None
             if held != self.config.shard:  # what `harness merge` reads a directory's part of the run from
                 raise ConfigError(
@@ -247,6 +244,32 @@ class Run:
             raise ConfigError(f"{self.run_dir} has samples but no {CONFIG_FILE}; choose another --out")
         results = self.run_dir / RESULTS_FILE
         return read_results(results) if results.exists() else None
+
+    def _other_run(self, old: dict[str, Any]) -> str:
+        """The refusal of a directory holding another configuration's run: every field of the run
+        key that differs (old -> new), and the two ways on."""
+        from harness.execution.config import identity_changes
+        from harness.execution.record import RunClaim
+
+        head = (
+            f"{self.run_dir} holds a run with a different configuration "
+            f"(run {str(old.get('config_hash'))[:12]}, this one {self.run_id})"
+        )
+        ways = (
+            f"To go on, choose another --out for this configuration, or run the configuration {self.run_dir} "
+            f"holds ({self.run_dir / CONFIG_FILE}) to resume it"
+        )
+        try:
+            claim = RunClaim.model_validate(old)
+            extra = {k: v for k, v in old.items() if k not in ("config_hash", "config")}
+            changes = identity_changes(
+                claim.config.identity(extra), self.config.identity(self.hash_extra), self.config.model_dump(mode="json")
+            )
+        except Exception:  # noqa: BLE001 - an unreadable claim: the refusal without the differences
+            return f"{head}. {ways}"
+        if not changes:
+            changes = ["no field differs as this harness reads them (the run key's rules changed since that run)"]
+        return f"{head}: {'; '.join(changes)}. {ways}"
 
     def _claim_run_dir(self) -> None:
         cfg_path = self.run_dir / CONFIG_FILE
