@@ -389,11 +389,20 @@ def create_agent(config: Any) -> Agent:
     return agent
 
 
+def type_text(annotation: Any) -> str:
+    """A field's type as help shows it: ``int``, ``a|b`` for a Literal, ``str | None``."""
+    from typing import Literal, get_args, get_origin
+
+    if get_origin(annotation) is Literal:
+        return "|".join(map(str, get_args(annotation)))
+    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+
+
 def knob_help(cls: type[Agent]) -> list[str]:
     """One line per knob: name, type, default, help (``harness list agents -v``)."""
     lines = []
     for name, info in cls.Knobs.model_fields.items():
         default = info.get_default(call_default_factory=True)
-        kind = getattr(info.annotation, "__name__", None) or str(info.annotation).replace("typing.", "")
+        kind = type_text(info.annotation)
         lines.append(f"{name} ({kind}, default {default!r}){': ' + info.description if info.description else ''}")
     return lines

@@ -273,6 +273,47 @@ def test_plugins_are_listed(plugin_dir, capsys):
         assert f"{name}  [builtin]" in capsys.readouterr().out
 
 
+METRIC_PLUGIN = """
+from pydantic import Field
+
+from harness.scoring.metrics import MetricOptions, declare
+
+
+class WordOptions(MetricOptions):
+    unit: str = Field("words", description="what is counted")
+
+
+@declare(accepts=("list_of_str", "entity_list"), options=WordOptions)
+def words(questions, answers, only_answered, options=None, unit="words"):
+    \"\"\"Words per answer.\"\"\"
+    return {"raw": {q.id: {"n": 1} for q in questions}}
+"""
+
+
+def test_a_plugin_file_is_listed_as_a_builtin_is(plugin_dir, capsys):
+    import hashlib
+
+    sha = hashlib.sha256((plugin_dir / "shout.py").read_bytes()).hexdigest()[:12]
+    assert main(["list", "agents", "-v", "shout.py:Shout", "closed-book"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"shout.py:Shout  [file shout.py, sha256 {sha}] (settings: closed-book)  Asks the question in capitals."
+    assert out[1] == "    --agent-arg suffix (str, default '!'): appended to the question"
+    assert out[2].startswith("closed-book  [builtin] (settings: closed-book)  ") and len(out) == 3
+    (plugin_dir / "words.py").write_text(METRIC_PLUGIN, encoding="utf-8")
+    assert main(["list", "metrics", "-v", "words.py:words"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("words.py:words  [file words.py, sha256 ") and out[0].endswith("(scored as words)  Words per answer.")
+    assert out[1:] == [
+        "    scores golds: list_of_str, entity_list; answers: any",
+        "    --metric-option words.py:words.unit (str, default 'words'): what is counted",
+    ]
+    # a name that cannot be loaded is an error when named, and a name needs its kind
+    code, err = cli(capsys, "list", "agents", "-v", "missing.py:Shout")
+    assert code == 2 and "agent missing.py:Shout: missing.py not found" in err
+    code, err = cli(capsys, "list", "shout.py:Shout")
+    assert code == 2 and "not a kind" in err
+
+
 def test_help_lists_registry_names(capsys):
     with pytest.raises(SystemExit):
         main(["run", "--help"])
