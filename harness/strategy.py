@@ -24,7 +24,7 @@ from harness.models.cache import ResponseCache, cache_key, is_cacheable
 from harness.datasets.base import Sample
 from harness.errors import ConfigError
 from harness.models.base import GenerationParams, ModelBackend, ModelResponse, Usage
-from harness.registry import Entry, Registry
+from harness.registry import Entry, Registry, type_text
 
 # setting -> the strategy it runs unless --agent names another
 SETTINGS: dict[str, str] = {
@@ -387,15 +387,6 @@ def create_agent(config: Any) -> Agent:
     else:
         agent.chosen_by = "setting default"  # SETTINGS
     return agent
-
-
-def type_text(annotation: Any) -> str:
-    """A field's type as help shows it: ``int``, ``a|b`` for a Literal, ``str | None``."""
-    from typing import Literal, get_args, get_origin
-
-    if get_origin(annotation) is Literal:
-        return "|".join(map(str, get_args(annotation)))
-    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
 
 
 def knob_help(cls: type[Agent]) -> list[str]:

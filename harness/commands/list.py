@@ -126,7 +126,7 @@ def command(args: argparse.Namespace) -> int:
 
 def option_lines(prefix: str, model) -> list[str]:
     """One line per option of a pydantic options model: name, type, default, help."""
-    from harness.strategy import type_text
+    from harness.registry import type_text
 
     lines = []
     for key, info in model.model_fields.items():

@@ -1,5 +1,6 @@
-"""How every metric reads a gold answer (and an answer) that is not plain text, and the answer types
-metrics declare they can score (``harness.scoring.metrics.declare``).
+"""How every metric reads a gold answer (and an answer) that is not plain text. What a gold answer
+is on each dataset, and the answer types metrics declare they can score
+(``harness.scoring.metrics.declare``), is ``harness.datasets.answers``.
 
 One reading, FanOutQA's (``fanoutqa.eval.utils.str_answer``): booleans are "yes"/"no", numbers their
 ``str()``, None is "", a list is its items one per line, a dict its ``key - value`` lines. A QAMPARI
@@ -10,17 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-# answer type -> what it is; a metric declares the ones it scores, a dataset the ones its golds have
-ANSWER_TYPES: dict[str, str] = {
-    "str": "one text",
-    "number": "a number",
-    "bool": "a boolean (read yes/no)",
-    "list_of_str": "a list of strings, all of them the answer (QUEST titles, FanOutQA lists)",
-    "list": "any other list (numbers, mixed, nested)",
-    "dict": "a mapping, keys and values the answer (FanOutQA)",
-    "entity_list": 'a list of QAMPARI entities {"answer_text", "aliases"}',
-    "references": "a list of alternative references, any one of them right (TopiOCQA's Additional_answers)",
-}
+from harness.datasets.answers import ANSWER_TYPES  # noqa: F401  (the answer-type names, kept importable here)
 
 
 def scalar_text(value: Any) -> str:

@@ -2,7 +2,9 @@
 
 A metric is one function registered by name that scores saved answers against a dataset's
 references with no model call: ``fn(questions, answers, only_answered, options=ScoringOptions)``
-returns ``{"raw": {question id: {name: value}}, "info": {...}}``. ``score_answers`` then averages
+returns ``{"raw": {question id: {name: value}}, "info": {...}}`` (typed: ``MetricFn``,
+``AnswerRecord``, ``MetricResult``; each question's gold ``Sample.answer`` is typed per dataset in
+``harness.datasets.answers``). ``score_answers`` then averages
 each per-question value over the questions scored (and over each group for the breakdowns), so
 metrics do not each re-implement the mean. A metric whose official aggregate is not that mean
 (FanOutQA's acc/ROUGE as fanoutqa computes them, QAMPARI's F1>=0.5 shares, corpus BLEU) also
@@ -26,7 +28,7 @@ import logging
 import threading
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -93,9 +95,42 @@ class ScoringOptions(BaseModel):
 
 log = logging.getLogger(__name__)
 
-# fn(questions, answers, only_score_answered, options=ScoringOptions)
-#   -> {"raw": {qid: {...}}, "info": {...}, "aggregate"?: {...}}
-MetricFn = Callable[..., dict[str, Any]]
+class _Answer(TypedDict):
+    id: str  # the question's id (``Sample.id``)
+    answer: Any  # the system's answer: a model's text, any JSON from a generations file; None: unanswered
+
+
+class AnswerRecord(_Answer, total=False):
+    """One answer a metric scores. ``row``: its sample's row (a ``samples.jsonl`` line, None when
+    scoring bare generations), only for the metrics that ``reads("row")``."""
+
+    row: dict[str, Any] | None
+
+
+class _Result(TypedDict):
+    raw: dict[str, dict[str, Any]]  # {question id: {value name: value}}: averaged unless "aggregate"
+
+
+class MetricResult(_Result, total=False):
+    """What a metric returns: per-question values, facts about the scoring (``info``: a judge's
+    model, a checkpoint, ...), and its own ``aggregate`` where the official one is not the mean."""
+
+    info: dict[str, Any]
+    aggregate: dict[str, Any]
+
+
+class MetricFn(Protocol):
+    """A metric: ``questions`` (each ``Sample.answer`` a gold, typed per dataset:
+    ``harness.datasets.answers``), the answers, the official ``only_score_answered``, the scoring
+    options, and its declared options as keywords (``declare(options=...)``)."""
+
+    def __call__(
+        self,
+        questions: list[Sample],
+        answers: list[AnswerRecord],
+        only_answered: bool,
+        options: ScoringOptions | None = None,
+    ) -> MetricResult: ...
 
 
 def reads(*what: str):
