@@ -315,7 +315,8 @@ def test_a_run_that_answered_nothing_is_refused(tmp_path, scripts, broken_script
     config = build_config({"model": "scripted/cmp-broken", "dataset": "hotpotqa:dev", "out": str(broken), "limit": 4})
     asyncio.run(Run(config, show_progress=False).execute())
     results = json.loads((broken / "results.json").read_text())
-    assert results["counts"]["finished"] == 0 and results["scores"]["raw"]  # scored all the same: four zeros
+    assert results["counts"]["finished"] == 0 and results["scores"]["raw"] == []  # nothing scored: no zeros
+    assert results["scores"]["em-f1"]["em"] is None and results["scores"]["meta"]["n_failed"] == 4
     # samples finished, but none with an answer (a strategy that gave up): scores.meta.n_answered 0
     mute = tmp_path / "mute"
     shutil.copytree(good, mute)

@@ -24,7 +24,7 @@ from harness.execution.cost import Budget, load_price_table, pricing_for, run_co
 from harness.execution.lock import RunLock
 from harness.execution.progress import Progress
 from harness.execution.record import RunResults, read_results
-from harness.execution.scoring import run_metrics, score_records
+from harness.execution.scoring import run_metrics, score_records, stopped_reason
 from harness.execution.summary import build_results, now_iso, snapshot_hash
 from harness.execution.watchdog import LoopWatch
 from harness.models import create_backend
@@ -348,8 +348,12 @@ class Run:
         except ProcessDiedError as exc:  # said after the rows and results.json are safe (below)
             status, died = "error", exc
             self.invocation["error"] = str(exc)
-        except BaseException:
+        except BaseException as exc:
             status = "error"
+            if isinstance(exc, Exception):  # said in results.json: why the questions left were not asked
+                from harness.redact import redact
+
+                self.invocation["error"] = " ".join(redact(exc).split())[:500]
             raise
         finally:
             if todo and model_info is not None:
@@ -540,6 +544,8 @@ class Run:
                 precomputed=precomputed,
                 epochs=self.config.epochs,
                 reducer=self.config.epoch_reducer,
+                failures={k: failures[k] for k in failed_now},
+                stopped=stopped_reason(status, self.invocation.get("error")),
             )
         else:
             scoring_note = f"{self.dataset.info.spec()} has no reference answers; export the generations to score them"

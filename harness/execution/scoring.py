@@ -13,8 +13,8 @@ from harness.datasets import Dataset, Sample, load_dataset
 from harness.errors import DatasetError, HarnessError
 from harness.execution.config import RunConfig
 from harness.execution.record import RunClaim, RunResults, parse_results, read_claim, read_results
-from harness.records import CONFIG_FILE, RESULTS_FILE, record_epoch, work_key
-from harness.scoring.metrics import ScoringOptions, check_metrics, score_answers
+from harness.records import CONFIG_FILE, FAILURES_FILE, RESULTS_FILE, record_epoch, work_key
+from harness.scoring.metrics import ScoringOptions, check_metrics, score_answers, score_nothing
 from harness.scoring.results import RESULTS_FORMAT, SECTIONS, upgrade
 
 
@@ -28,39 +28,138 @@ def score_records(
     precomputed: dict[Any, dict[str, Any]] | None = None,
     epochs: int = 1,
     reducer: str = "mean",
+    failures: dict[str, dict[str, Any]] | None = None,
+    stopped: str | None = None,
 ) -> dict[str, Any]:
-    """Scores of finished sample records ({"id", "answer", ...}) on the selected questions. A
-    sample that finished without an answer (context full, rounds exhausted) counts as unanswered,
-    i.e. 0, exactly like a question missing from an official submission.
+    """Scores of finished sample records ({"id", "answer", ...}) on the selected questions.
+
+    A question is scored iff it has a finished record: one that finished without an answer (context
+    full, rounds exhausted) is the model's outcome and counts 0, as a missing answer counts in an
+    official submission. A question that failed (``failures``: {work key: its failure row}) or was
+    never asked (``stopped``: why the run did not reach it) is not scored at all: not in ``raw``, the
+    aggregates, breakdowns or intervals; ``meta`` counts it (``n_failed``, ``n_pending``) and says why
+    (``not_scored``). With no question scored every number is null, never 0 (``score_nothing``).
 
     Records of several epochs (``--epochs``; a record's ``epoch``, 1 when absent): each epoch is
-    scored alone, then its numbers combined by the reducer (``harness.scoring.epochs``); ``precomputed`` is then
-    {epoch: the streamed values of that epoch}."""
-    by_epoch: dict[int, list[dict[str, Any]]] = {}
+    scored alone over the questions finished in it, then its numbers combined by the reducer
+    (``harness.scoring.epochs``); ``precomputed`` is then {epoch: the streamed values of that epoch}."""
+    by_epoch: dict[int, dict[str, dict[str, Any]]] = {}
     for r in records:
-        by_epoch.setdefault(record_epoch(r), []).append(r)
+        by_epoch.setdefault(record_epoch(r), {}).setdefault(r["id"], r)
     n = max([epochs, *by_epoch])
 
-    def answers_of(epoch: int) -> list[dict[str, Any]]:
-        return [{"id": r["id"], "answer": r["answer"]} for r in by_epoch.get(epoch, []) if r.get("answer") is not None]
+    def scored_in(epoch: int) -> list[Sample]:
+        finished = by_epoch.get(epoch, {})
+        return [
+            q for q in questions if q.id in finished and (not only_answered or finished[q.id].get("answer") is not None)
+        ]
 
-    def rows_of(epoch: int) -> dict[str, dict[str, Any]]:  # for the metrics that read rows (``agent``)
-        return {r["id"]: r for r in by_epoch.get(epoch, [])}
+    def score_epoch(epoch: int, pre: dict[str, Any] | None) -> dict[str, Any] | None:
+        scored = scored_in(epoch)
+        if not scored:
+            return None
+        finished = by_epoch[epoch]
+        answers = [{"id": r["id"], "answer": r["answer"]} for r in finished.values() if r.get("answer") is not None]
+        # the metrics that read rows (``agent``) get the finished rows
+        return score_answers(dataset, scored, answers, metrics, only_answered, options, pre, finished)
 
+    scored_ids = {q.id for e in range(1, n + 1) for q in scored_in(e)}
+    counted = _count_unscored(questions, scored_ids, by_epoch, n, failures or {}, stopped)
     if n == 1:
-        return score_answers(dataset, questions, answers_of(1), metrics, only_answered, options, precomputed, rows_of(1))
-    from harness.scoring.epochs import check_reducer, reduce_epoch_scores
-    from harness.scoring.metrics import resolve_metrics
+        scores = score_epoch(1, precomputed)
+    else:
+        from harness.scoring.epochs import check_reducer, reduce_epoch_scores
+        from harness.scoring.metrics import resolve_metrics
 
-    fns = {name: entry.obj for name, entry in resolve_metrics(list(metrics or dataset.metrics)).items()}
-    check_reducer(reducer, fns, n)  # mode on continuous values: refused before any epoch is scored
-    per_epoch = [
-        score_answers(
-            dataset, questions, answers_of(e), metrics, only_answered, options, (precomputed or {}).get(e), rows_of(e)
-        )
-        for e in range(1, n + 1)
-    ]
-    return reduce_epoch_scores(per_epoch, reducer, questions, fns)
+        fns = {name: entry.obj for name, entry in resolve_metrics(list(metrics or dataset.metrics)).items()}
+        check_reducer(reducer, fns, n)  # mode on continuous values: refused before any epoch is scored
+        scores = None
+        if scored_ids:
+            per_epoch = [score_epoch(e, (precomputed or {}).get(e)) for e in range(1, n + 1)]
+            scores = reduce_epoch_scores(per_epoch, reducer, questions, fns)
+            scores["epochs"]["n_answered"] = [len(scored_in(e)) for e in range(1, n + 1)]
+    if scores is None:
+        from harness.scoring.epochs import epochs_of_nothing
+
+        scores = score_nothing(dataset, questions, metrics, options, counted["not_scored"] or "no question selected")
+        if n > 1:
+            scores["epochs"] = epochs_of_nothing(n, reducer)
+            scores["meta"].update(epochs=n, epoch_reducer=reducer)
+    scores["meta"].update(n_questions=len(questions), n_answered=len(scored_ids), **counted)
+    return scores
+
+
+def _count_unscored(
+    questions: list[Sample],
+    scored: set[str],
+    finished: dict[int, dict[str, dict[str, Any]]],
+    epochs: int,
+    failures: dict[str, dict[str, Any]],
+    stopped: str | None,
+) -> dict[str, Any]:
+    """{"n_failed", "n_pending", "not_scored"} of the questions without values: failed (a failure
+    row in some epoch, finished in none), not asked, or (``only_answered``) finished unanswered."""
+    failed: list[dict[str, Any]] = []
+    pending = unanswered = 0
+    for q in questions:
+        if q.id in scored:
+            continue
+        rows = [failures[work_key(q.id, e)] for e in range(1, epochs + 1) if work_key(q.id, e) in failures]
+        if rows:
+            failed.append(rows[0])
+        elif any(q.id in finished.get(e, {}) for e in range(1, epochs + 1)):
+            unanswered += 1
+        else:
+            pending += 1
+    return {
+        "n_failed": len(failed),
+        "n_pending": pending,
+        "not_scored": not_scored_reason(len(questions), failed, pending, stopped, unanswered),
+    }
+
+
+def not_scored_reason(
+    n_questions: int, failed: list[dict[str, Any]], pending: int, stopped: str | None, unanswered: int = 0
+) -> str | None:
+    """Why questions have no values, e.g. ``3 of 3 failed: model_unavailable (gave up after retries:
+    HTTP 500 ...)`` or ``3 of 3 not asked: run stopped (error: ...)``; None when every one was scored.
+    ``failed``: one failure row ({"error_type", "error"}) per failed question."""
+    parts = []
+    if failed:
+        kinds: dict[str, list[str]] = {}
+        for row in failed:
+            kinds.setdefault(str(row.get("error_type") or "error"), []).append(" ".join(str(row.get("error") or "").split()))
+        shown = [
+            (f"{len(errors)} " if len(kinds) > 1 else "") + kind + (f" ({_short(errors[0])})" if errors[0] else "")
+            for kind, errors in sorted(kinds.items(), key=lambda kv: -len(kv[1]))
+        ]
+        parts.append(f"{len(failed)} of {n_questions} failed: {', '.join(shown)}")
+    if pending:
+        parts.append(f"{pending} of {n_questions} not asked: {stopped or 'not run yet'}")
+    if unanswered:
+        parts.append(f"{unanswered} of {n_questions} finished without an answer (only answered questions scored)")
+    return "; ".join(parts) or None
+
+
+def _short(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# Why a run's pending questions were never asked, by the status it ended with.
+STOPPED = {
+    "error": "run stopped",
+    "interrupted": "run interrupted",
+    "budget_exhausted": "run stopped on budget (--max-cost)",
+    "running": "run did not reach them (killed, or still running)",
+}
+
+
+def stopped_reason(status: str | None, error: str | None = None) -> str:
+    """``run stopped (error: ...)``: why questions of a run ending with ``status`` were not asked."""
+    text = STOPPED.get(status or "running", "not run yet")
+    if error:
+        text += f" (error: {_short(' '.join(error.split()), 200)})"
+    return text
 
 
 # Record kinds (harness.strategy.RECORD_KINDS) that give a strategy's runs the ``agent`` metrics by default
@@ -162,6 +261,7 @@ def score_run(
         [{"id": r["id"], "answer": r.get("answer")} for r in records],
         given=named_options or {},
     )
+    failures, stopped = _unfinished_of(run_dir, results, finished)
     return score_records(
         dataset,
         questions,
@@ -171,7 +271,31 @@ def score_run(
         only_answered,
         epochs=epochs,
         reducer=config.epoch_reducer,
+        failures=failures,
+        stopped=stopped,
     )
+
+
+def _unfinished_of(
+    run_dir: Path, results: RunResults | None, finished: dict[str, dict[str, Any]]
+) -> tuple[dict[str, dict[str, Any]], str]:
+    """(the failures its results.json counts, {work key: {"error_type", "error"}}; why its pending
+    questions were not asked). A run killed before its results.json: its failure rows not finished since."""
+    from harness.records import iter_jsonl
+
+    if results is not None:
+        failures = {key: {"error_type": f.type, "error": f.error} for key, f in results.failures.items()}
+        last = results.invocations[-1] if results.invocations else None
+        return failures, stopped_reason(results.status, last.error if last is not None else None)
+    failures = {}
+    path = run_dir / FAILURES_FILE
+    if path.exists():
+        for _, row in iter_jsonl(path, strict=False):
+            if row.get("status") == "error" and isinstance(row.get("id"), str):
+                key = work_key(row["id"], record_epoch(row))
+                if key not in finished:
+                    failures[key] = row  # the last attempt's
+    return failures, stopped_reason("running")
 
 
 class Rescored(NamedTuple):

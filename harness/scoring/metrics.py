@@ -604,6 +604,74 @@ def score_answers(
     return out
 
 
+def score_nothing(
+    dataset: Dataset,
+    questions: list[Sample],
+    metrics: list[str] | None,
+    options: ScoringOptions | None,
+    reason: str,
+) -> dict[str, Any]:
+    """The scores of a run that answered none of ``questions`` (every one failed or was never asked):
+    each metric's aggregate shaped as ``score_answers`` shapes it, every number null (no value, never
+    0); no per-question rows or breakdown; each number's interval n/a and each metric's
+    ``meta.metric_info`` ``reason``. The shape comes from scoring one question unanswered, which asks
+    no model and no judge; what that gives is thrown away."""
+    from harness.scoring.uncertainty import scored_part
+
+    options = options or ScoringOptions()
+    names = list(resolve_metrics(list(metrics or dataset.metrics)))
+    probe = score_answers(dataset, questions[:1], [], metrics, False, options, None, {}) if questions else {}
+    probe_info = (probe.get("meta") or {}).get("metric_info") or {}
+    out: dict[str, Any] = {"results_format": RESULTS_FORMAT}
+    uncertainty: dict[str, dict[str, Any]] = {}
+    for name in names:
+        shape = probe.get(name) if isinstance(probe.get(name), dict) else {}
+        out[name] = _null_leaves(shape)
+        for path, value in _leaf_paths(scored_part(shape)):
+            if isinstance(value, int) and not isinstance(value, bool):
+                continue  # a count (TopiOCQA's turns) has no interval
+            uncertainty[".".join((name, *path))] = {
+                "value": None, "stderr": None, "ci95": None, "method": "none", "note": reason,
+            }  # fmt: skip
+    out["raw"] = []
+    out["uncertainty"] = uncertainty
+    plugin = {n: (probe_info.get(n) or {}).get("plugin") for n in names}
+    out["meta"] = {
+        **(probe.get("meta") or {}),
+        "metrics": names,
+        "n_questions": len(questions),
+        "n_answered": 0,
+        "n_oversized_answers": 0,
+        "reasoning_removed": {"n_answers": 0, "unclosed": []},
+        "only_score_answered": False,
+        "dataset": dataset.info.spec(),
+        "dataset_sha256": dataset.info.sha256,
+        "metric_info": {n: {"reason": reason, **({"plugin": plugin[n]} if plugin[n] else {})} for n in names},
+        "aggregation": {n: "no value: no question was scored" for n in names},
+        "options": (probe.get("meta") or {}).get("options") or options.model_dump(),
+        "clustering": {"by": None},
+    }
+    out["meta"].pop("failed_metrics", None)  # a plugin failing on the unanswered probe says nothing of the run
+    return out
+
+
+def _null_leaves(value: Any) -> Any:
+    """``value`` with every leaf (number, text, list) None, its dicts kept."""
+    if isinstance(value, dict):
+        return {k: _null_leaves(v) for k, v in value.items()}
+    return None
+
+
+def _leaf_paths(value: dict[str, Any], prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    out = []
+    for key, item in value.items():
+        if isinstance(item, dict):
+            out.extend(_leaf_paths(item, (*prefix, key)))
+        else:
+            out.append(((*prefix, key), item))
+    return out
+
+
 class MetricFailed(HarnessError):
     """A plugin metric raised, hung or returned what is not a metric's result: its own failure."""
 
