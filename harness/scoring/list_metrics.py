@@ -1,8 +1,9 @@
-"""``set-f1``: QAMPARI's official list-answer metric (samsam3232/qampari,
-``models/evaluation/reader_metrics.py``, ``compute_metrics_qampari``), for any dataset whose answer
-is a list of entities with aliases.
+"""``set-f1``: QAMPARI's official list-answer metric (samsam3232/qampari at commit dd9fe313, licence
+CC0 1.0, ``models/evaluation/reader_metrics.py``, ``compute_metrics_qampari``), for any dataset whose
+answer is a list of entities with aliases.
 
-Mirrored from the official code (checked case by case in tests/test_qampari_quest_parity.py):
+Its behaviour, restated here from its definition (checked case by case in
+tests/test_qampari_quest_parity.py):
 
 * normalization ``normalize_answer``: lower-case, drop ASCII punctuation, drop the articles
   a/an/the between word boundaries, collapse whitespace (SQuAD style). The word boundary is the
