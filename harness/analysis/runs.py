@@ -98,12 +98,28 @@ def _visit(folder: Path, in_run: bool, seen: dict[str, Path], search: RunSearch)
             search.skipped.append(Skipped(path=str(folder), reason=reason))
         else:
             search.runs.append(folder)
+    elif RESULTS_FILE in names and not in_run:  # a FIFO, socket or device: never opened
+        reason = f"{RESULTS_FILE}: {_kind_of(folder / RESULTS_FILE)}, not a regular file"
+        search.skipped.append(Skipped(path=str(folder), reason=reason))
     elif not in_run and (CONFIG_FILE in names or SAMPLES_FILE in names):
         reason = f"a run without {RESULTS_FILE} yet (still running, or stopped before writing it)"
         search.skipped.append(Skipped(path=str(folder), reason=reason))
     elif not in_run and not subfolders:
         search.skipped.append(Skipped(path=str(folder), reason=f"not a run (no {RESULTS_FILE})"))
     return [(sub, in_run or is_run) for sub in subfolders]
+
+
+def _kind_of(path: Path) -> str:
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    for test, kind in ((stat.S_ISFIFO, "is a FIFO"), (stat.S_ISSOCK, "is a socket"), (stat.S_ISDIR, "is a folder")):
+        if test(mode):
+            return kind
+    return "is a device or special file"
 
 
 class SampleRows(BaseModel):

@@ -31,7 +31,7 @@ from functools import lru_cache
 from typing import Any, Iterable, Iterator
 
 from harness.errors import HarnessError
-from harness.scoring.gold import scalar_text, str_answer
+from harness.scoring.gold import GoldMatch, scalar_text, str_answer
 from harness.scoring.normalize import normalize, normalize_many
 
 __all__ = ["answer_in_text", "score_fanoutqa", "str_answer"]  # str_answer: FanOutQA's, in harness.scoring.gold
@@ -172,16 +172,13 @@ def aggregate_fanoutqa(raw: list[dict], eval_len: int) -> dict:
     }
 
 
-from harness.scoring.gold import GoldMatch  # noqa: E402  (kept with the function that uses it)
-
-
 def gold_matches(reference: Any, candidate: Any) -> list[GoldMatch]:
     """Each reference string of one question as ``answer_in_text`` scores it (one per string, a
     dict's keys then its values, repeats kept: the found share is the question's loose accuracy),
     found or missing, with the part of the answer it was found in: the smallest comma- or
     semicolon-separated part, else the line, whose own normalized text holds it; else the
     normalized words around it (the match may span lines)."""
-    items = list(_primitives(reference))
+    items = list(_leaves(reference))
     text = "" if candidate is None else str(candidate)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     parts = [p.strip() for line in lines for p in re.split(r"[,;]", line) if p.strip()]
