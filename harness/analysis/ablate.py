@@ -93,8 +93,12 @@ def add_steps(rows: list[dict[str, Any]], results: list[RunResults]) -> None:
         except HarnessError as exc:
             rows[i]["step"] = {"error": str(exc)}
             continue
+        if result["runs"][1].get("failed"):  # nothing answered at this size: no change to measure
+            rows[i]["step"] = {"error": f"not compared: {result['runs'][1]['failed']}"}
+            continue
+        keys = ("diff", "ci95", "p", "p_holm", "p_mc_error", "test", "significant")
         rows[i]["step"] = {
-            m: {k: e["diffs"][0].get(k) for k in ("diff", "ci95", "p", "p_mc_error", "test", "significant")}
+            m: {k: e["diffs"][0].get(k) for k in keys}
             for m, e in result["metrics"].items()
             if is_headline(m)
         }
@@ -109,6 +113,7 @@ def _step_text(step: dict[str, Any] | None) -> str:
     parts = [
         f"{m.split('.', 1)[-1]} {s['diff']:+.4f} p={s['p']:.3g}"
         + (f"±{s['p_mc_error']:.1g}" if s.get("p_mc_error") else "")  # a Monte Carlo p's error
+        + (f" (Holm {s['p_holm']:.3g})" if s.get("p_holm") is not None and s["p_holm"] != s["p"] else "")
         + (" *" if s["significant"] else "")
         for m, s in step.items()
     ]
@@ -118,7 +123,7 @@ def _step_text(step: dict[str, Any] | None) -> str:
 def format_table(ablation: dict[str, Any]) -> str:
     metrics = [m for m in ablation["metrics"] if is_headline(m)]
     head = ["context size", *metrics, "ceiling loose", "ceiling strict", "finished", "failed", "tokens", "cost USD"]
-    head.append("change from the previous size (* significant at 0.05)")
+    head.append("change from the previous size (* significant at 0.05, Holm over the step's numbers)")
     lines = [
         (
             f"Context-length ablation: {ablation['model']}, {ablation['setting']}, {ablation['dataset']} "
