@@ -96,8 +96,12 @@ def add_steps(rows: list[dict[str, Any]], results: list[RunResults]) -> None:
         except HarnessError as exc:
             rows[i]["step"] = {"error": str(exc)}
             continue
+        if result["runs"][1].get("failed"):  # nothing answered at this size: no change to measure
+            rows[i]["step"] = {"error": f"not compared: {result['runs'][1]['failed']}"}
+            continue
+        keys = ("diff", "ci95", "p", "p_holm", "p_mc_error", "test", "significant")
         rows[i]["step"] = {
-            m: {k: e["diffs"][0].get(k) for k in ("diff", "ci95", "p", "p_mc_error", "test", "significant")}
+            m: {k: e["diffs"][0].get(k) for k in keys}
             for m, e in result["metrics"].items()
             if is_headline(m)
         }
@@ -112,6 +116,7 @@ def _step_text(step: dict[str, Any] | None, keys: list[str]) -> str:
     parts = [
         f"{display_name(m)} {s['diff']:+.4f} p={s['p']:.3g}"
         + (f"±{s['p_mc_error']:.1g}" if s.get("p_mc_error") else "")  # a Monte Carlo p's error
+        + (f" (Holm {s['p_holm']:.3g})" if s.get("p_holm") is not None and s["p_holm"] != s["p"] else "")
         + (" *" if s["significant"] else "")
         for m, s in step.items()
         if m in keys and s.get("diff") is not None and s.get("p") is not None
@@ -125,7 +130,7 @@ def format_table(ablation: dict[str, Any]) -> str:
     Every other number is in ablation.json. A size that answered nothing has no value (n/a)."""
     keys = headline_of(ablation)
     head = ["context size", *(display_name(k) for k in keys), "ceiling (loose)", "ceiling (strict)", "n", "failed"]
-    head.append("change from the previous size (* significant at 0.05)")
+    head.append("change from the previous size (* significant at 0.05, Holm over the step's numbers)")
     lines = [
         (
             f"Context-length ablation: {ablation['model']}, {ablation['setting']}, {ablation['dataset']} "

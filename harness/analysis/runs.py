@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from harness.errors import HarnessError
 from harness.execution.lock import writer_of
-from harness.execution.record import SampleRow
+from harness.execution.record import SampleRow, results_path
 from harness.records import CONFIG_FILE, FAILURES_FILE, RESULTS_FILE, SAMPLES_FILE, iter_jsonl, load_finished, work_key
 
 
@@ -154,3 +154,28 @@ def _row(record: object) -> SampleRow | None:
         return SampleRow.model_validate(record)
     except ValidationError:
         return None
+
+
+def run_paths(given: list[str | Path]) -> list[tuple[Path, bool]]:
+    """The runs named by ``given``, each with whether it was found in a folder (a reader may skip an
+    unreadable one there, never one named itself): a run directory or results.json as it is, a
+    folder as every run ``find_runs`` lists under it; each real run once. A path that does not
+    exist, or a folder without any run, is a one-line error."""
+    out: list[tuple[Path, bool]] = []
+    seen: set[Path] = set()
+    for item in given:
+        path = Path(item)
+        if not path.exists():
+            raise HarnessError(f"{path}: no such run directory, results file or folder")
+        if path.is_dir() and not (path / RESULTS_FILE).exists():
+            found = find_runs([path]).runs
+            if not found:
+                raise HarnessError(f"{path}: not a run directory and no run under it (no {RESULTS_FILE})")
+        else:
+            found = [path]
+        for run in found:
+            real = results_path(run).resolve()
+            if real not in seen:
+                seen.add(real)
+                out.append((run, run != path))
+    return out

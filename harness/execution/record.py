@@ -258,6 +258,11 @@ class RunResults(BaseModel):
         return self.model.context_size if self.model is not None else None
 
     @property
+    def model_name(self) -> str:
+        """The model as its backend named it (``gpt-4o``), else as ``--model`` gave it."""
+        return (self.model.model if self.model is not None else None) or self.config.model
+
+    @property
     def agent_name(self) -> str | None:
         return self.agent.name if self.agent is not None else self.config.agent
 

@@ -61,6 +61,10 @@ BUILTIN: dict[str, tuple[tuple[str, ...], dict[str, str], dict[str, float | None
 }
 
 
+# Numbers where less is better (the best in a table's column is the lowest): the agent's spending.
+LOWER_IS_BETTER = {"agent": ("cost", "tokens", "rounds")}
+
+
 def _split(key: str) -> tuple[str, str]:
     metric, _, leaf = key.partition(".")
     return metric, leaf
@@ -124,3 +128,12 @@ def scale_of(key: str) -> float | None:
     declared = _declared(metric)
     scales = dict(getattr(declared, "scales", None) or {})
     return scales.get(leaf, getattr(declared, "scale", 1.0) if declared is not None else 1.0)
+
+
+def lower_is_better(key: str) -> bool:
+    """Whether the best value of ``key`` is the lowest (cost, tokens, rounds); a plugin may declare
+    such leaves as ``lower_is_better``."""
+    metric, leaf = _split(key)
+    if metric in BUILTIN:
+        return leaf in LOWER_IS_BETTER.get(metric, ())
+    return leaf in tuple(getattr(_declared(metric), "lower_is_better", ()) or ())
