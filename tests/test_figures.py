@@ -191,7 +191,7 @@ def test_ablation_table_is_the_headline_with_display_names(two_sweeps):
     head = [c.strip() for c in lines[0].strip("|").split("|")]
     assert head == [
         "context size", "EM", "F1", "ceiling (loose)", "ceiling (strict)", "n", "failed",
-        "change from the previous size (* significant at 0.05)",
+        "change from the previous size (* significant at 0.05, Holm over the step's numbers)",
     ]  # fmt: skip
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
     assert rows[0][:7] == ["1024", "0.2000 ± 0.1000", "0.3000 ± 0.1000", "0.5000", "0.2500", "3", "0"]
