@@ -170,7 +170,7 @@ def test_metric_choice_labels_and_older_files(tmp_path, two_sweeps):
     ].title == "Accuracy (loose)"
     full = ablation_spec(sweeps, metrics=["fanoutqa-string.acc.strict", "em-f1.em", "acc.loose", "em"])
     assert [p.title for p in full.panels] == ["Accuracy (strict)", "EM", "Accuracy (loose)"]
-    with pytest.raises(HarnessError, match=r"^--metric rouge: not a metric of these results \(available: em-f1.em, "):
+    with pytest.raises(HarnessError, match=r"^--metric rouge: not a metric of these runs \(available: em-f1.em, "):
         ablation_spec(sweeps, metrics=["rouge"])
     with pytest.raises(HarnessError, match="--label given 1 times for 2 inputs"):
         ablation_spec(sweeps, labels=["only one"])

@@ -265,7 +265,7 @@ def test_table_of_two_datasets_and_chosen_metrics(runs, capsys):
     assert "F1 (topiocqa): no interval (one cluster: no between-cluster spread)" in md
     # --metric: a key, or a metric's headline
     assert build_table([r["right"]], ["fanoutqa-string.acc.strict", "em-f1"]).keys == ["fanoutqa-string.acc.strict", "em-f1.f1"]
-    with pytest.raises(HarnessError, match=r"^--metric nope: no run has it; available: fanoutqa-string.acc.loose, "):
+    with pytest.raises(HarnessError, match=r"^--metric nope: not a metric of these runs \(available: fanoutqa-string.acc.loose, "):
         build_table([r["right"]], ["nope"])
     assert main(["table", str(r["right"]), "--metric", "nope"]) == 2
     assert capsys.readouterr().err.count("\n") == 1

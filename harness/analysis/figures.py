@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from harness.errors import HarnessError
 from harness.execution.record import RunResults, metric_names_of
 from harness.records import write_bytes_atomic
-from harness.scoring.display import dataset_headline, display_name, metric_headline, scale_of
+from harness.scoring.display import chosen_keys, dataset_headline, display_name, scale_of
 from harness.scoring.results import score_values
 
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
@@ -110,18 +110,7 @@ def choose_keys(requested: list[str] | None, available: list[str], headlines: li
         if not keys:
             raise HarnessError(f"no headline metric to draw; choose one with --metric ({_listing(available)})")
         return keys
-    keys: list[str] = []
-    for wanted in requested:
-        if wanted in available:
-            found = [wanted]
-        else:
-            leaves = [k for k in available if k.startswith(wanted + ".")]
-            found = [k for k in metric_headline(wanted) if k in leaves] or leaves
-            found = found or [k for k in available if k.endswith("." + wanted)]  # acc.strict
-        if not found:
-            raise HarnessError(f"--metric {wanted}: not a metric of these results ({_listing(available)})")
-        keys += [k for k in found if k not in keys]
-    return keys
+    return chosen_keys(requested, available)
 
 
 def _listing(available: list[str]) -> str:

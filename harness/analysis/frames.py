@@ -16,7 +16,7 @@ from typing import Any
 from harness.analysis.leaderboard import row_of
 from harness.analysis.runs import find_runs, load_rows
 from harness.errors import HarnessError
-from harness.execution.record import metric_names_of, read_results
+from harness.execution.record import RunResults, metric_names_of, read_results
 from harness.records import work_key
 from harness.scoring.display import dataset_headline, display_name
 from harness.scoring.results import per_question
@@ -48,6 +48,20 @@ def _frame(records: list[dict[str, Any]], numeric: list[str], skipped: list[dict
     return frame
 
 
+def _readable(paths: tuple[str | Path, ...]) -> tuple[list[tuple[Path, RunResults]], list[dict[str, str]]]:
+    """The runs under ``paths`` that read, typed; the folders passed over and the runs that do not
+    read, each with the reason."""
+    search = _search(paths)
+    skipped = [s.model_dump() for s in search.skipped]
+    runs = []
+    for run_dir in search.runs:
+        try:
+            runs.append((run_dir, read_results(run_dir)))
+        except HarnessError as exc:
+            skipped.append({"path": str(run_dir), "reason": str(exc)})
+    return runs, skipped
+
+
 def runs_df(*paths: str | Path):
     """One row per run under ``paths``: its identity (``run_id``, ``dir``, dataset, setting, agent,
     model, context size), ``status``, ``failed`` (nothing answered), ``n`` (questions answered),
@@ -57,16 +71,10 @@ def runs_df(*paths: str | Path):
     results.json cannot be read is left out and named, with the reason, in ``frame.attrs["skipped"]``
     (as are the folders the search passed over)."""
     pd = _pandas()
-    search = _search(paths)
-    skipped = [s.model_dump() for s in search.skipped]
+    runs, skipped = _readable(paths)
     records: list[dict[str, Any]] = []
     numeric: list[str] = []
-    for run_dir in search.runs:
-        try:
-            results = read_results(run_dir)
-        except HarnessError as exc:
-            skipped.append({"path": str(run_dir), "reason": str(exc)})
-            continue
+    for run_dir, results in runs:
         row = row_of(results, run_dir)
         headline = dataset_headline(results.dataset.name, metric_names_of(results.scores))
         key = headline[0] if headline else None
@@ -129,16 +137,10 @@ def samples_df(*paths: str | Path):
     epochs (``scores.raw`` keeps no per-epoch ones): each of its epoch rows shows them, and
     ``values_of`` says ``question`` instead of ``sample``."""
     pd = _pandas()
-    search = _search(paths)
-    skipped = [s.model_dump() for s in search.skipped]
+    runs, skipped = _readable(paths)
     records: list[dict[str, Any]] = []
     numeric: list[str] = ["latency_s", "prompt_tokens", "completion_tokens", "model_calls", "cost_usd"]
-    for run_dir in search.runs:
-        try:
-            results = read_results(run_dir)
-        except HarnessError as exc:
-            skipped.append({"path": str(run_dir), "reason": str(exc)})
-            continue
+    for run_dir, results in runs:
         rows = load_rows(run_dir)
         values = per_question(results.scores_dict())
         epochs = results.counts.epochs or 1

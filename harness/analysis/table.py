@@ -20,7 +20,7 @@ from harness.analysis.grid import Cell, Column, Grid, mark_best
 from harness.analysis.runs import run_paths
 from harness.errors import HarnessError
 from harness.execution.record import RunResults, metric_names_of, read_results
-from harness.scoring.display import dataset_headline, display_name, lower_is_better, metric_headline, scale_of
+from harness.scoring.display import chosen_keys, dataset_headline, display_name, lower_is_better, scale_of
 from harness.scoring.results import metric_aggregates
 from harness.scoring.uncertainty import _flat_leaves
 
@@ -104,17 +104,7 @@ def _chosen(wanted: list[str], rows: list[TableRow]) -> list[str]:
     """``--metric`` names: a ``METRIC.LEAF`` key some run has, or a metric's name (its headline
     numbers, or all of them when it declares none); anything else a one-line error."""
     available = list(dict.fromkeys(k for r in rows for k in r.values))
-    keys: list[str] = []
-    for name in wanted:
-        if name in available:
-            found = [name]
-        else:
-            leaves = [k for k in available if k.startswith(name + ".")]
-            found = [k for k in metric_headline(name) if k in leaves] or leaves
-        if not found:
-            raise HarnessError(f"--metric {name}: no run has it; available: {', '.join(available) or 'none'}")
-        keys += [k for k in found if k not in keys]
-    return keys
+    return chosen_keys(wanted, available)
 
 
 def build_table(paths: list[str | Path], metrics: list[str] | None = None) -> RunTable:
