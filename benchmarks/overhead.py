@@ -48,6 +48,7 @@ import argparse
 import json
 import os
 import statistics
+import threading
 import subprocess
 import sys
 import tempfile
@@ -92,53 +93,13 @@ def start_server(answer: str, instant: bool = False) -> tuple[subprocess.Popen, 
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     return proc, proc.stdout.readline().strip()
 
-# ---- issue 25: the instant server, the client floors, the request loop ---------------------------------
-REPLY = json.dumps(
-    {
-        "id": "chatcmpl-bench",
-        "object": "chat.completion",
-        "created": 0,
-        "model": "bench",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris"}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
-    }
-).encode()
-MODELS = json.dumps({"object": "list", "data": [{"id": "bench", "object": "model", "max_model_len": 32768}]}).encode()
-
-
-def _http_reply(body: bytes) -> bytes:
-    head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
-    return head.encode() + body
-
-
+# ---- issue 25: the client floors, the request loop, memory --------------------------------------
 def instant_server() -> None:
-    """Answers every POST with REPLY and every GET with MODELS at once (HTTP/1.1 keep-alive), until
-    stdin closes; prints its base URL."""
-    import asyncio
-    import threading
+    """``tests/fault_server.py``'s instant server (asyncio, one canned completion, keep-alive)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from fault_server import serve_instant
 
-    post, get = _http_reply(REPLY), _http_reply(MODELS)
-
-    class Instant(asyncio.Protocol):
-        def connection_made(self, transport):
-            self.transport, self.buf = transport, b""
-
-        def data_received(self, data):
-            self.buf += data
-            while (end := self.buf.find(b"\r\n\r\n")) >= 0:
-                head = self.buf[:end].lower()
-                at = head.find(b"\r\ncontent-length:")
-                size = int(head[at + 17 :].split(b"\r\n", 1)[0]) if at >= 0 else 0
-                if len(self.buf) < end + 4 + size:
-                    return
-                self.buf = self.buf[end + 4 + size :]
-                self.transport.write(get if head.startswith(b"get") else post)
-
-    loop = asyncio.new_event_loop()
-    server = loop.run_until_complete(loop.create_server(Instant, "127.0.0.1", 0, backlog=1024))
-    print(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1", flush=True)
-    threading.Thread(target=lambda: (sys.stdin.read(), loop.call_soon_threadsafe(loop.stop)), daemon=True).start()
-    loop.run_forever()
+    serve_instant()
 
 
 def chat_body(model: str) -> dict:
@@ -231,11 +192,7 @@ def floors(args, env: dict[str, str], work: Path) -> None:
                     print(f"  {which:<16} {conns:>3} conns: {args.requests / r['wall']:8.0f} req/s", file=sys.stderr)
         ends: dict[tuple[int, int], dict] = {}
         for n in samples_list:
-            data = work / f"fanoutqa-dev-{n}.json"
-            rows_dev = json.loads(DEV_FILE.read_text(encoding="utf-8"))
-            copies = -(-n // len(rows_dev))
-            dup = [{**r, "id": r["id"] if k == 0 else f"{r['id']}~{k}"} for k in range(copies) for r in rows_dev][:n]
-            data.write_text(json.dumps(dup), encoding="utf-8")
+            data = dev_copies(work, n)
             for conns in conns_list:
                 out = work / f"e2e-{n}-{conns}"
                 cmd = [sys.executable, "-m", "harness", "run", "--model", f"openai/{args.model_name}", "--base-url", url]
@@ -279,6 +236,99 @@ def floors(args, env: dict[str, str], work: Path) -> None:
     if len(samples_list) > 1:
         rss = [ends[(n, loop64)]["rss_mb"] for n in samples_list]
         print(f"peak RSS at {', '.join(f'{n:,}' for n in samples_list)} samples: {', '.join(f'{m:.0f}' for m in rss)} MB")
+
+
+def dev_copies(work: Path, n: int) -> Path:
+    """FanOutQA dev repeated to ``n`` questions (ids ``ID~k`` for k > 0)."""
+    data = work / f"fanoutqa-dev-{n}.json"
+    if not data.exists():
+        rows = json.loads(DEV_FILE.read_text(encoding="utf-8"))
+        copies = -(-n // len(rows))
+        dup = [{**r, "id": r["id"] if k == 0 else f"{r['id']}~{k}"} for k in range(copies) for r in rows][:n]
+        data.write_text(json.dumps(dup), encoding="utf-8")
+    return data
+
+
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """A live process's resident memory (``VmRSS``) or its peak so far (``VmHWM``), MB."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+def dataset_mb(data: Path, env: dict[str, str]) -> float:
+    """RSS the loaded dataset adds to a fresh process (what any run of it holds), MB."""
+    code = (
+        "import sys; from harness.datasets import load_dataset\n"
+        "def rss():\n    return int(open('/proc/self/statm').read().split()[1]) * 4096 / 2**20\n"
+        "before = rss(); d = load_dataset('fanoutqa:dev', sys.argv[1]); print(rss() - before)"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(data)], env=env, capture_output=True, text=True, check=True)
+    return float(out.stdout.strip())
+
+
+def memory(args, env: dict[str, str], work: Path) -> None:
+    """``harness run`` closed-book at each of ``--samples``: the run's RSS when its dataset is loaded
+    (the "run ..." line), at each progress line (every 10%), and its peak; the dataset's own share
+    measured apart."""
+    import re
+
+    samples_list = [int(s) for s in args.samples.split(",")]
+    conns = max(int(c) for c in args.connections.split(","))
+    server, url = start_server("", instant=True)
+    rows = []
+    try:
+        for n in samples_list:
+            data = dev_copies(work, n)
+            out = work / f"mem-{n}"
+            cmd = [sys.executable, "-m", "harness", "run", "--model", f"openai/{args.model_name}", "--base-url", url]
+            cmd += ["--dataset", "fanoutqa:dev", "--data-path", str(data), "--setting", "closed-book"]
+            cmd += ["--max-connections", str(conns), "--out", str(out), "--http-client", args.e2e_client]
+            run_env = {**env, "HARNESS_CACHE_DIR": str(work / f"mem-cache-{n}")}
+            t = time.perf_counter()
+            proc = subprocess.Popen(cmd, cwd=work, env=run_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            loaded, marks, hwm, ended = float("nan"), {}, [0.0], threading.Event()
+
+            def watch(pid: int = proc.pid) -> None:  # the run process's own peak (VmHWM) until it is reaped
+                while not ended.wait(0.02):
+                    peak = rss_mb(pid, "VmHWM")  # nan once it has exited
+                    hwm[0] = peak if peak > hwm[0] else hwm[0]
+
+            threading.Thread(target=watch, daemon=True).start()
+            with open(work / f"mem-{n}.log", "w") as log:
+                for line in proc.stderr:
+                    log.write(line)
+                    if line.startswith("run "):
+                        loaded = rss_mb(proc.pid)
+                    elif m := re.match(r"progress: (\d+)/(\d+) samples done", line):
+                        marks[int(m.group(1))] = rss_mb(proc.pid)
+            _, status, ru = os.wait4(proc.pid, 0)
+            ended.set()
+            if os.waitstatus_to_exitcode(status):
+                sys.exit(f"harness run of {n} samples failed; see {work / f'mem-{n}.log'}")
+            check_harness(out, n)
+            rows.append((n, dataset_mb(data, env), loaded, marks, hwm[0], ru.ru_maxrss / 1024))
+            print(f"  memory {n:>7,} samples: peak {hwm[0]:.0f} MB ({time.perf_counter() - t:.0f} s)", file=sys.stderr)
+    finally:
+        server.stdin.close()
+        server.wait(timeout=10)
+    print(f"\nmemory of `harness run` closed-book, {conns} connections, instant server; RSS in MB ({os.cpu_count()} CPUs)\n")
+    print(f"{'samples':>8} | {'dataset':>7} | {'loaded':>7} | {'10%':>7} | {'50%':>7} | {'100%':>7} | {'peak':>7} | {'peak, worker too':>16}")
+    for n, ds, loaded, marks, peak, peak_all in rows:
+        done = sorted(marks)
+        at = lambda share: marks[min(done, key=lambda d: abs(d - share * n))] if done else float("nan")  # noqa: E731
+        print(f"{n:>8,} | {ds:7.0f} | {loaded:7.0f} | {at(0.1):7.0f} | {at(0.5):7.0f} | {at(1.0):7.0f} | {peak:7.0f} | {peak_all:16.0f}")
+    for (n1, ds1, *_, p1, _), (n2, ds2, *_, p2, _) in zip(rows, rows[1:]):
+        per, ds = (p2 - p1) * 1024 / (n2 - n1), (ds2 - ds1) * 1024 / (n2 - n1)
+        print(f"from {n1:,} to {n2:,} samples: peak +{per:.1f} KB a sample, of which the dataset's rows {ds:.1f} KB, the run's own {per - ds:.1f} KB")
+    print("\ndataset: what loading the data file adds to a fresh process (FanOutQA dev rows repeated, as Python objects);"
+          "\nloaded: the run's RSS once its dataset is loaded and its backend started; 10%..100%: at its progress lines;"
+          "\npeak: the run process's own (VmHWM, polled); peak, worker too: wait4's, the larger of the run and its scoring worker.")
 
 
 # ---- Inspect's venv ----------------------------------------------------------------------------
@@ -387,6 +437,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=20, help="samples in the untimed warm-up run of each (0: none)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (run dirs, Inspect logs)")
     ap.add_argument("--floors", action="store_true", help="issue 25: client floors, request loop, end to end")
+    ap.add_argument("--memory", action="store_true", help="issue 25: a run's RSS at its progress lines, per --samples")
     ap.add_argument("--connections", default="4,64", help="--floors: connections in flight, comma-separated")
     ap.add_argument("--requests", type=int, default=20000, help="--floors: requests per loop")
     ap.add_argument("--samples", default="10000", help="--floors: end-to-end samples, comma-separated (e.g. 10000,100000)")
@@ -406,10 +457,10 @@ def main() -> None:
     # a dummy key: nothing real reaches the local server; PYTHONPATH: this checkout's harness first
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "INSPECT_"))}
     env.update(OPENAI_API_KEY="bench-dummy", PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    if args.floors:
+    if args.floors or args.memory:
         work = Path(tempfile.mkdtemp(prefix="harness-floors-"))
         try:
-            return floors(args, env, work)
+            return (memory if args.memory else floors)(args, env, work)
         finally:
             if not args.keep:
                 import shutil

@@ -11,7 +11,7 @@ import os
 import stat
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,24 @@ def _finite(value: Any) -> Any:
 
 
 def write_json_atomic(path: str | Path, data: Any) -> None:
-    write_bytes_atomic(path, to_json(redact_data(data), indent=2) + "\n")
+    """``data`` as indented JSON, written whole or not at all (``write_bytes_atomic``); encoded
+    straight into the file, so a large results.json is never also held as one string."""
+    data = redact_data(data)
+
+    def write(f) -> None:
+        text = io.TextIOWrapper(f, encoding="utf-8", newline="\n", write_through=False)
+        try:
+            json.dump(data, text, ensure_ascii=False, allow_nan=False, indent=2)
+        except ValueError:  # NaN/inf: written again, as null
+            text.flush()
+            f.seek(0)
+            f.truncate()
+            json.dump(_finite(data), text, ensure_ascii=False, allow_nan=False, indent=2)
+        text.write("\n")
+        text.flush()
+        text.detach()
+
+    _write_atomic(path, write)
 
 
 def file_kind(mode: int) -> str:
@@ -100,6 +117,11 @@ def write_bytes_atomic(path: str | Path, data: bytes | str) -> None:
     """Any file (JSON, HTML, PNG, JSONL) written whole or not at all: a temp file, fsync, then rename.
     Only a regular file (or a new path) is written: a rename would replace a device, a FIFO or a
     folder with a file (/dev/null as root). A symlink is followed and its target replaced."""
+    _write_atomic(path, lambda f: f.write(data.encode("utf-8") if isinstance(data, str) else data))
+
+
+def _write_atomic(path: str | Path, write: Callable[[Any], None]) -> None:
+    """``write(f)`` into a temp file beside ``path`` (binary), fsync, rename over ``path``."""
     path = Path(path)
     target, st = _output_target(path)
     if st is not None and stat.S_ISDIR(st.st_mode):
@@ -113,7 +135,7 @@ def write_bytes_atomic(path: str | Path, data: bytes | str) -> None:
         raise HarnessError(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         # mkstemp makes the file private; results are meant to be shared, as a plain open() would make them
@@ -212,10 +234,20 @@ def read_input(
     ``option`` (see ``open_input``)."""
     where = f"{option} {path}" if option else str(path)
     with open_input(path, option, error, max_bytes) as f:
+        # read(max_bytes + 1) would allocate the whole limit (4 GiB) up front: asked for the size
+        # seen plus one byte, then more while it keeps coming (the file may have grown since)
+        chunks, size = [], 0
+        want = os.fstat(f.fileno()).st_size + 1
         try:
-            data = f.read(max_bytes + 1)  # the file may have grown since the stat
+            while size <= max_bytes:
+                chunk = f.read(min(max(want - size, 2**20), max_bytes + 1 - size))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
         except OSError as exc:
             raise error(f"{where}: cannot read ({exc.strerror or exc})") from None
+    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     if len(data) > max_bytes:
         raise error(f"{where}: larger than the {_size(max_bytes)} limit")
     return data
@@ -352,8 +384,11 @@ def record_epoch(record: dict[str, Any]) -> int:
     return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 1 else 1
 
 
-def load_finished(run_dir: Path) -> dict[str, dict[str, Any]]:
-    """Finished sample records keyed by ``work_key`` (the first record of each wins)."""
+def load_finished(
+    run_dir: Path, keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Finished sample records keyed by ``work_key`` (the first record of each wins); ``keep``: what
+    of each record to hold (applied as each is read, so the whole records are never all in memory)."""
     path = run_dir / SAMPLES_FILE
     if not path.exists():
         return {}
@@ -361,7 +396,9 @@ def load_finished(run_dir: Path) -> dict[str, dict[str, Any]]:
     finished: dict[str, dict[str, Any]] = {}
     for _, record in iter_jsonl(path, strict=False):
         if record.get("status") == "ok" and isinstance(record.get("id"), str):
-            finished.setdefault(work_key(record["id"], record_epoch(record)), record)
+            key = work_key(record["id"], record_epoch(record))
+            if key not in finished:
+                finished[key] = record if keep is None else keep(record)
     return finished
 
 

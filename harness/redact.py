@@ -150,13 +150,19 @@ def redact_data(data: Any) -> Any:
     if not long and short is None:
         return data
 
+    # a container with nothing masked in it is returned as it is, not copied: results.json at
+    # 100,000 samples is written without a second copy of its tree in memory
     def walk(value: Any) -> Any:
         if isinstance(value, str):
             return _mask_known(value, long, short)
         if isinstance(value, dict):
-            return {walk(k) if isinstance(k, str) else k: walk(v) for k, v in value.items()}
+            items = [(walk(k) if isinstance(k, str) else k, walk(v)) for k, v in value.items()]
+            if all(new[0] is old[0] and new[1] is old[1] for new, old in zip(items, value.items())):
+                return value
+            return dict(items)
         if isinstance(value, (list, tuple)):
-            return [walk(v) for v in value]
+            walked = [walk(v) for v in value]
+            return value if all(new is old for new, old in zip(walked, value)) else walked
         return value
 
     return walk(data)

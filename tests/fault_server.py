@@ -291,3 +291,79 @@ def run_args(url: str, out, *extra: str, dataset: str = "hotpotqa:dev", limit: s
         "--no-cache",
         *extra,
     ]
+
+
+# ---- an instant server in its own process (benchmarks/overhead.py, tests/test_run_memory.py) --------
+INSTANT_REPLY = json.dumps(
+    {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "bench",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
+    }
+).encode()
+INSTANT_MODELS = json.dumps({"object": "list", "data": [{"id": "bench", "object": "model", "max_model_len": 32768}]}).encode()
+
+
+def _http_reply(body: bytes) -> bytes:
+    head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    return head.encode() + body
+
+
+def serve_instant() -> None:
+    """Answers every POST with INSTANT_REPLY and every GET with INSTANT_MODELS at once (HTTP/1.1
+    keep-alive, asyncio: thousands of requests a second, little CPU), until stdin closes; prints
+    its base URL first."""
+    import asyncio
+    import sys
+
+    post, get = _http_reply(INSTANT_REPLY), _http_reply(INSTANT_MODELS)
+
+    class Instant(asyncio.Protocol):
+        def connection_made(self, transport):
+            self.transport, self.buf = transport, b""
+
+        def data_received(self, data):
+            self.buf += data
+            while (end := self.buf.find(b"\r\n\r\n")) >= 0:
+                head = self.buf[:end].lower()
+                at = head.find(b"\r\ncontent-length:")
+                size = int(head[at + 17 :].split(b"\r\n", 1)[0]) if at >= 0 else 0
+                if len(self.buf) < end + 4 + size:
+                    return
+                self.buf = self.buf[end + 4 + size :]
+                self.transport.write(get if head.startswith(b"get") else post)
+
+    loop = asyncio.new_event_loop()
+    server = loop.run_until_complete(loop.create_server(Instant, "127.0.0.1", 0, backlog=1024))
+    print(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1", flush=True)
+    threading.Thread(target=lambda: (sys.stdin.read(), loop.call_soon_threadsafe(loop.stop)), daemon=True).start()
+    loop.run_forever()
+
+
+class InstantServer:
+    """``serve_instant`` in a child process for the ``with`` block; ``url`` is its API base."""
+
+    def __enter__(self):
+        import subprocess
+        import sys
+
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--instant"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        self.url = self.proc.stdout.readline().strip()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=10)
+        self.proc.stdout.close()
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] == ["--instant"]:
+        serve_instant()

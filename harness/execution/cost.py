@@ -405,7 +405,7 @@ def run_cost(
     pricing: Pricing,
     table: PriceTable,
     finished: list[dict[str, Any]],
-    attempts: list[dict[str, Any]],
+    attempts: Iterable[dict[str, Any]],
     scores: dict[str, Any] | None,
     budget: Budget | None,
     max_cost: float | None,

@@ -31,6 +31,7 @@ class Progress:
         self._progress = None
         self._started = self._last_line = time.monotonic()
         self._done_at_line = 0
+        self._scored_at_line = 0
         self._timer = None
         self._headline: str | None = None  # the metric of the headline: the first one scored
         self._rows: list[dict[str, Any]] = []  # its per-question values, in the order they finished
@@ -70,7 +71,7 @@ class Progress:
         else:
             self.failed += 1
         if scores:
-            self._add_score(scores)
+            self.add_scores(scores)
         if self._progress is not None:
             self._progress.update(self._task, advance=1, failed=self.failed)
         if self.lines:
@@ -78,7 +79,7 @@ class Progress:
             if done - self._done_at_line >= self.every_n or time.monotonic() - self._last_line >= self.every_s:
                 self._line()
 
-    def _add_score(self, scores: dict[str, Any]) -> None:
+    def add_scores(self, scores: dict[str, Any]) -> None:
         """Keeps the first metric's values of each sample scored as it finished: the headline is that
         metric's first aggregate number that is not a precision, a recall or a count (FanOutQA
         acc.loose, set-F1 f1, EM), computed as the run's scores compute it, so on their scale
@@ -135,6 +136,7 @@ class Progress:
         print(self.line(), file=self.stream, flush=True)
         self._last_line = time.monotonic()
         self._done_at_line = self.ok + self.failed
+        self._scored_at_line = self._scored
 
     def _tick(self) -> None:
         """A line every ``every_s`` even while no sample finishes (a slow model, a hang)."""
@@ -155,8 +157,8 @@ class Progress:
             self._progress.stop()
         if self._timer is not None:
             self._timer.cancel()
-        if self.lines and self.ok + self.failed > self._done_at_line:
-            self._line()
+        if self.lines and (self.ok + self.failed > self._done_at_line or self._scored > self._scored_at_line):
+            self._line()  # the last one: every sample and every score that came back
         return False
 
 

@@ -11,6 +11,7 @@ prints the JSON Schema (draft 2020-12) a format-3 file validates against.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -415,3 +416,28 @@ def read_results(path: str | Path) -> RunResults:
 
 def metric_names_of(scores: Scores | None) -> list[str]:
     return [k for k in (scores.metrics() if scores is not None else {}) if k not in SECTIONS]
+
+
+def results_dict(record: RunResults) -> dict[str, Any]:
+    """``record.model_dump(mode="json", exclude_unset=True)``, its per-question score rows
+    (``scores.raw``) handed over as they are where they are JSON values already, not copied: a
+    copy of 100,000 rows was the largest allocation at the end of a run."""
+    raw = record.scores.raw if record.scores is not None else []
+    if not raw or not all(_plain_json(row) for row in raw):  # NaN, a tuple: the dump converts them
+        return record.model_dump(mode="json", exclude_unset=True)
+    data = record.model_dump(mode="json", exclude_unset=True, exclude={"scores": {"raw": {"__all__"}}})
+    data["scores"]["raw"] = list(raw)  # in its place: the dump left it there, empty
+    return data
+
+
+def _plain_json(value: Any) -> bool:
+    """What ``model_dump(mode="json")`` gives back unchanged: dicts with text keys, lists, text,
+    whole numbers, finite floats, booleans, null."""
+    kind = type(value)
+    if kind is dict:
+        return all(type(k) is str and _plain_json(v) for k, v in value.items())
+    if kind is list:
+        return all(_plain_json(v) for v in value)
+    if kind is float:
+        return math.isfinite(value)
+    return value is None or kind in (str, int, bool)

@@ -23,8 +23,9 @@ from harness.execution.config import RunConfig
 from harness.execution.cost import Budget, load_price_table, pricing_for, run_cost, spent_in_records
 from harness.execution.lock import RunLock
 from harness.execution.progress import Progress
-from harness.execution.record import RunResults, read_results
+from harness.execution.record import RunResults, read_results, results_dict
 from harness.execution.scoring import run_metrics, score_records, stopped_reason
+from harness.scoring.metrics import reads_rows, resolve_metrics
 from harness.execution.summary import build_results, now_iso, snapshot_hash
 from harness.execution.watchdog import LoopWatch
 from harness.models import create_backend
@@ -49,6 +50,9 @@ from harness.records import (
 from harness.strategy import create_agent, resolve_agent
 
 log = logging.getLogger(__name__)
+
+# a row's fields that the end of a run never reads: kept in samples.jsonl / failures.jsonl only
+ROW_FIELDS_IN_FILES_ONLY = frozenset({"messages", "question", "started_at", "finished_at"})
 
 
 
@@ -150,6 +154,10 @@ class Run:
         self.scoring_options = config.scoring_options()
         self.max_answer_chars = self.scoring_options.max_answer_chars
         self.metric_names = list(config.metrics or self.dataset.metrics)
+        # a plugin metric that reads rows may read any field of them: it gets the rows whole
+        self.keep_whole_rows = any(
+            reads_rows(entry.obj) and entry.source != "builtin" for entry in resolve_metrics(self.metric_names).values()
+        )
         self.scorer = None  # StreamingScorer while samples are being solved
         self.attempts: SampleAttempts | None = None  # this invocation's, while samples are solved
         self._preflight()
@@ -297,7 +305,7 @@ class Run:
 
     async def _execute_locked(self) -> dict[str, Any]:
         previous = self._check_run_dir()
-        finished = load_finished(self.run_dir)
+        finished = load_finished(self.run_dir, keep=self._kept)
         # epoch-major: an interrupted run has whole epochs done first
         todo = [(s, e) for e in self._epochs() for s in self.samples if work_key(s.id, e) not in finished]
         if self.config.only_failed:
@@ -369,7 +377,7 @@ class Run:
                 self.invocation["status"] = status
                 invocations.append(self.invocation)
                 record = self._results(finished, failures, status, model_info, invocations, previous)
-                results = record.model_dump(mode="json", exclude_unset=True)
+                results = results_dict(record)
                 write_json_atomic(self.run_dir / RESULTS_FILE, results)
         if died is not None:
             raise RunStopped(died, self.run_dir, len(finished), len(self.samples) * self.config.epochs)
@@ -430,32 +438,37 @@ class Run:
         prefetched = False
 
         async def one(sample: Sample, epoch: int) -> None:
+            """One sample; its turn (``semaphore``) was taken for it and is given back once it has
+            answered: scoring it does not hold up the next request."""
             nonlocal prefetched
             REQUEST_ORIGIN.set((sample.id, epoch))  # this task's requests, for --batch's record
-            async with semaphore:
+            try:
                 if self.budget is not None and self.budget.exhausted:
                     return  # over budget: not started, left pending for a rerun with a higher --max-cost
                 record = await attempts.attempt(sample, cache, epoch, self._epoch_params(epoch))
+            finally:
+                semaphore.release()
             if not prefetched and self.scorer is not None:
                 # the error bars' numpy, imported while the run goes (after its first request, so
                 # that is not delayed) rather than after the last answer
                 prefetched = True
                 threading.Thread(target=importlib.import_module, args=("harness.scoring.stats",), daemon=True).start()
+            key = work_key(sample.id, epoch)
             if record["status"] == "ok":
                 # written before it is scored: a stalled or killed scorer never holds a finished row back
                 samples_out.append(record)
-                finished[work_key(sample.id, epoch)] = record
+                finished[key] = kept = self._kept(record)
+                progress.advance(ok=True)
                 if self.scorer is not None and self.scorer.active:
-                    # scored in the worker, outside the semaphore: the next request is already on its
-                    # way; the values stay in memory for the end's aggregate (the row is written)
-                    scores = await self.scorer.score(sample, record["answer"])
-                    if scores is not None:
-                        record["scores"] = scores
-                        record["scored_with"] = self.scorer.fingerprint
-                progress.advance(ok=True, scores=record.get("scores"))
+                    # scored in the worker while the run goes on: the values stay in memory for the
+                    # end's aggregate (the row is written), and join the progress line's headline
+                    scorer = self.scorer
+                    scorer.submit(sample, kept["answer"]).add_done_callback(
+                        lambda future: self._scored(kept, future, scorer.fingerprint, progress)
+                    )
             else:
                 failures_out.append(record)
-                failures[work_key(sample.id, epoch)] = record
+                failures[key] = self._kept(record)
                 progress.advance(ok=False)
             if attempts.died is not None:
                 raise attempts.died
@@ -463,14 +476,9 @@ class Run:
         try:
             watch.start()
             with progress:
-                tasks = [asyncio.create_task(one(s, e)) for s, e in todo]
-                try:
-                    await asyncio.gather(*tasks)
-                except BaseException:
-                    for t in tasks:
-                        t.cancel()
-                    await asyncio.gather(*tasks, return_exceptions=True)
-                    raise
+                await self._run_tasks(one, todo, semaphore)
+                if self.scorer is not None:
+                    await self.scorer.drain()  # the last values, before the last progress line
         finally:
             watch.stop()
             if watch.stalls:  # the loop's stalls a strategy caused, for the record
@@ -486,6 +494,57 @@ class Run:
                 self.invocation["streamed_scores"] = self.scorer.streamed
                 if self.scorer.stopped:
                     self.invocation["streaming_stopped"] = self.scorer.stopped
+
+    @staticmethod
+    async def _run_tasks(one, todo, semaphore: asyncio.Semaphore) -> None:
+        """``one(sample, epoch)`` for each of ``todo`` in order, a task started only once ``semaphore``
+        gives it a turn (``one`` gives it back): tasks exist for the samples in flight, not for the
+        whole run (100,000 waiting tasks held ~2 KB each). The first error stops the rest: the
+        tasks in flight are cancelled, and it is raised once they have ended."""
+        running: set[asyncio.Task] = set()
+        errors: list[BaseException] = []
+
+        def ended(task: asyncio.Task) -> None:
+            running.discard(task)
+            if not task.cancelled() and task.exception() is not None and not errors:
+                errors.append(task.exception())
+                if semaphore.locked():
+                    semaphore.release()  # wakes the feeder below, waiting for a turn
+
+        try:
+            for sample, epoch in todo:
+                await semaphore.acquire()
+                if errors:
+                    break
+                task = asyncio.create_task(one(sample, epoch))
+                running.add(task)
+                task.add_done_callback(ended)
+            while running and not errors:
+                await asyncio.wait(set(running), return_when=asyncio.FIRST_EXCEPTION)
+        finally:
+            for task in running:
+                task.cancel()
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
+        if errors:
+            raise errors[0]
+
+    @staticmethod
+    def _scored(kept: dict[str, Any], future: asyncio.Future, fingerprint: str, progress: Progress) -> None:
+        """A sample's streamed values came back (None: it is scored at the end)."""
+        scores = None if future.cancelled() else future.result()
+        if scores is not None:
+            kept["scores"] = scores
+            kept["scored_with"] = fingerprint
+            progress.add_scores(scores)
+
+    def _kept(self, record: dict[str, Any]) -> dict[str, Any]:
+        """What this invocation holds of a written row until the end (scores, counts, tokens, cost,
+        outcomes, failures, the strategy's summary): all but its transcript and timestamps, which
+        are in the run's files (a plugin metric that reads rows gets them whole)."""
+        if self.keep_whole_rows:
+            return record
+        return {k: v for k, v in record.items() if k not in ROW_FIELDS_IN_FILES_ONLY}
 
     WATCHDOG_AFTER_S = 10.0  # the loop still this long: the watchdog names what holds it (at most --sample-timeout)
     STREAM_FROM = 64  # samples to do: below, starting the scoring worker costs more than it saves
@@ -567,7 +626,7 @@ class Run:
                 self.pricing,
                 self.price_table,
                 done,
-                list(self._attempt_records()),
+                self._attempt_records(),  # read as it is summed: never all in memory
                 scores,
                 self.budget,
                 self.config.max_cost,

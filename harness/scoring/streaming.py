@@ -62,6 +62,9 @@ class StreamingScorer:
     together as the next batch, so it keeps up with any request rate (one spaCy batch per call)."""
 
     DEADLINE_S = 120.0  # one batch or the warm-up; builtin metrics take well under a second a batch
+    # samples per batch at most: the samples that finished during the warm-up (thousands on a fast
+    # server) go in several, so no message pickles them all at once (tens of MB, kept as RSS)
+    BATCH_MAX = 500
 
     def __init__(self, names: list[str], options: ScoringOptions):
         # by reference, so the worker resolves what this process did (FILE.py:NAME plugins); an
@@ -104,17 +107,28 @@ class StreamingScorer:
 
     async def score(self, sample: Sample, answer: Any) -> dict[str, Any] | None:
         """{metric: value}, or None (no answer, or the worker failed: scored at the end)."""
-        if self.process is None or answer is None:
-            return None
+        return await self.submit(sample, answer)
+
+    def submit(self, sample: Sample, answer: Any) -> asyncio.Future:
+        """A future of ``score(sample, answer)``'s result: the caller need not wait for it (a sample
+        waiting for its score holds no task; thousands finish while the worker warms up)."""
         future = asyncio.get_running_loop().create_future()
+        if self.process is None or answer is None:
+            future.set_result(None)
+            return future
         self._queue.append((sample, answer, future))
         if self._batch is None or self._batch.done():
             self._batch = asyncio.create_task(self._drain())
-        return await future
+        return future
+
+    async def drain(self) -> None:
+        """Until every sample submitted has its values (or None: the worker stopped)."""
+        while self._batch is not None and not self._batch.done():
+            await asyncio.wait({self._batch})
 
     async def _drain(self) -> None:
         while self._queue and self.process is not None:
-            batch, self._queue = self._queue, []
+            batch, self._queue = self._queue[: self.BATCH_MAX], self._queue[self.BATCH_MAX :]
             samples = [s for s, _, _ in batch]
             result: list[Any] = [None] * len(batch)
             try:
