@@ -2,7 +2,7 @@
 
 from harness._version import __version__
 
-__all__ = ["__version__", "read_results", "run", "score"]
+__all__ = ["__version__", "read_results", "run", "runs_df", "samples_df", "score"]
 
 
 def run(config=None, /, **options):
@@ -29,3 +29,19 @@ def read_results(path):
     from harness.execution.record import read_results as _read
 
     return _read(path)
+
+
+def runs_df(*paths):
+    """The runs under ``paths`` as a pandas DataFrame, one row per run (needs pandas:
+    ``pip install 'harness[analysis]'``). See ``harness.api.runs_df``."""
+    from harness.api import runs_df as _runs_df
+
+    return _runs_df(*paths)
+
+
+def samples_df(*paths):
+    """The runs' samples as a pandas DataFrame, one row per question x epoch (needs pandas). See
+    ``harness.api.samples_df``."""
+    from harness.api import samples_df as _samples_df
+
+    return _samples_df(*paths)

@@ -82,12 +82,18 @@ def score(
     max_answer_chars: int | None = None,
     only_answered: bool = False,
     save: bool = True,
+    drop_other_metrics: bool = False,
 ) -> dict[str, Any]:
     """``harness score`` from Python. Either re-score a run directory (its results.json is rewritten
     unless ``save=False``), or score ``generations`` ({"id", "answer"} records, or a JSONL file of
     them) against ``dataset``. ``metric_options``: {metric: {option: value}} or NAME.KEY=VALUE strings,
     over a run's own. ``judge``: a model, or several (a list or comma-separated). Returns the scores
-    dict; no model is called (except a named judge)."""
+    dict; no model is called (except a named judge).
+
+    Re-scoring a run scores ``metrics`` (default: the run's own) and keeps every other metric's
+    numbers the run holds as they were (listed in ``scores.meta.kept_metrics``); the returned dict
+    is the run's scores after it, written or not. ``drop_other_metrics=True``: the metrics scored now
+    alone. Which metrics the file holds is said on stderr."""
     from harness.errors import HarnessError
     from harness.execution.config import parse_metric_options
     from harness.scoring.metrics import ScoringOptions, check_metrics, score_answers, validate_metric_options
@@ -118,12 +124,23 @@ def score(
             raise HarnessError("a run is re-scored on its own dataset: give RUN_DIR, or --dataset and --generations")
         from harness.execution.scoring import rescore_run
 
-        scores, saved = rescore_run(
-            run_dir, metrics, given, only_answered, data_path, save=save, metric_options=named_options
+        done = rescore_run(
+            run_dir,
+            metrics,
+            given,
+            only_answered,
+            data_path,
+            save=save,
+            metric_options=named_options,
+            drop_other_metrics=drop_other_metrics,
         )
-        if save and not saved:
+        if save and not done.saved:
             print(f"warning: {run_dir} has no results.json: scores printed, not saved", file=sys.stderr)
-        return scores
+        elif done.saved:
+            print(rescored_line(run_dir, done), file=sys.stderr)
+        return done.scores
+    if drop_other_metrics:
+        raise HarnessError("--drop-other-metrics applies to re-scoring a run (RUN_DIR)")
     if not dataset or generations is None:
         raise HarnessError("score needs a RUN_DIR, or --dataset and --generations")
     from harness.datasets import load_dataset
@@ -137,6 +154,22 @@ def score(
     options = ScoringOptions(**given, metric_options=named_options)
     check_metrics(loaded, loaded.samples, list(metrics or loaded.metrics), options, answers)
     return score_answers(loaded, loaded.samples, answers, metrics, only_answered, options)
+
+
+def rescored_line(run_dir: str, done) -> str:
+    """What a re-scored run's results.json holds now: the metrics scored now, those kept as they
+    were, those dropped."""
+    from pathlib import Path
+
+    from harness.records import RESULTS_FILE
+
+    holds = ", ".join((done.scores.get("meta") or {}).get("metrics") or []) or "no metric's numbers"
+    parts = [f"{', '.join(done.scored) or 'no metric'} scored now"]
+    if done.kept:
+        parts.append(f"{', '.join(done.kept)} kept as they were (--drop-other-metrics drops them)")
+    if done.dropped:
+        parts.append(f"{', '.join(done.dropped)} dropped")
+    return f"{Path(run_dir) / RESULTS_FILE} now holds {holds}: {'; '.join(parts)}"
 
 
 def _check_scoring_options(given: dict[str, Any]) -> None:
@@ -173,3 +206,22 @@ def read_generations(generations: str | list[dict[str, Any]]) -> list[dict[str, 
         seen.add(record["id"])
         answers.append({"id": record["id"], "answer": record["answer"]})
     return answers
+
+
+def runs_df(*paths: Any):
+    """The runs under ``paths`` (run folders, or folders holding runs; links followed, each real run
+    once) as a pandas DataFrame, one row per run: identity, status, ``n`` answered, failures, the
+    headline and every metric value with its interval (``KEY.ci_lo``, ``KEY.ci_hi``), tokens, cost.
+    Needs pandas (``pip install 'harness[analysis]'``). See ``harness.analysis.frames.runs_df``."""
+    from harness.analysis.frames import runs_df as _runs_df
+
+    return _runs_df(*paths)
+
+
+def samples_df(*paths: Any):
+    """The runs' samples as a pandas DataFrame, one row per question x epoch: status, answer,
+    outcome, error, latency, tokens, cost, and each metric's per-question values. See
+    ``harness.analysis.frames.samples_df``."""
+    from harness.analysis.frames import samples_df as _samples_df
+
+    return _samples_df(*paths)

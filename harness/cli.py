@@ -114,7 +114,13 @@ def _add_verbose(sub) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    trailing = getattr(args, "trailing_positionals", None)
+    if extra and trailing and not any(word.startswith("-") for word in extra):
+        # positionals after an option (`harness list agents -v FILE.py:NAME`): argparse matched its list before
+        getattr(args, trailing).extend(extra)
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(
         level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",

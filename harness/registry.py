@@ -23,7 +23,8 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Generic, TypeVar
+import types
+from typing import Any, Callable, Generic, Literal, TypeVar, Union, get_args, get_origin
 
 from harness.errors import HarnessError
 
@@ -248,3 +249,20 @@ def module_identity(module: Any) -> dict[str, Any]:
     if path and Path(path).is_file():
         return {"file": path, "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}
     return {}
+
+
+def type_text(hint: Any) -> str:
+    """A declared type (a knob's, a metric option's, a gold answer's) as listings and docs show it:
+    ``int``, ``str | None``, ``a|b`` for a Literal, ``list[QampariEntity]``, ``Any``."""
+    if hint is None or hint is type(None):
+        return "None"
+    if hint is Any:
+        return "Any"
+    origin = get_origin(hint)
+    if origin is Union or origin is types.UnionType:
+        return " | ".join(type_text(arg) for arg in get_args(hint))
+    if origin is Literal:
+        return "|".join(map(str, get_args(hint)))
+    if origin is not None:
+        return f"{getattr(origin, '__name__', str(origin))}[{', '.join(type_text(a) for a in get_args(hint))}]"
+    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")

@@ -24,7 +24,7 @@ from harness.models.cache import ResponseCache, cache_key, is_cacheable
 from harness.datasets.base import Sample
 from harness.errors import ConfigError
 from harness.models.base import GenerationParams, ModelBackend, ModelResponse, Usage
-from harness.registry import Entry, Registry
+from harness.registry import Entry, Registry, type_text
 
 # setting -> the strategy it runs unless --agent names another
 SETTINGS: dict[str, str] = {
@@ -394,6 +394,6 @@ def knob_help(cls: type[Agent]) -> list[str]:
     lines = []
     for name, info in cls.Knobs.model_fields.items():
         default = info.get_default(call_default_factory=True)
-        kind = getattr(info.annotation, "__name__", None) or str(info.annotation).replace("typing.", "")
+        kind = type_text(info.annotation)
         lines.append(f"{name} ({kind}, default {default!r}){': ' + info.description if info.description else ''}")
     return lines

@@ -1,4 +1,5 @@
-"""Plain-text prompt templates (``str.format`` fields) from ``prompts/``, by name, or from a file path."""
+"""Plain-text prompt templates (``str.format`` fields) from ``prompts/``, by name, or from a file path;
+and the fixed texts the harness fills itself (``packaged_text``)."""
 
 from __future__ import annotations
 
@@ -29,3 +30,13 @@ def load_template(name_or_path: str) -> tuple[str, str, str]:
     if not text.strip():
         raise ConfigError(f"--prompt-template {where}: the template is empty")
     return text, where, hashlib.sha256(data).hexdigest()
+
+
+def packaged_text(relative: str) -> str:
+    """A text shipped under ``prompts/`` by its path there, e.g. ``"fanoutqa/judge_system.txt"``: the
+    benchmark texts the harness fills itself (the judge's prompt, the search tool's replies), read
+    as UTF-8, byte for byte (no newline added or stripped)."""
+    node = resources.files("prompts")
+    for part in relative.split("/"):
+        node = node / part
+    return node.read_bytes().decode("utf-8")

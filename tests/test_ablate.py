@@ -14,8 +14,9 @@ from pathlib import Path
 from conftest import run_harness
 from fake_openai import FakeServer, scripted_search_model
 
-from harness.analysis.ablate import PLOT_DPI, PLOT_SIZE_IN
-from harness.analysis.leaderboard import is_headline
+from harness.analysis.ablate import read_sweep
+from harness.analysis.figures import PNG_DPI, ablation_spec, figure_size
+from harness.scoring.display import display_name
 from harness.scoring.results import metric_values
 
 SIZES = [1024, 2048]
@@ -36,7 +37,15 @@ def table_rows(md: str) -> tuple[list[str], list[list[str]]]:
 def check_outputs(out: Path, setting: str) -> dict:
     ablation = json.loads((out / "ablation.json").read_text())
     assert ablation["setting"] == setting and ablation["context_sizes"] == SIZES
-    assert png_size(out / "ablation.png") == (PLOT_SIZE_IN[0] * PLOT_DPI, PLOT_SIZE_IN[1] * PLOT_DPI)
+    # the figure `harness figure ablation DIR` draws: a panel per headline metric (HotpotQA: EM, F1)
+    assert ablation["headline"] == ablation["plotted_metrics"] == ["em-f1.em", "em-f1.f1"]
+    spec = ablation_spec([read_sweep(out)])
+    width, height = figure_size(spec)
+    size = png_size(out / "ablation.png")
+    assert abs(size[0] - width * PNG_DPI) < 1 and abs(size[1] - height * PNG_DPI) < 1
+    assert [[p.y for p in line.points] for line in spec.panels[0].lines if line.role == "series"] == [
+        [row["metrics"]["em-f1.em"] for row in ablation["rows"]]
+    ]
     head, rows = table_rows((out / "ablation.md").read_text())
     assert [int(r[0]) for r in rows] == SIZES
     for size, row, cells in zip(SIZES, ablation["rows"], rows):
@@ -45,19 +54,14 @@ def check_outputs(out: Path, setting: str) -> dict:
         assert results["status"] == "complete" and results["counts"]["finished"] == 2
         metrics = metric_values(results["scores"])
         assert row["metrics"] == metrics  # the JSON holds every number of the run, unchanged
-        for name, value in metrics.items():
-            if is_headline(name):  # the table shows them to 4 decimals, then their standard error
-                se, note = ((row["uncertainty"].get(name) or {}).get(k) for k in ("stderr", "note"))
-                bar = f" ± {se:.4f}" if se is not None else " ± n/a" if note else ""  # n/a: no spread, said
-                assert cells[head.index(name)] == f"{value:.4f}{bar}"
-        assert cells[head.index("tokens")] == str(results["tokens"]["total"])
-        assert cells[head.index("ceiling loose")] == f"{row['ceiling']['loose']:.4f}"
-    assert set(ablation["plotted_metrics"]) >= {
-        "fanoutqa-string.acc.loose",
-        "fanoutqa-string.acc.strict",
-        "em-f1.em",
-        "em-f1.f1",
-    }
+        for name in ablation["headline"]:  # the table: 4 decimals, then the standard error
+            value = metrics[name]
+            se, note = ((row["uncertainty"].get(name) or {}).get(k) for k in ("stderr", "note"))
+            bar = f" ± {se:.4f}" if se is not None else " ± n/a" if note else ""  # n/a: no spread, said
+            assert cells[head.index(display_name(name))] == f"{value:.4f}{bar}"
+        assert cells[head.index("n")] == "2" and cells[head.index("failed")] == "0"
+        assert cells[head.index("ceiling (loose)")] == f"{row['ceiling']['loose']:.4f}"
+    assert head[:3] == ["context size", "EM", "F1"] and len(head) == 8  # the rest is in ablation.json
     return ablation
 
 

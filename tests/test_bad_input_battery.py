@@ -71,6 +71,7 @@ def bases(world, out: Path) -> dict[str, list[str]]:
         "index search": ["index", "search", snap, "Physics"],
         "retrieval-eval": ["retrieval-eval", "--dataset", "hotpotqa:dev", "--snapshot", snap, "--limit", "1"],
         "compare": ["compare", world["run_dir"], world["run_dir"]],
+        "table": ["table", world["run_dir"]],
         "power": ["power", world["run_dir"], "--metric", "em-f1.em", "--delta", "0.1"],
     }
 
@@ -282,6 +283,8 @@ PATH_CASES = [
     *[("power", "RUN", k) for k in ("a-file", "missing", "dir", "empty", "wrong-format")],
     *[("power", "--paired-with", k) for k in ("a-file", "missing", "dir")],
     *[("power", "--out", k) for k in OUT_FILE],
+    *[("table", "RUN", k) for k in ("a-file", "missing", "dir", "empty", "wrong-format")],
+    *[("table", "--out", k) for k in OUT_FILE],
 ]
 # Not regular files (issue 22): a FIFO or /dev/zero as every input (the open would block, the read never
 # end), a device, a FIFO or a link to a device (/dev/stdout) as every output (the atomic rename would
@@ -324,6 +327,8 @@ SPECIAL_PATH_CASES = [
     *[("power", "RUN", k) for k in SPECIAL_IN],
     ("power", "--paired-with", "fifo"),
     *[("power", "--out", k) for k in SPECIAL_OUT],
+    *[("table", "RUN", k) for k in SPECIAL_IN],
+    *[("table", "--out", k) for k in SPECIAL_OUT],
 ]
 PATH_CASES += SPECIAL_PATH_CASES
 # positionals: where the argument stands in the base command line
@@ -339,6 +344,7 @@ POSITIONAL = {
     ("index search", "SNAPSHOT"): ("index search", 2),
     ("compare", "RUN"): ("compare", 1),
     ("power", "RUN"): ("power", 1),
+    ("table", "RUN"): ("table", 1),
 }
 
 
@@ -371,6 +377,7 @@ WRITERS = {
     "score": ("--out", ".json"),
     "compare --out": ("--out", ".json"),
     "compare --plot": ("--plot", ".png"),
+    "table": ("--out", ".md"),
     "report": ("--out", ".html"),
     "ceiling": ("--out", ".json"),
     "snapshot build --overwrite": ("--out", ".db"),
@@ -604,7 +611,7 @@ def test_a_second_snapshot_build_of_the_same_file_is_refused(world, tmp_path, ca
 
 
 def test_leaderboard_skips_a_results_file_that_is_a_fifo(world, tmp_path, capsys):
-    """A FIFO named results.json under the searched folder is skipped with a warning, never opened."""
+    """A FIFO named results.json under the searched folder is skipped with the reason, never opened."""
     import shutil
 
     root = tmp_path / "runs"
@@ -616,4 +623,4 @@ def test_leaderboard_skips_a_results_file_that_is_a_fifo(world, tmp_path, capsys
     finally:
         unblock_fifo(root / "fifo-run" / "results.json")
     assert code == 0, err
-    assert "warning: " in err and "results.json: is a FIFO" in err and "skipped" in err, err
+    assert "results.json: is a FIFO" in err and "skipped" in err, err

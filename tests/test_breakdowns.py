@@ -48,11 +48,13 @@ def test_console_summary_has_each_breakdown(qampari_run):
     out = buffer.getvalue()
     assert "n_predicted" not in out  # means of counts are not shown as scores
     assert "by type:" in out
-    types = {t for s in QAMPARI for t in s.groups["type"]}
+    answered = [s for s in QAMPARI if s.question != FAILS]  # the failed question is in no breakdown
+    types = {t for s in answered for t in s.groups["type"]}
     lines = [line.strip() for line in out.splitlines()]
     for t in types:
-        n = sum(t in s.groups["type"] for s in QAMPARI)
+        n = sum(t in s.groups["type"] for s in answered)
         assert any(line.startswith(f"{t} (n={n}): ") and "f1 " in line for line in lines), (t, out)
+    assert lines[1].endswith("(n=7 of 8; 1 failed)")  # the headline says how many failed
 
 
 def test_leaderboard_rows_carry_the_breakdown_and_one_scale_per_column(qampari_run):
@@ -60,12 +62,12 @@ def test_leaderboard_rows_carry_the_breakdown_and_one_scale_per_column(qampari_r
     (row,) = board["rows"]
     results = json.loads((qampari_run / "results.json").read_text())
     assert row["breakdown"]["type"].keys() == results["scores"]["breakdown"]["type"].keys()
-    assert sum(v["n"] for v in row["breakdown"]["type"].values()) == 8
+    assert sum(v["n"] for v in row["breakdown"]["type"].values()) == 7  # the failed question is not scored
     for value, entry in row["breakdown"]["type"].items():
         assert entry["set-f1.f1"] == results["scores"]["breakdown"]["type"][value]["set-f1"]["f1"]
     assert board["scales"] and set(board["scales"].values()) == {"0-1"}
     assert all(not isinstance(v, int) or isinstance(v, bool) for v in row["metrics"].values())
-    assert "set-f1.f1 (0-1)" in format_markdown(board)
+    assert "Set F1 (0-1)" in format_markdown(board)
 
 
 def test_topiocqa_turns_are_a_count_and_its_scores_say_0_100(tmp_path):
@@ -83,7 +85,7 @@ def test_topiocqa_turns_are_a_count_and_its_scores_say_0_100(tmp_path):
     assert "topiocqa.turns" not in row["metrics"] and row["score_counts"]["topiocqa.turns"] == 5
     assert board["scales"]["topiocqa.em"] == board["scales"]["topiocqa.bleu_corpus"] == "0-100"
     table = format_markdown(board)
-    assert "topiocqa.em (0-100)" in table and "topiocqa.turns" not in table
+    assert "EM (0-100)" in table and "Turns" not in table
     assert "turn_type" in row["breakdown"]
 
 

@@ -304,9 +304,10 @@ def broken_script():
     unregister_script("cmp-broken")
 
 
-def test_a_run_that_answered_nothing_is_refused(tmp_path, scripts, broken_script, capsys):
+def test_a_run_that_answered_nothing_is_failed_never_compared(tmp_path, scripts, broken_script, capsys):
     """Unanswered questions score 0, so a run that stopped before answering anything would compare
-    (and give a spread for power) as if its zeros were measured: refused with one line instead."""
+    (and give a spread for power) as if its zeros were measured. compare shows it as failed, with
+    why, and runs no test on it; as the baseline, or for power, it is refused with one line."""
     from harness.cli import main
 
     good = tmp_path / "good"
@@ -315,7 +316,8 @@ def test_a_run_that_answered_nothing_is_refused(tmp_path, scripts, broken_script
     config = build_config({"model": "scripted/cmp-broken", "dataset": "hotpotqa:dev", "out": str(broken), "limit": 4})
     asyncio.run(Run(config, show_progress=False).execute())
     results = json.loads((broken / "results.json").read_text())
-    assert results["counts"]["finished"] == 0 and results["scores"]["raw"]  # scored all the same: four zeros
+    assert results["counts"]["finished"] == 0 and results["scores"]["raw"] == []  # nothing scored: no zeros
+    assert results["scores"]["em-f1"]["em"] is None and results["scores"]["meta"]["n_failed"] == 4
     # samples finished, but none with an answer (a strategy that gave up): scores.meta.n_answered 0
     mute = tmp_path / "mute"
     shutil.copytree(good, mute)
@@ -329,8 +331,6 @@ def test_a_run_that_answered_nothing_is_refused(tmp_path, scripts, broken_script
     }
     for bad, why in expected.items():
         for argv in (
-            ["compare", str(good), str(bad)],
-            ["compare", str(bad), str(good)],
             ["power", str(bad), "--metric", "em", "--delta", "0.1"],
             ["power", str(good), "--metric", "em", "--delta", "0.1", "--paired-with", str(bad)],
         ):
@@ -338,5 +338,28 @@ def test_a_run_that_answered_nothing_is_refused(tmp_path, scripts, broken_script
             captured = capsys.readouterr()
             line = f"error: {bad / 'results.json'}: {why}: its zero scores measure nothing; rerun it first"
             assert captured.err.strip().splitlines() == [line] and captured.out == "", argv
+        assert main(["compare", str(bad), str(good)]) == 2  # no baseline to compare with
+        captured = capsys.readouterr()
+        assert captured.err.strip().splitlines() == [
+            f"error: {bad / 'results.json'}: the baseline (the first run) {why.removeprefix('the run ')}: "
+            "there is nothing to compare the others with; put a run that answered first"
+        ]
+        # a later run: listed as failed with why, every number n/a, no test and no p-value
+        out = tmp_path / f"{bad.name}.json"
+        assert main(["compare", str(good), str(bad), "--out", str(out)]) == 1  # nothing was compared
+        text = capsys.readouterr().out
+        assert f"B: {bad}" in text and f"[failed, not compared: {why}]" in text
+        assert "B      n/a (failed)" in text and "B - A  not compared: B failed" in text
+        assert not [line for line in text.splitlines() if line.startswith("  B ") and any(c.isdigit() for c in line)]
+        assert "no test ran" in text and "p = " not in text
+        result = json.loads(out.read_text())
+        assert result["runs"][1]["failed"] == why and result["multiple_testing"]["n_tests"] == 0
+        for entry in result["metrics"].values():
+            assert entry["runs"][1]["value"] is None and entry["runs"][1]["failed"] == why
+            assert entry["diffs"][0]["p"] is None and entry["diffs"][0]["diff"] is None
+        for fmt, cell in (("md", "| failed | not compared | n/a | n/a |"), ("csv", ",n/a,n/a,n/a,n/a,n/a,n/a,")):
+            assert main(["compare", str(good), str(bad), "--format", fmt]) == 1
+            rows = [line for line in capsys.readouterr().out.splitlines() if str(bad) in line or "B: " in line]
+            assert rows and all(cell in line for line in rows if not line.startswith("- "))
     # the run that answered still gives a power estimate
     assert main(["power", str(good), "--metric", "f1", "--delta", "0.1"]) == 0

@@ -279,7 +279,7 @@ def test_budget_stops_mid_tree_and_the_tree_holds_what_was_spent(script, hotpot_
     prices = tmp_path / "prices.yaml"
     prices.write_text("models:\n  scripted/delegate-budget: {input: 0.0, output: 1000000.0}\n")
     row, results = run(script("delegate-budget", fn), hotpot_snapshot, tmp_path / "run", "--price-table", str(prices),
-                       "--max-cost", "12", "--max-tokens", "10", code=1)  # fmt: skip
+                       "--max-cost", "12", "--max-tokens", "10", code=4)  # fmt: skip
     assert row["error_type"] == "budget_exhausted"
     nodes = row["extra"]["delegation"]["nodes"]
     assert [n["id"] for n in nodes] == ["0", "0.1", "0.2"]

@@ -133,7 +133,7 @@ def _ep(snapshot, out, *extra):
 
 
 def _assert_no_evidence_failure(proc, out):
-    assert proc.returncode == 1, proc.stderr  # the sample failed; the run itself is fine
+    assert proc.returncode == 4, proc.stderr  # its one sample failed: no question answered, no scores
     assert not (out / "samples.jsonl").exists() or not (out / "samples.jsonl").read_text().strip()
     failure = json.loads((out / "failures.jsonl").read_text())
     assert failure["error_type"] == "no_evidence_packed" and failure["model_calls"] == 0
@@ -177,7 +177,7 @@ def test_missing_evidence_does_not_say_rerun(hotpot_snapshot, tmp_path):
     out = tmp_path / "missing"
     proc = run_harness("run", "--setting", "evidence-provided", "--dataset", "fanoutqa:dev", "--snapshot",
                        str(hotpot_snapshot), "--limit", "2", "--model", "scripted/answer=x", "--out", str(out))  # fmt: skip
-    assert proc.returncode == 1
+    assert proc.returncode == 4  # both failed: no question answered
     assert "missing_evidence" in proc.stderr and "rerun the same command" not in proc.stderr
     assert "2 missing_evidence (a rerun cannot fix: evidence pages missing from the snapshot" in proc.stderr
 

@@ -104,7 +104,7 @@ def test_a_fault_that_persists_fails_the_sample_as_model_unavailable(tmp_path, f
         code = run(
             server.url, tmp_path / "run", "--max-attempts", "3", "--max-response-bytes", str(MIB), transport=transport
         )
-    assert code == 1  # the run finished, with a failed sample (rerun retries it)
+    assert code == 4  # the run finished, its one sample failed: nothing answered (a rerun retries it)
     assert server.served == [fault] * 3
     (failure,) = records(tmp_path / "run" / "failures.jsonl")
     assert failure["error_type"] == "model_unavailable", failure

@@ -234,7 +234,7 @@ def test_compare_swaps_whole_conversations_and_prints_the_monte_carlo_error():
     em = result["metrics"]["topiocqa.em"]["diffs"][0]
     assert em["test_detail"]["unit"] == "cluster"
     text = format_comparison(result)
-    assert f"p = {d['p']:.4g} ± {d['p_mc_error']:.2g} (paired swap permutation of whole clusters" in text
+    assert f"p = {d['p']:.4g} ± {d['p_mc_error']:.2g}, Holm p = {d['p_holm']:.4g} (paired swap permutation of whole" in text
 
 
 # ---------------------------------------------------------------------------- n/a wherever it is printed

@@ -12,7 +12,7 @@ import pytest
 from conftest import run_harness
 from fake_openai import FakeServer, scripted_search_model
 
-from harness.analysis.leaderboard import is_headline
+from harness.analysis.leaderboard import column_labels, is_headline
 from harness.scoring.results import metric_values
 
 
@@ -58,9 +58,12 @@ def test_leaderboard_rows_json_and_markdown(root, tmp_path):
     out = tmp_path / "board" / "leaderboard.json"
     proc = run_harness("leaderboard", str(root), "--out", str(out))
     assert proc.returncode == 0, proc.stderr
-    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
-    assert len(warnings) == 1 and str(root / "corrupt" / "results.json") in warnings[0]
-    assert "not valid JSON" in warnings[0] and warnings[0].endswith("skipped")
+    skipped = [line for line in proc.stderr.splitlines() if line.startswith("skipped ")]
+    assert skipped == [  # each folder passed over, named with the reason
+        f"skipped {root / 'notarun'}: not a run (no results.json)",
+        f"skipped {root / 'corrupt'}: {root / 'corrupt' / 'results.json'}: not valid JSON "
+        "(Expecting property name enclosed in double quotes: line 1 column 17 (char 16))",
+    ]
 
     board = json.loads(out.read_text())
     rows = {Path(r["path"]).relative_to(root).as_posix(): r for r in board["rows"]}
@@ -95,8 +98,9 @@ def test_leaderboard_rows_json_and_markdown(root, tmp_path):
     head = [c.strip() for c in lines[0].strip("|").split("|")]
     body = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
     assert len(body) == 4
-    # each metric column is labelled with its one scale
-    assert {f"{m} ({board['scales'][m]})" for m in board["metrics"] if is_headline(m)} <= set(head)
+    # each metric column is labelled with its display name and its one scale
+    labels = column_labels([m for m in board["metrics"] if is_headline(m)], board["scales"])
+    assert set(labels.values()) <= set(head)
     by_path = {cells[head.index("path")]: cells for cells in body}
     for name, row in rows.items():
         cells = by_path[row["path"]]
@@ -105,7 +109,7 @@ def test_leaderboard_rows_json_and_markdown(root, tmp_path):
                 stderr, note = row["stderr"].get(metric), row["uncertainty_note"].get(metric)
                 bar = f" ± {stderr:.4f}" if stderr is not None else " ± n/a" if note else ""
                 want = f"{value:.4f}{bar}"
-                assert cells[head.index(f"{metric} ({board['scales'][metric]})")] == want
+                assert cells[head.index(labels[metric])] == want
     assert by_path[str(root / "a")][head.index("knobs")] == "max_tokens=16"
     assert by_path[str(root / "c")][head.index("cost USD")] == "—"
 

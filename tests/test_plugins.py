@@ -76,6 +76,28 @@ def test_a_strategy_from_a_bare_file(plugin_dir, capsys):
     (plugin_dir / "shout.py").write_text(STRATEGY.replace("upper()", "lower()"), encoding="utf-8")
     code, err = cli(capsys, *BASE, "--agent", "shout.py:Shout", "--agent-arg", "suffix=?", "--out", "a")
     assert code == 2 and "holds a run with a different configuration" in err
+    err = " ".join(err.split())
+    # what differs (the file, by path, and nothing else), and the two ways on
+    assert ": the strategy file shout.py: its content changed (sha256 " in err and "; " not in err.split("): ")[1]
+    assert "choose another --out for this configuration, or run the configuration a holds (a/config.json)" in err
+
+
+def test_a_refused_run_directory_names_every_field_that_differs(plugin_dir, capsys):
+    code, err = cli(capsys, *BASE, "--agent", "shout.py:Shout", "--max-tokens", "30", "--out", "a")
+    assert code == 0, err
+    argv = [*BASE, "--agent", "shout.py:Shout", "--agent-arg", "suffix=?", "--max-tokens", "31", "--temperature", "0.5"]
+    code, err = cli(capsys, *argv, "--out", "a")
+    err = " ".join(err.split())
+    assert code == 2, err
+    changes = err.split("): ", 1)[1].split(". To go on")[0].split("; ")
+    assert sorted(changes) == sorted(
+        ['generation.max_tokens 30 -> 31', 'generation.temperature 0.0 -> 0.5', 'knob suffix "!" -> "?"']
+    )
+    # another strategy and dataset: said as such, not as each of their facts
+    code, err = cli(capsys, "run", "--model", "scripted/echo", "--dataset", "hotpotqa:dev", "--limit", "1",
+                    "--max-tokens", "30", "--out", "a")  # fmt: skip
+    changes = " ".join(err.split()).split("): ", 1)[1].split(". To go on")[0].split("; ")
+    assert code == 2 and changes == ['dataset "qampari:sample" -> "hotpotqa:dev"', 'strategy "Shout" -> "closed-book"']
 
 
 def test_a_strategy_from_a_module_reference(plugin_dir, capsys, monkeypatch):
@@ -251,6 +273,47 @@ def test_plugins_are_listed(plugin_dir, capsys):
         assert f"{name}  [builtin]" in capsys.readouterr().out
 
 
+METRIC_PLUGIN = """
+from pydantic import Field
+
+from harness.scoring.metrics import MetricOptions, declare
+
+
+class WordOptions(MetricOptions):
+    unit: str = Field("words", description="what is counted")
+
+
+@declare(accepts=("list_of_str", "entity_list"), options=WordOptions)
+def words(questions, answers, only_answered, options=None, unit="words"):
+    \"\"\"Words per answer.\"\"\"
+    return {"raw": {q.id: {"n": 1} for q in questions}}
+"""
+
+
+def test_a_plugin_file_is_listed_as_a_builtin_is(plugin_dir, capsys):
+    import hashlib
+
+    sha = hashlib.sha256((plugin_dir / "shout.py").read_bytes()).hexdigest()[:12]
+    assert main(["list", "agents", "-v", "shout.py:Shout", "closed-book"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"shout.py:Shout  [file shout.py, sha256 {sha}] (settings: closed-book)  Asks the question in capitals."
+    assert out[1] == "    --agent-arg suffix (str, default '!'): appended to the question"
+    assert out[2].startswith("closed-book  [builtin] (settings: closed-book)  ") and len(out) == 3
+    (plugin_dir / "words.py").write_text(METRIC_PLUGIN, encoding="utf-8")
+    assert main(["list", "metrics", "-v", "words.py:words"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("words.py:words  [file words.py, sha256 ") and out[0].endswith("(scored as words)  Words per answer.")
+    assert out[1:] == [
+        "    scores golds: list_of_str, entity_list; answers: any",
+        "    --metric-option words.py:words.unit (str, default 'words'): what is counted",
+    ]
+    # a name that cannot be loaded is an error when named, and a name needs its kind
+    code, err = cli(capsys, "list", "agents", "-v", "missing.py:Shout")
+    assert code == 2 and "agent missing.py:Shout: missing.py not found" in err
+    code, err = cli(capsys, "list", "shout.py:Shout")
+    assert code == 2 and "not a kind" in err
+
+
 def test_help_lists_registry_names(capsys):
     with pytest.raises(SystemExit):
         main(["run", "--help"])
@@ -269,7 +332,7 @@ def test_the_api_works_inside_a_running_event_loop(tmp_path):
     results = asyncio.run(notebook_cell())
     assert results["counts"]["finished"] == 2 and results["model"]["scripted"] is True
     before = (tmp_path / "nb" / "results.json").read_bytes()
-    scores = harness.score(str(tmp_path / "nb"), metrics=["em-f1"], save=False)
+    scores = harness.score(str(tmp_path / "nb"), metrics=["em-f1"], save=False, drop_other_metrics=True)
     assert scores["meta"]["metrics"] == ["em-f1"]
     assert (tmp_path / "nb" / "results.json").read_bytes() == before  # save=False: nothing rewritten
     answers = [{"id": s, "answer": "Paris"} for s in results["sample_ids"]]

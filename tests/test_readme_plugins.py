@@ -35,9 +35,10 @@ def test_the_plugins_page_has_every_kind_of_block():
         "# file: answer_length.py",
         "# file: capitals.py",
         "# file: brief_local.py",
+        "# file: scripted_replies.py",
         "# file: pyproject.toml",
     ]
-    assert sum(1 for kind, _ in blocks if kind == "bash") == 2
+    assert sum(1 for kind, _ in blocks if kind == "bash") == 3
     assert sum(1 for _, body in blocks if body.startswith("# run: python")) == 1
 
 
@@ -48,6 +49,7 @@ def run_readme(work: Path) -> list[subprocess.CompletedProcess]:
         "HARNESS_CACHE_DIR": str(work.parent / "cache"),
         "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]),
     }
+    (work / "tests").symlink_to(ROOT / "tests")  # the fixture a snapshot is built from, as in a checkout
     done = []
     for kind, body in readme_blocks():
         first = body.splitlines()[0]
@@ -92,6 +94,47 @@ def samples(path: Path) -> list[dict]:
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_the_scripted_model_section_runs_as_written(tmp_path, monkeypatch):
+    """"Testing a strategy without a model": its script file drives the tutorial's strategy and the
+    built-in open-book strategy's tool calls, from the CLI, in process (no model: fast)."""
+    from harness.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "tests").symlink_to(ROOT / "tests")
+    blocks = readme_blocks()
+    for _, body in blocks:
+        first = body.splitlines()[0]
+        if first in ("# file: answer_twice.py", "# file: capitals.py", "# file: scripted_replies.py"):
+            (tmp_path / first[len("# file: ") :]).write_text(body, encoding="utf-8")
+    (commands,) = [body for kind, body in blocks if kind == "bash" and "scripted/scripted_replies.py" in body]
+    for line in commands.splitlines():
+        argv = shlex.split(line)
+        assert argv[0] == "harness" and main(argv[1:]) == 0, line
+
+    r = results(tmp_path / "runs" / "scripted")
+    assert r["model"]["script"] == {
+        "name": "scripted_replies.py:reply",
+        "source": "file",
+        "identity": f"file:reply@{sha256(tmp_path / 'scripted_replies.py')}",
+        "file": "scripted_replies.py",
+        "sha256": sha256(tmp_path / "scripted_replies.py"),
+    }
+    for s in samples(tmp_path / "runs" / "scripted"):  # the strategy's loop: answer, revise once
+        assert [m["role"] for m in s["messages"]] == ["user", "assistant"] * 2 and s["model_calls"] == 2
+        assert s["answer"] == "Switzerland\nAustria"
+    assert {row["question_id"]: row["set-f1"]["f1"] for row in r["scores"]["raw"]} == {"cap-1": 1.0, "cap-2": 0.0}
+
+    tools = samples(tmp_path / "runs" / "scripted-tools")
+    for s in tools:  # the open-book loop: a search tool call, its result, the answer
+        assert [m["role"] for m in s["messages"]] == ["user", "assistant", "tool", "assistant"]
+        (call,) = s["messages"][1]["tool_calls"]
+        assert call["function"]["name"] == "search" and json.loads(call["function"]["arguments"]) == {"query": "Ed Wood"}
+        assert s["extra"]["searches"][0]["found_title"] == "Ed Wood" and s["answer"] == "yes"
+    r = results(tmp_path / "runs" / "scripted-tools")
+    assert r["agent"]["protocol"] == "native" and r["scores"]["agent"]["searches"] == 1.0
 
 
 @pytest.mark.slow
@@ -152,5 +195,8 @@ def test_the_python_api_runs_and_rescores(executed):
     assert r["agent"]["knobs"] == {"revisions": 0}
     printed = procs[-1].stdout.splitlines()
     assert printed[0].startswith("{'revisions': 0} {'words': ")
-    # harness.score rewrote results.json with the metric asked for, and returned the same numbers
-    assert r["scores"]["meta"]["metrics"] == ["set-f1"] and float(printed[1]) == r["scores"]["set-f1"]["f1"]
+    # harness.score re-scored the metric asked for into results.json, kept the other, and returned the same numbers
+    assert r["scores"]["meta"]["metrics"] == ["answer-length", "set-f1"] and r["scores"]["meta"]["kept_metrics"] == [
+        "answer-length"
+    ]
+    assert float(printed[1]) == r["scores"]["set-f1"]["f1"]

@@ -154,6 +154,10 @@ def test_report_in_headless_chromium(open_book_run, browser):
     assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
 
     assert row_ids(browser) == IDS
+    # the run's scores figure, inline SVG (HotpotQA's headline: EM and F1 panels)
+    titles = browser.execute_script("return Array.from(document.querySelectorAll('#figures svg text')).map(t => t.textContent)")
+    assert {"EM", "F1", "openai/scripted"} <= set(titles)
+    assert browser.execute_script("return document.querySelector('#figures svg').namespaceURI") == "http://www.w3.org/2000/svg"
     assert len(browser.find_elements(By.CSS_SELECTOR, "details.transcript")) == 3
     answer_cell = browser.find_elements(By.CSS_SELECTOR, "#question-table tbody tr")[0].find_elements(
         By.TAG_NAME, "td"
@@ -166,6 +170,15 @@ def test_report_in_headless_chromium(open_book_run, browser):
     assert "Scott Derrickson" in browser.find_element(By.CSS_SELECTOR, "#t-1 ol.searches").text
     assert "Kiss and Tell" not in browser.find_element(By.CSS_SELECTOR, "#t-2 ol.searches").get_attribute("textContent")
     assert "Shirley Temple" in browser.find_element(By.CSS_SELECTOR, "#t-2 ol.searches").get_attribute("textContent")
+    # the gold items each answer matched (the string metric's rule): the part of the answer quoted as text
+    matched = browser.find_elements(By.CSS_SELECTOR, '#t-1 .gold-match[data-metric="fanoutqa-string"] li.matched')
+    assert [li.find_element(By.CSS_SELECTOR, "span.gold").text for li in matched] == ["yes"]
+    assert matched[0].find_element(By.CSS_SELECTOR, "q.matched-text").text == "yes " + HOSTILE
+    assert matched[0].value_of_css_property("color") == "rgba(23, 105, 47, 1)"  # green
+    browser.find_element(By.CSS_SELECTOR, "#t-3 > summary").click()
+    missed = browser.find_element(By.CSS_SELECTOR, '#t-3 .gold-match[data-metric="fanoutqa-string"]')
+    assert missed.find_element(By.CSS_SELECTOR, "li.missed span.gold").text == "Animorphs"
+    assert "0 of 1 gold items matched" in missed.text and not missed.find_elements(By.CSS_SELECTOR, "li.matched")
 
     # sorting: answers ascending, then descending; numbers sort as numbers
     header = browser.find_element(By.CSS_SELECTOR, '#question-table th[data-key="answer"]')

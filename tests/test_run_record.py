@@ -183,7 +183,8 @@ def test_every_reader_refuses_a_broken_results_file_naming_the_field(tmp_path, c
     # the leaderboard keeps the other runs and says which file and field it skipped
     assert main(["leaderboard", str(tmp_path), "--out", str(tmp_path / "board.json")]) == 0
     board = json.loads((tmp_path / "board.json").read_text())
-    assert len(board["rows"]) == 1 and len(board["warnings"]) == 1 and f"field {field}" in board["warnings"][0]
+    assert len(board["rows"]) == 1 and len(board["skipped"]) == 1
+    assert board["skipped"][0]["path"] == str(run) and f"field {field}" in board["skipped"][0]["reason"]
 
 
 def test_a_results_file_of_a_newer_format_is_refused(tmp_path):

@@ -185,6 +185,74 @@ def test_str_answer():
     assert str_answer(None) == ""
 
 
+# ---- generated answer trees: the container rules against the installed official code --------------
+
+LEAVES = ["Oslo", "oslo", "Bergen", "Paris", "Ra", "Rafael", "1,000", "1000", "", "x y", "The Who", 3, 3.5, 0,
+          True, False, None, "yes", "no", "None"]  # fmt: skip
+
+
+def _tree(rng, depth=0):
+    roll = rng.random()
+    if depth < 3 and roll < 0.25:
+        return [_tree(rng, depth + 1) for _ in range(rng.choice([0, 1, 1, 2, 3, 4]))]
+    if depth < 3 and roll < 0.4:
+        keys = rng.sample(["a", "b", "Oslo", "Paris", "The Who", 1, 2], rng.choice([0, 1, 2, 3]))
+        return {key: _tree(rng, depth + 1) for key in keys}
+    return rng.choice(LEAVES)
+
+
+def _official_eval_module(name):
+    """fanoutqa/eval/NAME.py loaded alone (fanoutqa.eval's __init__ imports bleurt and kani)."""
+    import fanoutqa
+
+    path = Path(fanoutqa.__file__).parent / "eval" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_foqa_eval_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _outcome(fn, *args):
+    try:
+        found, score, missing = fn(*args)
+    except ZeroDivisionError:
+        return "ZeroDivisionError"
+    return found, score, type(score), missing
+
+
+def test_answer_trees_score_as_the_official_code_on_generated_cases(monkeypatch):
+    """Nested lists and dicts, booleans, None, numbers and empty containers: the same found, score
+    (type included), missing and exceptions as fanoutqa 1.1.1's answer_in_text, and the same text as
+    its str_answer. Both sides get one cheap normalization, so this checks the tree rules alone (the
+    spaCy normalization is checked on the dev sets above)."""
+    import random
+
+    from harness.scoring import fanoutqa_metrics
+    from harness.scoring.gold import gold_text
+
+    pytest.importorskip("fanoutqa")
+    official_string, official_utils = _official_eval_module("string"), _official_eval_module("utils")
+
+    def cheap(text, remove_stopwords=False):
+        return " ".join(str(text).lower().replace(",", "").split())
+
+    monkeypatch.setattr(official_string, "normalize", cheap)
+    monkeypatch.setattr(fanoutqa_metrics, "normalize", cheap)
+    rng = random.Random(27)
+    outcomes = set()
+    for _ in range(3000):
+        reference = _tree(rng)
+        words = [str(w) for w in rng.sample(LEAVES, rng.randint(0, 6))]
+        candidate = " ".join(words) if rng.random() < 0.8 else official_utils.str_answer(reference)
+        ours = _outcome(fanoutqa_metrics.answer_in_text, reference, candidate)
+        assert ours == _outcome(official_string.answer_in_text, reference, candidate), (reference, candidate)
+        outcomes.add(ours if isinstance(ours, str) else ours[1])
+        assert str_answer(reference) == gold_text(reference) == official_utils.str_answer(reference)
+    # every kind of result came up: whole, partial, negative (nested misses), division by zero
+    assert {0, 1, "ZeroDivisionError"} <= outcomes and any(isinstance(o, float) and o < 0 for o in outcomes)
+    assert any(isinstance(o, float) and 0 < o < 1 for o in outcomes)
+
+
 def test_score_fanoutqa_counts_unanswered_as_zero():
     qs = [{"id": "q1", "answer": ["Oslo", "Bergen"]}, {"id": "q2", "answer": "Paris"}]
     res = score_fanoutqa(qs, [{"id": "q1", "answer": "Oslo"}])

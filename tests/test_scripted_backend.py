@@ -4,6 +4,7 @@ through the CLI that records the model as scripted."""
 
 import asyncio
 import json
+import re
 
 import pytest
 from conftest import run_harness
@@ -75,6 +76,47 @@ def test_unknown_and_clashing_names(registered):
     assert register_script("clash", first.fn) is first  # the same function again is harmless
     with pytest.raises(ValueError, match="registered twice"):
         register_script("clash", lambda *a: "b")
+
+
+SCRIPT = """
+def reply(messages, tools, tool_choice, params):
+    if tools and messages[-1]["role"] == "user":
+        return {"tool_calls": [{"name": tools[0]["function"]["name"], "arguments": {"query": "Ed Wood"}}]}
+    return "ANSWER"
+
+NOT_A_FUNCTION = 3
+"""
+
+
+def test_a_script_from_a_file(tmp_path, monkeypatch):
+    """``scripted/FILE.py:FUNCTION``: the register_script contract from a file, identified by its content."""
+    import hashlib
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "replies.py").write_text(SCRIPT, encoding="utf-8")
+    sha = hashlib.sha256(SCRIPT.encode()).hexdigest()
+    backend = create_backend("scripted/replies.py:reply")
+    tools = [{"type": "function", "function": {"name": "search", "parameters": {}}}]
+    call = generate(backend, user("Who?"), tools=tools)
+    assert call.tool_calls[0].name == "search" and json.loads(call.tool_calls[0].arguments) == {"query": "Ed Wood"}
+    assert generate(backend, user("Who?")).content == "ANSWER" and len(backend.requests) == 2
+    assert backend.describe()["script"] == {
+        "name": "replies.py:reply", "source": "file", "identity": f"file:reply@{sha}", "file": "replies.py", "sha256": sha,
+    }  # fmt: skip
+    assert backend.identity_facts() == {"script": {"sha256": sha}}  # in the run key
+    # an edited file is other code: another identity, run key and cache key
+    (tmp_path / "replies.py").write_text(SCRIPT.replace("ANSWER", "OTHER"), encoding="utf-8")
+    edited = create_backend("scripted/replies.py:reply")
+    assert generate(edited, user("Who?")).content == "OTHER"
+    assert edited.identity_facts() != backend.identity_facts()
+    assert edited.cache_identity() != backend.cache_identity()
+    for spec, needle in (
+        ("scripted/replies.py:missing", "script replies.py:missing: replies.py defines no 'missing'"),
+        ("scripted/none.py:reply", "script none.py:reply: none.py not found"),
+        ("scripted/replies.py:NOT_A_FUNCTION", "int is not a function fn(messages, tools, tool_choice, params)"),
+    ):
+        with pytest.raises(ModelError, match=re.escape(needle)):
+            create_backend(spec)
 
 
 def test_registered_script_sees_the_request_and_records_it(registered):

@@ -153,8 +153,13 @@ def test_titles_resolve_case_whitespace_redirects(snapshot, query, title):
 
 @pytest.mark.slow
 def test_long_page_equals_reference_code(snapshot, articles, monkeypatch):
-    """The FanOutQA authors' search function, run literally with fanoutqa's Corpus (official
-    spaCy normalize, rank_bm25) on the same page, question, counter and budget."""
+    """The FanOutQA authors' search function (paper code, reference/paper_benchmarks/run_openbook.py;
+    ReDel's tool packs the same way), restated: a page too long for the budget (half the context) is
+    returned as its fragments in fanoutqa's own Corpus.best order (official spaCy normalize,
+    rank_bm25), as many as keep the whole reply within the budget, stopping at the first that does
+    not; same page, question, counter and budget."""
+    import itertools
+
     fretrieval = pytest.importorskip("fanoutqa.retrieval")
     import fanoutqa.norm
     import spacy
@@ -169,22 +174,17 @@ def test_long_page_equals_reference_code(snapshot, articles, monkeypatch):
     monkeypatch.setattr(fretrieval, "wiki_content", lambda doc: page_text)
     max_search_tokens = context // 2
 
-    prompt = f"<document>\n<title>{title}</title>\n{{}}</document>"
-    full_content = prompt.format(f"<content>\n{page_text}\n</content>\n")
-    assert count(full_content) > max_search_tokens  # so the reference goes on to fragments
+    head, tail = f"<document>\n<title>{title}</title>\n", "</document>"
+    assert count(f"{head}<content>\n{page_text}\n</content>\n{tail}") > max_search_tokens  # not whole: fragments
     corpus = fretrieval.Corpus([Evidence(pageid=1, revid=1, title=title, url="")], doc_len=1024)
-    retrieved_docs = []
-    for doc in corpus.best(question):
-        formatted = f"<fragment>\n{doc.content}\n</fragment>\n"
-        content = prompt.format("".join(retrieved_docs) + formatted)
-        if count(content) > max_search_tokens:
-            break
-        retrieved_docs.append(formatted)
-    expected = prompt.format("".join(retrieved_docs))
+    ranked = [f"<fragment>\n{doc.content}\n</fragment>\n" for doc in corpus.best(question)]
+    bodies = itertools.accumulate(ranked, initial="")  # "", then the best 1, 2, ... fragments
+    fitting = list(itertools.takewhile(lambda body: count(head + body + tail) <= max_search_tokens, bodies))
+    expected, kept = head + fitting[-1] + tail, len(fitting) - 1
 
     result = make_tool(snapshot, context_size=context)(title, question)
     assert result.text == expected
-    assert result.fragments == len(retrieved_docs) > 0 and result.truncated and not result.whole_page
+    assert result.fragments == kept > 0 and result.truncated and not result.whole_page
     assert result.tokens == count(result.text) <= max_search_tokens
 
 

@@ -1,14 +1,15 @@
-"""TopiOCQA: loader, question representations, official reader metrics, conversational agent (end to end
-on the real embedded model)."""
+"""TopiOCQA: loader, question representations, official reader metrics (against their restatement in
+tests/reference_topiocqa.py, on hand-built and generated cases), conversational agent (end to end on the
+real embedded model)."""
 
 import json
-import re
-import string
+import random
 from collections import Counter
 
 import pytest
 import sacrebleu
 from conftest import run_harness
+from reference_topiocqa import topiocqa_aggregate, topiocqa_turn
 
 from harness.datasets.conversation import format_history
 from harness.datasets import load_dataset
@@ -19,65 +20,6 @@ from harness.scoring.topiocqa_metrics import sentence_bleu, topiocqa
 @pytest.fixture(scope="module")
 def dev():
     return load_dataset("topiocqa:dev")
-
-
-# --- the official evaluator, copied into the test as the reference -------------------------------
-# McGill-NLP/topiocqa evaluate_reader.py, TopiOCQAEvaluator (normalize_answer, get_tokens,
-# compute_exact, compute_f1, _compute_turn_score, aggregate_scores), verbatim except self/staticmethod.
-def ref_normalize_answer(s):
-    def remove_articles(text):
-        regex = re.compile(r"\b(a|an|the)\b", re.UNICODE)
-        return re.sub(regex, " ", text)
-
-    def white_space_fix(text):
-        return " ".join(text.split())
-
-    def remove_punc(text):
-        exclude = set(string.punctuation)
-        return "".join(ch for ch in text if ch not in exclude)
-
-    def lower(text):
-        return text.lower()
-
-    return white_space_fix(remove_articles(remove_punc(lower(s))))
-
-
-def ref_get_tokens(s):
-    if not s:
-        return []
-    return ref_normalize_answer(s).split()
-
-
-def ref_compute_exact(a_gold, a_pred):
-    return int(ref_normalize_answer(a_gold) == ref_normalize_answer(a_pred))
-
-
-def ref_compute_f1(a_gold, a_pred):
-    gold_toks = ref_get_tokens(a_gold)
-    pred_toks = ref_get_tokens(a_pred)
-    common = Counter(gold_toks) & Counter(pred_toks)
-    num_same = sum(common.values())
-    if len(gold_toks) == 0 or len(pred_toks) == 0:
-        return int(gold_toks == pred_toks)
-    if num_same == 0:
-        return 0
-    precision = 1.0 * num_same / len(pred_toks)
-    recall = 1.0 * num_same / len(gold_toks)
-    return (2 * precision * recall) / (precision + recall)
-
-
-def ref_compute_turn_score(a_gold_list, a_pred):
-    f1_sum = 0.0
-    em_sum = 0.0
-    if len(a_gold_list) > 1:
-        for i in range(len(a_gold_list)):
-            gold_answers = a_gold_list[0:i] + a_gold_list[i + 1 :]
-            em_sum += max(ref_compute_exact(a, a_pred) for a in gold_answers)
-            f1_sum += max(ref_compute_f1(a, a_pred) for a in gold_answers)
-    else:
-        em_sum += max(ref_compute_exact(a, a_pred) for a in a_gold_list)
-        f1_sum += max(ref_compute_f1(a, a_pred) for a in a_gold_list)
-    return {"em": em_sum / max(1, len(a_gold_list)), "f1": f1_sum / max(1, len(a_gold_list))}
 
 
 # --- loader --------------------------------------------------------------------------------------
@@ -153,7 +95,86 @@ CASES = [
 def test_metric_matches_official(gold, pred):
     from harness.scoring.topiocqa_metrics import turn_score
 
-    assert turn_score(gold, pred) == pytest.approx(ref_compute_turn_score(gold, pred))
+    assert turn_score(gold, pred) == pytest.approx(topiocqa_turn(gold, pred))
+
+
+# hostile pieces: articles in every case and glued to punctuation, non-ASCII punctuation (a word
+# boundary for re, kept by the normalisation), combining accents, superscripts, ligatures, Unicode
+# spaces and separators str.split() breaks on, empty strings
+PIECES = [
+    "Britain", "britain", "UK", "U.K.", "u.s.", "1962", "1,000", "3.5", "film", "Lee", "Christopher", "and",
+    "the", "The", "THE", "a", "A", "an", "An", "the-end", "a.b", "an'", "'the'", "(an)", "_the_", "the_",
+    "\u2014the\u2014", "\u00aba\u00bb", "a\u2014b", "x_y", "th\u00e9", "caf\u00e9", "cafe\u0301", "a\u0301",
+    "\u00b2", "a\u00b2", "\u00bd", "\ufb01lm", "\u0130stanbul", "stra\u00dfe", "yes", "no", "Yes.", "", "!?",
+]  # fmt: skip
+SEPARATORS = [" ", " ", " ", "  ", "\t", "\n", "", "-", ", ", "\u00a0", "\u2003", "\u3000", "\x1c", "\x85"]
+
+
+def _phrase(rng: random.Random) -> str:
+    parts = [rng.choice(PIECES) for _ in range(rng.randint(0, 5))]
+    out = ""
+    for part in parts:
+        out += part + rng.choice(SEPARATORS)
+    return out if rng.random() < 0.8 else out.strip()
+
+
+def _prediction(rng: random.Random, golds: list[str]) -> str:
+    """Often one of the references, reworded a little; otherwise a new phrase."""
+    if rng.random() < 0.35:
+        return _phrase(rng)
+    base = rng.choice(golds)
+    edit = rng.randrange(6)
+    if edit == 0:
+        return base
+    if edit == 1:
+        return base.upper() if rng.random() < 0.5 else base.lower()
+    if edit == 2:
+        return rng.choice(["the ", "a ", "An ", "The. "]) + base + rng.choice(["", ".", "!", " the"])
+    if edit == 3:
+        words = base.split()
+        return " ".join(words[:-1] if words else words)
+    if edit == 4:
+        return base + rng.choice(SEPARATORS) + rng.choice(PIECES)
+    return rng.choice(golds) + " " + base
+
+
+def generated_turns(seed: int, n: int) -> list[tuple[list[str], str]]:
+    """n seeded turns: 1 to 4 references (repeats and near-repeats among them), one prediction."""
+    rng = random.Random(seed)
+    turns = []
+    for _ in range(n):
+        golds = [_phrase(rng) for _ in range(rng.choice([1, 1, 2, 3, 4]))]
+        if len(golds) > 1 and rng.random() < 0.3:
+            golds[-1] = golds[0] if rng.random() < 0.5 else golds[0].upper()
+        turns.append((golds, _prediction(rng, golds)))
+    return turns
+
+
+N_GENERATED = 4000
+
+
+def test_turn_score_equals_the_reference_on_generated_cases():
+    """Every generated turn scores exactly (==, bit for bit) what the reference definition gives."""
+    from harness.scoring.topiocqa_metrics import turn_score
+
+    turns = generated_turns(27, N_GENERATED)
+    multi = sum(1 for golds, _ in turns if len(golds) > 1)
+    assert multi > N_GENERATED // 3  # the leave-one-out rule is exercised, not only single references
+    values = set()
+    for golds, pred in turns:
+        ours, expected = turn_score(golds, pred), topiocqa_turn(golds, pred)
+        assert ours == expected, (golds, pred)
+        values.add((expected["em"], expected["f1"]))
+    assert len(values) > 100  # partial credit of many kinds, not only 0 and 1
+
+
+def test_turn_score_needs_a_reference():
+    from harness.scoring.topiocqa_metrics import turn_score
+
+    with pytest.raises(ValueError):
+        topiocqa_turn([], "x")
+    with pytest.raises(ValueError):
+        turn_score([], "x")
 
 
 def test_metric_aggregate_breakdown_and_bleu(dev):
@@ -165,9 +186,10 @@ def test_metric_aggregate_breakdown_and_bleu(dev):
     ]  # 1_4 unanswered: counts 0, as the official aggregate_scores does
     out = topiocqa(qs, answers, only_answered=False)
     preds = {a["id"]: a["answer"] for a in answers}
-    ref = [ref_compute_turn_score([q.answer], preds[q.id]) if q.id in preds else {"em": 0, "f1": 0} for q in qs]
-    assert out["aggregate"]["em"] == pytest.approx(100 * sum(r["em"] for r in ref) / 4)
-    assert out["aggregate"]["f1"] == pytest.approx(100 * sum(r["f1"] for r in ref) / 4)
+    ref = topiocqa_aggregate([([q.answer], preds.get(q.id)) for q in qs])
+    assert ref["turns"] == 4
+    assert out["aggregate"]["em"] == pytest.approx(ref["em"])
+    assert out["aggregate"]["f1"] == pytest.approx(ref["f1"])
     assert {k: v for k, v in out["raw"]["1_4"].items() if k != "bleu_corpus_stats"} == {
         "em": 0.0,
         "f1": 0.0,

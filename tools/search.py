@@ -11,10 +11,12 @@ every fragment, as the reference does.
 
 Two output styles:
 
-- ``"fanoutqa"`` (default): the published code. A miss lists ``- Title`` lines; a page that fits
-  is returned whole in ``<content>``.
-- ``"paper-2024"``: the paper's earlier code. A miss lists ``<search>Title</search>`` lines; a hit
-  is always returned as ranked ``<fragment>``s, even when the whole page would fit.
+- ``"fanoutqa"`` (default): the FanOutQA authors' later search tool (zhudotexe/redel,
+  ``redel/tools/fanoutqa.py``). A miss lists ``- Title`` lines; a page that fits is returned whole
+  in ``<content>``.
+- ``"paper-2024"``: the paper's code (zhudotexe/fanoutqa, ``reference/paper_benchmarks/
+  run_openbook.py``). A miss lists ``<search>Title</search>`` lines; a hit is always returned as
+  ranked ``<fragment>``s, even when the whole page would fit.
   (Its "That may refer to multiple pages" disambiguation reply has no counterpart: a snapshot
   resolves a title to one page or none.)
 """
@@ -28,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from harness.scoring.normalize import tokenize_fanoutqa
+from harness.templates import packaged_text
 from tools.registry import function_schema, register_tool
 from wiki_snapshot.chunking import chunk_text
 from wiki_snapshot.ranking import BM25PlusRanker
@@ -35,10 +38,13 @@ from wiki_snapshot.ranking import BM25PlusRanker
 STYLES = ("fanoutqa", "paper-2024")
 RANKING_QUERIES = ("question", "query")
 
+# The reply to a miss, per style: a template with one field, {titles} (data in prompts/fanoutqa/, with its
+# source and licence in prompts/README.md); each style lists the similar titles in its own markup.
 NOT_FOUND = {
-    "fanoutqa": "No page with that title exists. Try searching for one of these similar articles instead:\n",
-    "paper-2024": "No page with that title exists. Try one of the similar searches:\n",
+    "fanoutqa": packaged_text("fanoutqa/search_not_found.txt"),
+    "paper-2024": packaged_text("fanoutqa/search_not_found_paper_2024.txt"),
 }
+TITLE_LINE = {"fanoutqa": "- {}", "paper-2024": "<search>{}</search>"}
 
 
 @dataclass
@@ -87,9 +93,7 @@ class SearchResult:
 
 
 def not_found_message(similar: Sequence[str], style: str = "fanoutqa") -> str:
-    if style == "paper-2024":
-        return NOT_FOUND[style] + "\n".join(f"<search>{t}</search>" for t in similar)
-    return NOT_FOUND[style] + "\n".join(f"- {t}" for t in similar)
+    return NOT_FOUND[style].format(titles="\n".join(TITLE_LINE[style].format(t) for t in similar))
 
 
 def rank_chunks(
@@ -126,10 +130,7 @@ class _PageIndex:
 @register_tool
 class SearchTool:
     name = "search"
-    description = (
-        "Search Wikipedia for an article with the given title, and get its content. If no such article is found,"
-        " return similar article names."
-    )
+    description = packaged_text("fanoutqa/search_description.txt")  # FanOutQA's, see prompts/README.md
     # As the reference's kani ai_function declares it: one required string, no description.
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",

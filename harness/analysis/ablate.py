@@ -2,11 +2,12 @@
 
 One ordinary run per context size (``DIR/ctx-<size>/``: resumable, and the response cache makes a
 repeat free), then the answerability ceiling (``harness ceiling``) at the same sizes, then
-``DIR/ablation.json``, ``DIR/ablation.md`` (the table) and ``DIR/ablation.png`` (each metric against
-the context size, the ceiling as dashed lines, each metric's 95% interval as a band; the table says whether each
-step's change is significant, by a paired test on the questions both sizes scored). The ceiling is evidence-provided's packing; for an
-open-book sweep it is drawn too, as the best a perfect reader of the gold evidence could do.
-"""
+``DIR/ablation.json`` (every number), ``DIR/ablation.md`` (the headline metrics per size; the table
+says whether each step's change is significant, by a paired test on the questions both sizes
+scored) and ``DIR/ablation.png``: the figure ``harness figure ablation DIR`` draws
+(harness.analysis.figures: a panel per headline metric with its 95% band, the ceiling dashed).
+The ceiling is evidence-provided's packing; for an open-book sweep it is drawn too, as the best a
+perfect reader of the gold evidence could do."""
 
 from __future__ import annotations
 
@@ -14,15 +15,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ConfigError
+from pydantic import ValidationError
+
+from harness.analysis.figures import Sweep, SweepPoint, ablation_spec, save
 from harness.analysis.leaderboard import is_headline
-from harness.records import write_bytes_atomic
-from harness.execution.record import FailureNote, RunResults, read_results
+from harness.errors import ConfigError, HarnessError
+from harness.execution.record import FailureNote, RunResults, metric_names_of, read_results
+from harness.records import read_json, write_bytes_atomic
+from harness.scoring.display import dataset_headline, display_name
 from harness.scoring.results import score_values
 
 SETTINGS = ("evidence-provided", "open-book")
 ABLATION_JSON, ABLATION_MD, ABLATION_PNG = "ablation.json", "ablation.md", "ablation.png"
-PLOT_SIZE_IN, PLOT_DPI = (10.0, 6.0), 100  # 1000 x 600 pixels
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -82,7 +86,6 @@ def add_steps(rows: list[dict[str, Any]], results: list[RunResults]) -> None:
     """Each row's ``step``: per headline metric, the paired difference from the previous size on the
     questions both runs scored, its interval, p-value and whether it is significant (harness.analysis.compare)."""
     from harness.analysis.compare import LoadedRun, compare_runs
-    from harness.errors import HarnessError
 
     runs = [LoadedRun.of(r["run_dir"], res) for r, res in zip(rows, results)]
     for i in range(1, len(rows)):
@@ -93,32 +96,41 @@ def add_steps(rows: list[dict[str, Any]], results: list[RunResults]) -> None:
         except HarnessError as exc:
             rows[i]["step"] = {"error": str(exc)}
             continue
+        if result["runs"][1].get("failed"):  # nothing answered at this size: no change to measure
+            rows[i]["step"] = {"error": f"not compared: {result['runs'][1]['failed']}"}
+            continue
+        keys = ("diff", "ci95", "p", "p_holm", "p_mc_error", "test", "significant")
         rows[i]["step"] = {
-            m: {k: e["diffs"][0].get(k) for k in ("diff", "ci95", "p", "p_mc_error", "test", "significant")}
+            m: {k: e["diffs"][0].get(k) for k in keys}
             for m, e in result["metrics"].items()
             if is_headline(m)
         }
         rows[i]["step_n_shared"] = result["n_shared"]
 
 
-def _step_text(step: dict[str, Any] | None) -> str:
+def _step_text(step: dict[str, Any] | None, keys: list[str]) -> str:
     if not step:
         return "—"
     if "error" in step:
         return step["error"]
     parts = [
-        f"{m.split('.', 1)[-1]} {s['diff']:+.4f} p={s['p']:.3g}"
+        f"{display_name(m)} {s['diff']:+.4f} p={s['p']:.3g}"
         + (f"±{s['p_mc_error']:.1g}" if s.get("p_mc_error") else "")  # a Monte Carlo p's error
+        + (f" (Holm {s['p_holm']:.3g})" if s.get("p_holm") is not None and s["p_holm"] != s["p"] else "")
         + (" *" if s["significant"] else "")
         for m, s in step.items()
+        if m in keys and s.get("diff") is not None and s.get("p") is not None
     ]
     return "; ".join(parts) or "—"
 
 
 def format_table(ablation: dict[str, Any]) -> str:
-    metrics = [m for m in ablation["metrics"] if is_headline(m)]
-    head = ["context size", *metrics, "ceiling loose", "ceiling strict", "finished", "failed", "tokens", "cost USD"]
-    head.append("change from the previous size (* significant at 0.05)")
+    """The sweep as a markdown table: per size, the headline metrics (display names) with their
+    standard errors, the ceiling, questions answered and failed, the change from the previous size.
+    Every other number is in ablation.json. A size that answered nothing has no value (n/a)."""
+    keys = headline_of(ablation)
+    head = ["context size", *(display_name(k) for k in keys), "ceiling (loose)", "ceiling (strict)", "n", "failed"]
+    head.append("change from the previous size (* significant at 0.05, Holm over the step's numbers)")
     lines = [
         (
             f"Context-length ablation: {ablation['model']}, {ablation['setting']}, {ablation['dataset']} "
@@ -129,69 +141,92 @@ def format_table(ablation: dict[str, Any]) -> str:
         "|" + "|".join("---:" for _ in head) + "|",
     ]
 
-    def num(value: Any, digits: int = 4) -> str:
-        return "—" if value is None else f"{value:.{digits}f}"
+    def num(value: Any) -> str:
+        return "n/a" if value is None else f"{value:.4f}"
 
     for r in ablation["rows"]:
         ceiling = r["ceiling"] or {}
         errors = r.get("uncertainty") or {}
+        answered = r["counts"]["finished"]
         cells = [str(r["context_size"])]
-        for m in metrics:
+        for m in keys:
+            value = r["metrics"].get(m) if answered else None  # nothing answered: no score, never 0
             se, note = (errors.get(m) or {}).get("stderr"), (errors.get(m) or {}).get("note")
-            cells.append(num(r["metrics"].get(m)) + (f" ± {se:.4f}" if se is not None else " ± n/a" if note else ""))
+            if value is None:
+                cells.append("n/a (failed)" if not answered else "n/a")
+            else:
+                cells.append(num(value) + (f" ± {se:.4f}" if se is not None else " ± n/a" if note else ""))
         cells += [num(ceiling.get("loose")), num(ceiling.get("strict"))]
-        cells += [str(r["counts"]["finished"]), str(r["counts"]["failed"]), str((r["tokens"] or {}).get("total"))]
-        cells.append(num(r["cost_usd"], 6))
-        cells.append(_step_text(r.get("step")).replace("|", "\\|"))
+        cells += [str(answered), str(r["counts"]["failed"])]
+        cells.append(_step_text(r.get("step"), keys).replace("|", "\\|"))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def plot(ablation: dict[str, Any], path: Path) -> list[str]:
-    """Each headline metric against the context size on one axes (all are shares in [0, 1]), the
-    ceiling loose/strict dashed. Returns the metrics plotted."""
-    import io
+def _metric_names(ablation: dict[str, Any]) -> list[str]:
+    """The scoring metrics of the sweep (recorded since the figures; before, read off the keys)."""
+    if ablation.get("metric_names"):
+        return list(ablation["metric_names"])
+    return list(dict.fromkeys(k.split(".", 1)[0] for k in ablation.get("metrics") or []))
 
-    import matplotlib
 
-    matplotlib.use("Agg")  # no display; must precede pyplot
-    import matplotlib.pyplot as plt
+def headline_of(ablation: dict[str, Any]) -> list[str]:
+    """The sweep's headline keys: recorded, or (an ablation.json from before) its dataset's."""
+    if ablation.get("headline"):
+        return list(ablation["headline"])
+    name = ablation.get("dataset_name") or str(ablation.get("dataset") or "").split(":", 1)[0]
+    return dataset_headline(name or None, _metric_names(ablation))
 
-    rows = ablation["rows"]
-    sizes = [r["context_size"] for r in rows]
-    plotted = []
-    fig, ax = plt.subplots(figsize=PLOT_SIZE_IN, dpi=PLOT_DPI)
+
+def _interval(ci: Any) -> bool:
+    return isinstance(ci, (list, tuple)) and len(ci) == 2 and all(isinstance(v, (int, float)) for v in ci)
+
+
+def sweep_of(ablation: dict[str, Any], source: str | Path) -> Sweep:
+    """An ablation (as written to ablation.json, any version) as the figures read it."""
+    points = []
+    for r in ablation["rows"]:
+        errors = r.get("uncertainty") or {}
+        points.append(
+            SweepPoint(
+                context_size=r["context_size"],
+                values=r.get("metrics") or {},
+                intervals={m: tuple(e["ci95"]) for m, e in errors.items() if e and _interval(e.get("ci95"))},
+                ceiling=r.get("ceiling"),
+                answered=(r.get("counts") or {}).get("finished"),
+            )
+        )
+    return Sweep(
+        source=str(source),
+        model=ablation.get("model"),
+        agent=ablation.get("agent"),
+        setting=ablation.get("setting"),
+        dataset=ablation.get("dataset"),
+        headline=headline_of(ablation),
+        keys=list(ablation.get("metrics") or []),
+        points=points,
+    )
+
+
+def read_sweep(folder: str | Path) -> Sweep:
+    """An ablation folder's (or its ablation.json's) sweep; one line when it is not one."""
+    path = Path(folder)
+    file = path / ABLATION_JSON if path.is_dir() else path
+    if path.is_dir() and not file.exists():
+        raise HarnessError(f"{folder}: not an ablation folder (no {ABLATION_JSON}; harness ablate writes it)")
+    data = read_json(file)
     try:
-        for metric in ablation["metrics"]:
-            values = [r["metrics"].get(metric) for r in rows]
-            # only shares: metrics on another scale (x100 EM, BLEU) would flatten the rest
-            if not is_headline(metric) or any(v is None or not 0 <= v <= 1 for v in values):
-                continue
-            line = ax.plot(sizes, values, marker="o", label=metric)[0]
-            bands = [((r.get("uncertainty") or {}).get(metric) or {}).get("ci95") for r in rows]
-            if all(bands):  # the 95% interval as a band in the line's colour
-                ax.fill_between(sizes, [b[0] for b in bands], [b[1] for b in bands], color=line.get_color(), alpha=0.15)
-            plotted.append(metric)
-        for key, style, color in (("loose", "--", "black"), ("strict", ":", "dimgray")):
-            values = [(r["ceiling"] or {}).get(key) for r in rows]
-            if all(v is not None for v in values):
-                ax.plot(sizes, values, linestyle=style, color=color, label=f"answerability ceiling ({key})")
-        if len(set(sizes)) > 1:
-            ax.set_xscale("log", base=2)
-        ax.set_xticks(sizes, [str(s) for s in sizes])
-        ax.set_ylim(-0.02, 1.02)  # a line at 0 stays visible
-        ax.set_xlabel("context size (tokens)")
-        ax.set_ylabel("score")
-        ax.set_title(f"{ablation['model']} — {ablation['setting']} — {ablation['dataset']} (n={ablation['n_samples']})")
-        ax.grid(True, alpha=0.3)
-        ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="small")
-        fig.subplots_adjust(left=0.07, right=0.68, top=0.92, bottom=0.1)
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=PLOT_DPI)  # no bbox_inches: the size stays exact
-    finally:
-        plt.close(fig)
-    write_bytes_atomic(path, buffer.getvalue())
-    return plotted
+        return sweep_of(data, path if path.is_dir() else path.parent)
+    except (KeyError, TypeError, AttributeError, IndexError, ValidationError):
+        raise HarnessError(f"{file}: not an ablation.json this harness can read") from None
+
+
+def draw_ablation(ablation: dict[str, Any], path: Path) -> list[str]:
+    """The sweep's figure (harness.analysis.figures: one panel per headline metric) as a PNG;
+    returns the metrics drawn."""
+    spec = ablation_spec([sweep_of(ablation, path.parent)])
+    save(spec, path)
+    return [panel.key for panel in spec.panels]
 
 
 def _ceiling_note(setting: str, computed: bool) -> str:
@@ -233,6 +268,9 @@ async def run_ablation(flat: dict[str, Any], sizes: list[int], out: Path) -> dic
         "setting": base.setting,
         "agent": first.agent_name,
         "dataset": first.dataset.spec,
+        "dataset_name": first.dataset.name,
+        "metric_names": metric_names_of(first.scores),
+        "headline": dataset_headline(first.dataset.name, metric_names_of(first.scores)),
         "n_samples": first.counts.selected,
         "context_sizes": sizes,
         "metrics": metrics,
@@ -242,7 +280,7 @@ async def run_ablation(flat: dict[str, Any], sizes: list[int], out: Path) -> dic
         "config": base.model_dump(mode="json"),
         "files": {"table": ABLATION_MD, "plot": ABLATION_PNG},
     }
-    ablation["plotted_metrics"] = plot(ablation, out / ABLATION_PNG)
+    ablation["plotted_metrics"] = draw_ablation(ablation, out / ABLATION_PNG)
     write_bytes_atomic(out / ABLATION_MD, format_table(ablation).encode())
     write_json_atomic(out / ABLATION_JSON, ablation)
     return ablation

@@ -15,6 +15,14 @@ runs have, whichever run comes first or has more questions:
   Monte Carlo p records its error (``p_mc_error``);
 * the questions whose value changed most.
 
+Every p-value is adjusted for the others by Holm's method over all the tests one comparison ran
+(each compared number of each run against the baseline; ``--metric`` limits them): ``p_holm``, and
+``significant`` means ``p_holm < 0.05``. Each test also records the smallest p it could have
+given with the questions (clusters) that differed (``p_min``: 2 / 2^n): with 5 of them no
+two-sided test of 5 paired signs can reach 0.05, and the report says so. A run that answered
+nothing is listed as failed, with why; nothing is compared with it (no test, no p) and its zero
+scores are never read as measurements.
+
 How a leaf is compared is decided from each run's own aggregate and all of its own rows (a mean
 of a per-question value in every run, or not), then every number is recomputed on the shared
 questions, taken in one order (sorted ids): compare(B, A) mirrors compare(A, B). A metric is
@@ -63,11 +71,14 @@ class LoadedRun:
         return cls(str(path), results, results.scores_dict() or {})
 
 
-def load_run(path: str | Path) -> LoadedRun:
+def load_run(path: str | Path, failed_ok: bool = False) -> LoadedRun:
     """A run directory (or its results.json) with per-question scores and at least one answer;
-    one-line errors."""
+    one-line errors. ``failed_ok``: a run that answered nothing is returned too (``compare_runs``
+    shows it as failed)."""
     run = LoadedRun.of(path, read_results(path))
     nothing = answered_nothing(run.results)
+    if nothing and failed_ok:
+        return run
     if nothing:  # unanswered questions score 0: comparing those zeros would look like a result
         raise HarnessError(f"{results_path(path)}: {nothing}: its zero scores measure nothing; rerun it first")
     if not run.scores.get("raw"):
@@ -95,13 +106,25 @@ def dataset_of(run: LoadedRun) -> tuple[str | None, str | None]:
     return spec, run.results.dataset.sha256 or (meta.dataset_sha256 if meta else None)
 
 
-def label(run: LoadedRun) -> str:
-    r = run.results
-    agent = r.agent_name
-    parts = [r.config.model, r.setting, agent if agent != r.setting else None]
-    ctx = r.context_size
+def run_label(results: RunResults, path: str | Path) -> str:
+    """A run as tables and plots name it: model, setting, agent (where not the setting's own) and
+    context size (``gpt-4o closed-book ctx=8192``); its folder's name when it records none."""
+    agent = results.agent_name
+    parts = [results.model_name, results.setting, agent if agent != results.setting else None]
+    ctx = results.context_size
     text = " ".join(str(p) for p in parts if p)
-    return f"{text} ctx={ctx}" if ctx else text or run.path
+    return f"{text} ctx={ctx}" if ctx else text or Path(path).name
+
+
+def label(run: LoadedRun) -> str:
+    return run_label(run.results, run.path)
+
+
+def _labels(runs: list[LoadedRun]) -> list[str]:
+    """Each run's label, its folder added where two runs would read alike."""
+    labels = [label(r) for r in runs]
+    counts = Counter(labels)
+    return [f"{text} ({Path(r.path).name})" if counts[text] > 1 else text for text, r in zip(labels, runs)]
 
 
 def _implementation(run: LoadedRun, name: str) -> tuple[Any, str, str | None]:
@@ -223,10 +246,14 @@ def compare_runs(
     runs: list[LoadedRun], allow_mismatch: bool = False, metrics: list[str] | None = None
 ) -> dict[str, Any]:
     """The comparison of ``runs`` (``load_run``'s) with the first; see the module docstring."""
-    from harness.scoring import stats
-
     if len(runs) < 2:
         raise HarnessError("compare needs at least two runs")
+    failed = {i: why for i, run in enumerate(runs) if (why := answered_nothing(run.results))}
+    if 0 in failed:
+        raise HarnessError(
+            f"{results_path(runs[0].path)}: the baseline (the first run) {failed[0].removeprefix('the run ')}: "
+            "there is nothing to compare the others with; put a run that answered first"
+        )
     base_spec, base_sha = dataset_of(runs[0])
     for run in runs[1:]:
         spec, sha = dataset_of(run)
@@ -236,6 +263,22 @@ def compare_runs(
                 f"{run.path} and {runs[0].path} score different datasets ({why}); "
                 "--allow-mismatch compares them anyway"
             )
+    everyone, runs = runs, [run for i, run in enumerate(runs) if i not in failed]
+    out = _compare_answered(runs, metrics)
+    _add_failed(out, everyone, failed)
+    _adjust(out)
+    out["runs"] = [
+        {"path": r.path, "label": text, "dataset": dataset_of(r)[0], **({"failed": failed[i]} if i in failed else {})}
+        for i, (r, text) in enumerate(zip(everyone, _labels(everyone)))
+    ]
+    out["n_questions"] = [len({row.get("question_id") for row in (r.scores.get("raw") or [])}) for r in everyone]
+    return out
+
+
+def _compare_answered(runs: list[LoadedRun], metrics: list[str] | None) -> dict[str, Any]:
+    """The comparison of the runs that answered (the baseline first; alone when every other failed)."""
+    from harness.scoring import stats
+
     rows = [{r["question_id"]: r for r in collapse_repeats(run.scores["raw"])} for run in runs]
     # one order whichever run comes first: the same resamples and permutations, mirrored results
     shared = sorted((q for q in rows[0] if all(q in other for other in rows[1:])), key=str)
@@ -256,10 +299,10 @@ def compare_runs(
         raise HarnessError("the runs share no metric")
     clusters, cluster_by = _clusters(runs, shared)
     out: dict[str, Any] = {
-        "runs": [{"path": r.path, "label": label(r), "dataset": dataset_of(r)[0]} for r in runs],
+        "runs": [],
         "baseline": runs[0].path,
         "n_shared": len(shared),
-        "n_questions": [len(r) for r in rows],
+        "n_questions": [],
         "clustering": {"by": cluster_by, "n_clusters": len(set(clusters))} if clusters else {"by": None},
         "alpha": ALPHA,
         "metrics": {},
@@ -295,6 +338,39 @@ def compare_runs(
     if not out["skipped"]:
         del out["skipped"]
     return out
+
+
+def _failed_run(why: str) -> dict[str, Any]:
+    return {"value": None, "stderr": None, "ci95": None, "method": None, "failed": why}
+
+
+def _failed_diff(why: str) -> dict[str, Any]:
+    keys = ("diff", "stderr", "ci95", "interval", "p", "p_holm", "p_mc_error", "p_min", "test")
+    return {**dict.fromkeys(keys), "significant": False, "most_changed": [], "failed": why}
+
+
+def _add_failed(out: dict[str, Any], runs: list[LoadedRun], failed: dict[int, str]) -> None:
+    """Each metric's entries for every run in the order given: a failed run's value and difference
+    are None with why (no test, no p-value)."""
+    if not failed:
+        return
+    for entry in out["metrics"].values():
+        answered_runs, answered_diffs = iter(entry["runs"]), iter(entry["diffs"])
+        entry["runs"] = [_failed_run(failed[i]) if i in failed else next(answered_runs) for i in range(len(runs))]
+        entry["diffs"] = [
+            _failed_diff(failed[i]) if i in failed else next(answered_diffs) for i in range(1, len(runs))
+        ]
+
+
+def _adjust(out: dict[str, Any]) -> None:
+    """Holm's adjustment over every test the comparison ran (``p_holm``; ``significant`` by it)."""
+    from harness.scoring.stats import holm
+
+    tests = [d for entry in out["metrics"].values() for d in entry["diffs"] if d.get("p") is not None]
+    for d, adjusted in zip(tests, holm([d["p"] for d in tests])):
+        d["p_holm"] = adjusted
+        d["significant"] = bool(adjusted < ALPHA)
+    out["multiple_testing"] = {"method": "holm", "n_tests": len(tests), "alpha": ALPHA}
 
 
 def _no_aggregate(fn, why_not, name, path, per) -> str | None:
@@ -394,6 +470,8 @@ def _short(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def _diff_entry(boot: dict[str, Any], test: dict[str, Any], changed: list[dict[str, Any]]) -> dict[str, Any]:
+    from harness.scoring.stats import smallest_p
+
     out = {
         "diff": boot["value"],
         "stderr": boot["stderr"],
@@ -402,7 +480,10 @@ def _diff_entry(boot: dict[str, Any], test: dict[str, Any], changed: list[dict[s
         "p": test["p"],
         "p_mc_error": test.get("p_mc_error"),  # None: an exact p
         "test": test["test"],
+        "p_holm": None,  # set once every test of the comparison is known (_adjust)
         "significant": bool(test["p"] < ALPHA),
+        "significant_unadjusted": bool(test["p"] < ALPHA),
+        "p_min": smallest_p(test),
         "test_detail": {k: v for k, v in test.items() if k not in ("p", "test", "p_mc_error")},
         "most_changed": changed,
     }
@@ -420,9 +501,45 @@ def _ci(ci: list[float] | None) -> str:
 
 
 def p_text(d: dict[str, Any]) -> str:
-    """``p = 0.31 ± 0.0046`` (the Monte Carlo error of a permutation p; none for an exact p)."""
+    """``p = 0.31 ± 0.0046, Holm p = 0.93`` (the Monte Carlo error of a permutation p; none for an
+    exact p; the Holm-adjusted p where the comparison adjusted it)."""
     err = d.get("p_mc_error")
-    return f"p = {d['p']:.4g}" + (f" ± {err:.2g}" if err else "")
+    text = f"p = {d['p']:.4g}" + (f" ± {err:.2g}" if err else "")
+    return text + (f", Holm p = {d['p_holm']:.4g}" if d.get("p_holm") is not None else "")
+
+
+def run_letter(i: int) -> str:
+    return "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[i] if i < 26 else f"R{i + 1}"
+
+
+def holm_line(result: dict[str, Any]) -> str:
+    """What the adjustment covered, said once under every comparison."""
+    n = (result.get("multiple_testing") or {}).get("n_tests", 0)
+    if n == 0:
+        return "no test ran (no run but the baseline was compared), so no p-value to adjust"
+    return (
+        f"p adjusted over {n} test{'s' if n != 1 else ''} (Holm): every compared number of every run against "
+        f"the baseline (--metric limits them); significant means Holm p < {result['alpha']}"
+    )
+
+
+def min_p_note(d: dict[str, Any], alpha: float = ALPHA) -> str | None:
+    """``n=5 paired questions that differ: the smallest p this test can reach is 0.0625 > 0.05``
+    where the test could not have reached ``alpha`` whatever the answers (None otherwise)."""
+    least = d.get("p_min")
+    if not least or least["p"] <= alpha:
+        return None
+    n, unit = least["n"], least["unit"]
+    return (
+        f"n={n} paired {unit}{'s that differ' if n != 1 else ' that differs'}: "
+        f"the smallest p this test can reach is {least['p']:.4g} > {alpha}"
+    )
+
+
+def _shown(result: dict[str, Any], headline_only: bool) -> list[str]:
+    from harness.analysis.leaderboard import is_headline
+
+    return [key for key in result["metrics"] if not headline_only or is_headline(key)]
 
 
 def format_comparison(result: dict[str, Any], headline_only: bool = True) -> str:
@@ -437,21 +554,26 @@ def format_comparison(result: dict[str, Any], headline_only: bool = True) -> str
             else ""
         )
     ]
-    names = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
     for i, run in enumerate(result["runs"]):
-        lines.append(f"  {names[i]}: {run['path']}  ({run['label']})" + ("  [baseline]" if i == 0 else ""))
-    for key, entry in result["metrics"].items():
-        if headline_only and not is_headline(key):
-            continue
+        mark = "  [baseline]" if i == 0 else f"  [failed, not compared: {run['failed']}]" if run.get("failed") else ""
+        lines.append(f"  {run_letter(i)}: {run['path']}  ({run['label']}){mark}")
+    for key in _shown(result, headline_only):
+        entry = result["metrics"][key]
         lines.append(key)
         for i, r in enumerate(entry["runs"]):
-            lines.append(f"  {names[i]}      {_fmt(r['value'])}{interval_text(r)}")
+            value = "n/a (failed)" if r.get("failed") else f"{_fmt(r['value'])}{interval_text(r)}"
+            lines.append(f"  {run_letter(i)}      {value}")
         for j, d in enumerate(entry["diffs"], 1):
+            name = f"{run_letter(j)} - A"
+            if d.get("failed"):
+                lines.append(f"  {name}  not compared: {run_letter(j)} failed")
+                continue
             mark = "significant" if d["significant"] else "not significant"
             ci = _ci(d["ci95"]) or f"[n/a: {d.get('note') or 'no interval'}]"
-            lines.append(
-                f"  {names[j]} - A  {d['diff']:+.4f} {ci}  {p_text(d)} ({d['test']}; {mark} at {result['alpha']})"
-            )
+            lines.append(f"  {name}  {d['diff']:+.4f} {ci}  {p_text(d)} ({d['test']}; {mark} at {result['alpha']})")
+            note = min_p_note(d, result["alpha"])
+            if note:
+                lines.append(f"    {note}")
             if d["most_changed"]:
                 moved = ", ".join(
                     f"{c['question_id']} {_fmt(c['baseline'], 2)}->{_fmt(c['run'], 2)}" for c in d["most_changed"]
@@ -460,29 +582,128 @@ def format_comparison(result: dict[str, Any], headline_only: bool = True) -> str
     for key, why in (result.get("skipped") or {}).items():
         if not headline_only or is_headline(key):
             lines.append(f"not compared: {key}: {why}")
+    lines.append(holm_line(result))
     return "\n".join(lines)
 
 
+def comparison_grid(result: dict[str, Any], headline_only: bool = True) -> Any:
+    """The comparison as a table (``harness compare --format md|latex|csv``): a row per metric and
+    run, its value, its difference from the baseline, p, Holm's p and the test; the runs, the
+    adjustment, the tests that could not reach 0.05 and the failed runs in the notes."""
+    from harness.analysis.grid import Cell, Column, Grid
+    from harness.scoring.display import display_name, scale_of
+
+    columns = [
+        Column(key="metric", title="Metric", show="csv"),
+        Column(key="metric_name", title="Metric", show="print"),
+        Column(key="run", title="Run"),
+        Column(key="label", title="Label", show="csv"),
+        Column(key="path", title="Path", show="csv"),
+        Column(key="value", title="Value [95% CI]", kind="score", interval=True),
+        Column(key="diff", title="Δ vs A [95% CI]", kind="score", interval=True, signed=True),
+        Column(key="p", title="p", kind="p"),
+        Column(key="p_holm", title="p (Holm)", kind="p"),
+        Column(key="p_min", title="smallest p", kind="p", show="csv"),
+        Column(key="p_mc_error", title="p error", kind="p", show="csv"),
+        Column(key="significant", title="significant", show="csv"),
+        Column(key="test", title="Test"),
+        Column(key="status", title="Status", show="csv"),
+    ]
+    runs = result["runs"]
+    rows, notes = [], []
+    for key in _shown(result, headline_only):
+        entry, scale = result["metrics"][key], scale_of(key)
+        for i, r in enumerate(entry["runs"]):
+            d = entry["diffs"][i - 1] if i else None
+            failed = r.get("failed")
+            value = Cell(value=r["value"], ci95=r.get("ci95"), scale=scale, text="failed" if failed else None)
+            if d is None:  # the baseline: nothing to take from it
+                blank = Cell(absent=True)
+                tail = [blank, blank, blank, blank, blank, blank, blank]
+            elif failed:
+                na = Cell(value=None)
+                tail = [Cell(text="not compared"), na, na, na, na, Cell(value=None), na]
+            else:
+                tail = [
+                    Cell(value=d["diff"], ci95=d["ci95"], scale=scale),
+                    Cell(value=d["p"]),
+                    Cell(value=d["p_holm"]),
+                    Cell(value=(d.get("p_min") or {}).get("p")),
+                    Cell(value=d.get("p_mc_error")),
+                    Cell(value="yes" if d["significant"] else "no"),
+                    Cell(value=d["test"]),
+                ]
+                note = min_p_note(d, result["alpha"])
+                if note:
+                    notes.append(f"{display_name(key)}, {run_letter(i)} vs A: {note}")
+            rows.append(
+                [
+                    Cell(value=key),
+                    Cell(value=display_name(key)),
+                    Cell(value=f"{run_letter(i)}: {runs[i]['label']}"),
+                    Cell(value=runs[i]["label"]),
+                    Cell(value=runs[i]["path"]),
+                    value,
+                    *tail,
+                    Cell(value="failed" if failed else "baseline" if i == 0 else "compared"),
+                ]
+            )
+    lead = [f"{run_letter(i)}: {run['label']} ({run['path']})" + (" [baseline]" if i == 0 else "") for i, run in enumerate(runs)]
+    failed_notes = [f"{run_letter(i)} failed, not compared: {run['failed']}" for i, run in enumerate(runs) if run.get("failed")]
+    shared = f"{result['n_shared']} shared questions" + (
+        f", clustered by {result['clustering']['by']}" if result["clustering"].get("by") else ""
+    )
+    skipped = [f"not compared: {key}: {why}" for key, why in (result.get("skipped") or {}).items()]
+    return Grid(columns=columns, rows=rows, notes=[*lead, shared, holm_line(result), *notes, *failed_notes, *skipped])
+
+
 def plot_comparison(result: dict[str, Any], path: Path) -> list[str]:
-    """Each headline difference (run - baseline) with its 95% interval, one row per metric."""
+    """Write ``comparison_figure`` as a PNG; returns the metrics drawn."""
     import io
+
+    import matplotlib.pyplot as plt
+
+    from harness.records import write_bytes_atomic
+
+    fig, keys = comparison_figure(result)
+    try:
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png")
+    finally:
+        plt.close(fig)
+    write_bytes_atomic(path, buffer.getvalue())
+    return keys
+
+
+def comparison_figure(result: dict[str, Any]) -> tuple[Any, list[str]]:
+    """Each headline difference (run - baseline) with its 95% interval, one row per metric and
+    run; every run named in the title and the legend (a failed run as failed, not compared).
+    Returns (the matplotlib figure, the metrics drawn)."""
+    import textwrap
 
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from harness.analysis.leaderboard import is_headline
-    from harness.records import write_bytes_atomic
+    from harness.scoring.display import display_name
 
-    keys = [k for k in result["metrics"] if is_headline(k)]
-    k = len(result["runs"]) - 1
-    fig, ax = plt.subplots(figsize=(9.0, 1.2 + 0.45 * max(1, len(keys)) * max(1, k)), dpi=100)
+    keys = _shown(result, headline_only=True)
+    runs = result["runs"]
+    k = len(runs) - 1
+    legend_in = 0.15 + 0.22 * k  # inches below the axes: one legend line per run
+    height = 1.6 + legend_in + 0.45 * max(1, len(keys)) * max(1, k)
+    fig, ax = plt.subplots(figsize=(9.0, height), dpi=100)
     try:
         ys = []
         for row, key in enumerate(keys):
             for j, d in enumerate(result["metrics"][key]["diffs"]):
                 y = row * (k + 1) + j
+                letter = run_letter(j + 1)
+                text = display_name(key) if k == 1 else f"{display_name(key)} ({letter})"
+                ys.append((y, f"{display_name(key)} ({letter}: failed)" if d.get("failed") else text))
+                if d.get("failed"):
+                    continue
                 lo, hi = d["ci95"] or (d["diff"], d["diff"])
                 ax.errorbar(
                     [d["diff"]],
@@ -491,21 +712,23 @@ def plot_comparison(result: dict[str, Any], path: Path) -> list[str]:
                     fmt="o",
                     capsize=3,
                     color=f"C{j}",
-                    label=f"{'BCDEFGHIJ'[j]} - A" if row == 0 else None,
                 )
-                ys.append((y, key))
+        for j in range(1, len(runs)):  # one legend entry per run, drawn or not
+            name = f"{run_letter(j)} - A: {runs[j]['label']}"
+            if runs[j].get("failed"):
+                ax.plot([], [], "x", color="grey", label=f"{name} (failed, not compared)")
+            else:
+                ax.plot([], [], "o", color=f"C{j - 1}", label=name)
         ax.axvline(0, color="black", linewidth=0.8)
-        ax.set_yticks([y for y, _ in ys], [key for _, key in ys], fontsize="small")
+        ax.set_yticks([y for y, _ in ys], [text for _, text in ys], fontsize="small")
         ax.invert_yaxis()
         ax.set_xlabel("difference from the baseline (95% interval)")
-        ax.set_title(f"{result['n_shared']} shared questions; baseline {result['runs'][0]['label']}", fontsize="small")
+        title = f"{result['n_shared']} shared questions; A (baseline): {runs[0]['label']}"
+        ax.set_title("\n".join(textwrap.wrap(title, 90)), fontsize="small")
         ax.grid(True, axis="x", alpha=0.3)
-        if k > 1:
-            ax.legend(fontsize="small")
-        fig.tight_layout()
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png")
-    finally:
+        fig.legend(fontsize="small", loc="lower center", frameon=False)
+        fig.tight_layout(rect=(0, legend_in / height, 1, 1))
+    except BaseException:
         plt.close(fig)
-    write_bytes_atomic(path, buffer.getvalue())
-    return keys
+        raise
+    return fig, keys

@@ -18,10 +18,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from harness.analysis.leaderboard import is_headline
+from harness.analysis.runs import load_rows
 from harness.errors import HarnessError
 from harness.execution.record import CostRecord, ModelRecord, RunResults, SampleRow, read_results
-from harness.records import FAILURES_FILE, iter_jsonl, load_finished, write_bytes_atomic
+from harness.records import write_bytes_atomic
 from harness.strategy import RECORD_KINDS
+from harness.scoring.display import display_name, metric_headline
 from harness.scoring.results import breakdown_values, count_values, per_question, scale_of, score_values
 
 REPORT_FILE = "report.html"
@@ -53,21 +55,8 @@ def _fmt(value: Any) -> str:
 def _load_records(run_dir: Path) -> tuple[dict[str, SampleRow], dict[str, SampleRow]]:
     """(finished rows by work key, the last failed attempt of each question's epoch 1), typed; a row
     this harness cannot read is skipped as a run's resume skips it."""
-    finished = {key: row for key, record in load_finished(run_dir).items() if (row := _row(record)) is not None}
-    failed: dict[str, SampleRow] = {}
-    if (run_dir / FAILURES_FILE).exists():
-        for _, record in iter_jsonl(run_dir / FAILURES_FILE, strict=False):
-            row = _row(record)
-            if row is not None and row.epoch == 1:
-                failed[row.id] = row  # the last attempt (epoch 1: the rows are questions)
-    return finished, failed
-
-
-def _row(record: dict[str, Any]) -> SampleRow | None:
-    try:
-        return SampleRow.model_validate(record)
-    except ValidationError:
-        return None
+    rows = load_rows(run_dir)
+    return rows.finished, {row.id: row for row in rows.failed.values() if row.epoch == 1}
 
 
 def _dataset_samples(results: RunResults) -> dict[str, Any]:
@@ -125,10 +114,36 @@ def build_report_data(run_dir: Path) -> dict[str, Any]:
                 "groups": dict(getattr(samples.get(qid), "groups", None) or {}),
             }
         )
+    _add_gold_matches(results, rows, samples)
     score_columns: list[str] = []
     for row in rows:
         score_columns += [k for k in row["scores"] if k not in score_columns and is_headline(k)]
     return {"results": results, "rows": rows, "score_columns": score_columns}
+
+
+def _add_gold_matches(results: RunResults, rows: list[dict[str, Any]], samples: dict[str, Any]) -> None:
+    """Each answered question's gold items under each list metric the run was scored with, matched
+    or missed (``harness.scoring.matches``: the metric's own rule, with the run's scoring options)."""
+    from harness.scoring.matches import MATCHED_METRICS, answer_matches
+    from harness.scoring.metrics import ScoringOptions
+
+    meta = results.scores.meta if results.scores is not None else None
+    metrics = [m for m in (meta.metrics if meta is not None else []) if m in MATCHED_METRICS]
+    if not metrics:
+        return
+    given = {k: v for k, v in (meta.options or {}).items() if k in ("strip_reasoning", "max_answer_chars", "metric_options")}
+    try:
+        options = ScoringOptions.model_validate(given)
+    except ValidationError:  # options this harness no longer reads: the defaults
+        options = ScoringOptions()
+    for row in rows:
+        sample = samples.get(row["id"])
+        if row["status"] != "ok":
+            continue
+        if sample is None:
+            row["matches_note"] = "the run's dataset could not be loaded: no gold items to show"
+            continue
+        row["matches"] = answer_matches(metrics, sample.answer, row["answer"], options)
 
 
 # --------------------------------------------------------------------------- HTML
@@ -149,6 +164,8 @@ pre{white-space:pre-wrap;word-break:break-word;background:#fafafa;margin:.2em 0;
 table.trace td{max-width:40em}table.trace td.num{width:2em}
 ul.delegation-tree,ul.delegation-tree ul{list-style:none;padding-left:1.4em;margin:.3em 0}
 li.node{border-left:3px solid #8a6bbf;margin:.4em 0;padding:.1em .6em}li.node>.node-head{font-weight:600}
+ul.gold-items{list-style:none;padding-left:.6em;margin:.2em 0}ul.gold-items li.matched{color:#17692f}
+ul.gold-items li.missed{color:#9b1c1c}ul.gold-items q{color:#1a1a1a;background:#e8f5ec}
 """
 
 SORT_JS = """
@@ -290,6 +307,20 @@ def _scores_section(results: RunResults) -> str:
         f'<section id="scores"><h2>Scores</h2><table class="kv scores">{head}{"".join(body)}</table>{note}'
         f"{counted}</section>"
     )
+
+
+def _figure_section(results: RunResults) -> str:
+    """The run's headline scores with their 95% intervals (``harness figure scores``), as inline
+    SVG: drawn here, nothing fetched. None without scores."""
+    from harness.analysis.figures import figure_svg, scores_spec
+
+    if not score_values(results.scores_dict()) and results.counts.finished:
+        return ""
+    try:
+        spec = scores_spec([(results.run_id, results)])
+    except HarnessError:  # no headline metric to draw
+        return ""
+    return f'<section id="figures"><h2>Figure</h2><div style="overflow-x:auto">{figure_svg(spec)}</div></section>'
 
 
 def _breakdown_section(results: RunResults) -> str:
@@ -583,6 +614,35 @@ def _steps_html(extra: dict[str, Any], kinds: set[str]) -> str:
     return "".join(out)
 
 
+def _matches_html(r: dict[str, Any]) -> str:
+    """Per list metric: each gold item matched (green, with the part of the answer that matched it)
+    or missed (red)."""
+    if r.get("matches_note"):
+        return f'<p class="muted gold-matches">{_e(r["matches_note"])}</p>'
+    blocks = []
+    for metric, items in (r.get("matches") or {}).items():
+        found = sum(1 for g in items if g.matched)
+        headline = metric_headline(metric)
+        label = display_name(headline[0]) if headline else metric
+        lines = []
+        for g in items:
+            if g.matched:
+                lines.append(
+                    f'<li class="matched"><span class="mark">✓ matched</span> <span class="gold">{_e(g.item)}</span>'
+                    f' ← <q class="matched-text">{_e(g.matched_text)}</q></li>'
+                )
+            else:
+                lines.append(f'<li class="missed"><span class="mark">✗ missed</span> <span class="gold">{_e(g.item)}</span></li>')
+        blocks.append(
+            f'<div class="gold-match" data-metric="{_e(metric)}" data-matched="{found}" data-gold="{len(items)}">'
+            f"<b>{_e(label)}</b> <span class=\"muted\">({_e(metric)})</span>: {found} of {len(items)} gold items matched"
+            f'<ul class="gold-items">{"".join(lines)}</ul></div>'
+        )
+    if not blocks:
+        return ""
+    return f'<div class="gold-matches"><h3>Gold items</h3>{"".join(blocks)}</div>'
+
+
 def _transcript(r: dict[str, Any], kinds: set[str]) -> str:
     summary = f"#{r['index']} {_e(r['id'])} — {_e(r['status'])} — {_e(_short(r['answer'], 120))}"
     facts = [
@@ -609,7 +669,7 @@ def _transcript(r: dict[str, Any], kinds: set[str]) -> str:
     )
     return (
         f'<details class="transcript" id="t-{r["index"]}" data-id="{_e(r["id"])}"><summary>{summary}</summary>'
-        f"{_kv_table(facts)}{_retrieval_html(r['extra'], kinds)}{_steps_html(r['extra'], kinds)}<h3>Transcript</h3>"
+        f"{_kv_table(facts)}{_matches_html(r)}{_retrieval_html(r['extra'], kinds)}{_steps_html(r['extra'], kinds)}<h3>Transcript</h3>"
         f"{messages or '<p class=muted>No transcript recorded.</p>'}{extra}</details>"
     )
 
@@ -621,7 +681,7 @@ def render_report(data: dict[str, Any]) -> str:
     embedded = {
         "run_id": results.run_id,
         "score_columns": data["score_columns"],
-        "rows": [{k: v for k, v in r.items() if k not in ("messages", "extra")} for r in rows],
+        "rows": [{k: v for k, v in r.items() if k not in ("messages", "extra", "matches")} for r in rows],
     }
     return (
         "<!DOCTYPE html>\n"
@@ -631,7 +691,7 @@ def render_report(data: dict[str, Any]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{_e(title)} — run {_e(results.run_id)}</title><style>{CSS}</style></head><body>"
         f"<h1>{_e(title)}</h1>"
-        f"{_meta_section(results)}{_scores_section(results)}{_breakdown_section(results)}"
+        f"{_meta_section(results)}{_scores_section(results)}{_figure_section(results)}{_breakdown_section(results)}"
         f"{_question_table(rows, data['score_columns'])}"
         f'<section id="transcripts"><h2>Transcripts</h2>{"".join(_transcript(r, kinds) for r in rows)}</section>'
         f'<script type="application/json" id="report-data">{_json_for_script(embedded)}</script>'

@@ -33,8 +33,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "harness.commands.leaderboard",
         "gather every run under a folder into one table (JSON and markdown)",
     ),
+    "table": (
+        "harness.commands.table",
+        "runs as a table for a paper: markdown, LaTeX (booktabs) or CSV, each number with its 95%% interval",
+    ),
     "export": ("harness.commands.export", "export runs in an official submission format (fanoutqa-submission)"),
-    "ablate": ("harness.commands.ablate", "context-length sweep: one run per size, the ceiling, a table and a plot"),
+    "ablate": ("harness.commands.ablate", "context-length sweep: one run per size, the ceiling, a table and a figure"),
+    "figure": (
+        "harness.commands.figure",
+        "draw a paper's figure from ablation folders or runs (a panel per metric; PNG, SVG or PDF)",
+    ),
     "schema": ("harness.commands.schema", "print the JSON Schema of results.json, a samples.jsonl line or the config"),
     "report": (
         "harness.commands.report",

@@ -30,8 +30,10 @@ def add_parser(sub) -> None:
         "ablate",
         description=(
             "Run the same configuration once per context size (DIR/ctx-<size>/, ordinary resumable runs), compute "
-            "the answerability ceiling at those sizes, and write DIR/ablation.json, DIR/ablation.md and "
-            "DIR/ablation.png. Takes every `harness run` option; --out is the ablation folder."
+            "the answerability ceiling at those sizes, and write DIR/ablation.json (every number), DIR/ablation.md "
+            "(the headline metrics per size) and DIR/ablation.png (a panel per headline metric; `harness figure "
+            "ablation DIR ...` redraws it, with other metrics, several folders, as SVG or PDF). Takes every "
+            "`harness run` option; --out is the ablation folder."
         ),
         argument_default=argparse.SUPPRESS,
     )

@@ -1,4 +1,5 @@
-"""``harness leaderboard DIR``: every run under a folder in one table (the logic: harness.analysis.leaderboard)."""
+"""``harness leaderboard DIR [DIR ...]``: every run under the folders in one table (the logic:
+harness.analysis.leaderboard)."""
 
 from __future__ import annotations
 
@@ -11,20 +12,25 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "leaderboard",
         description=(
-            "One row per run found under DIR (any folder holding a results.json), keyed by model, dataset, "
-            "split, version, setting and agent, with every metric, tokens, cost, context size, native tool "
-            "calling and the run's path. Runs sharing a key show the knobs whose values differ. The markdown "
-            "table goes to stdout."
+            "One row per run found under the folders (any folder holding a results.json; links are "
+            "followed and each real run is listed once), keyed by model, dataset, split, version, setting "
+            "and agent, with every metric, the questions answered and failed, tokens, cost, context size, "
+            "native tool calling and the run's path. A run in which no question was answered shows as "
+            "failed with n/a values, after the others. Runs sharing a key show the knobs whose values "
+            "differ. Every folder passed over is named on stderr with the reason. The markdown table goes "
+            "to stdout."
         ),
     )
-    p.add_argument("root", metavar="DIR", help="folder to search for runs (e.g. results/)")
-    p.add_argument("--out", help="write the leaderboard JSON here")
+    p.add_argument("roots", nargs="+", metavar="DIR", help="folders to search for runs (e.g. results/ runs/)")
+    p.add_argument("--out", help="write the leaderboard JSON here (rows, and the folders passed over)")
 
 
 def command(args) -> int:
     from harness.records import write_json_atomic
 
-    board = build_leaderboard(args.root)
+    board = build_leaderboard(args.roots)
+    for skipped in board["skipped"]:
+        print(f"skipped {skipped['path']}: {skipped['reason']}", file=sys.stderr)
     for warning in board["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     if args.out:

@@ -12,10 +12,19 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "list",
         description="One line each: name, where it comes from (built in, an installed package's entry point, "
-        "registered in-process), and what it is. -v adds each strategy's knobs, and what each metric scores, "
-        "needs and its options (--metric-option NAME.KEY=VALUE).",
+        "registered in-process, a file), and what it is. -v adds each strategy's knobs, and what each metric "
+        "scores, needs and its options (--metric-option NAME.KEY=VALUE). A plugin file is shown as a built-in "
+        "is: harness list agents -v FILE.py:NAME.",
     )
-    p.add_argument("kind", nargs="?", choices=KINDS, help="only this kind (default: all four)")
+    # one positional list (argparse cannot take more positionals after -v once KIND was matched)
+    p.add_argument(
+        "what",
+        nargs="*",
+        metavar="KIND [NAME]",
+        help=f"KIND: only this kind ({', '.join(KINDS)}; default: all four); then NAMEs: only these, each a name "
+        "or a plugin reference (FILE.py:NAME, package.module:NAME) loaded as a run would",
+    )
+    p.set_defaults(trailing_positionals="what")  # `harness list agents -v NAME`: NAME joins `what` (harness.cli.main)
     p.add_argument(
         "-v",
         "--verbose",
@@ -41,16 +50,32 @@ def summary(obj) -> str:
     return " ".join(doc.split("\n\n")[0].split())
 
 
-def describe(kind: str, name: str, registry) -> list[str]:
+def source_label(name: str, entry, registry) -> str:
+    """Where an entry comes from: the registry's word for a name, a plugin reference's identity
+    (its file and sha256, or its package and version) for a reference."""
+    if entry is None or entry.source not in ("file", "module"):
+        return registry.source_of(name)
+    identity = entry.identity
+    if "sha256" in identity:
+        return f"{entry.source} {identity.get('file', '?')}, sha256 {identity['sha256'][:12]}"
+    if "package" in identity:
+        return f"{entry.source} ({identity['package']} {identity.get('version', '?')})"
+    return entry.source
+
+
+def describe(kind: str, name: str, registry, entry=None) -> list[str]:
     """The line for one entry (and knob lines for strategies with -v); a broken plugin is a line too."""
-    try:
-        entry = registry.resolve(name)
-    except Exception as exc:  # noqa: BLE001 - listing must go on past a broken plugin
-        return [f"{name}  [{registry.source_of(name)}]  cannot load: {' '.join(str(exc).split())}"]
+    if entry is None:
+        try:
+            entry = registry.resolve(name)
+        except Exception as exc:  # noqa: BLE001 - listing must go on past a broken plugin
+            return [f"{name}  [{registry.source_of(name)}]  cannot load: {' '.join(str(exc).split())}"]
     obj = entry.obj
     facts = []
     if kind == "agents":
         facts.append("settings: " + ", ".join(obj.settings))
+    if kind == "metrics" and entry.name != name:  # a reference: its scores go under the metric's own name
+        facts.append(f"scored as {entry.name}")
     if kind == "datasets":
         facts.append(f"splits: {', '.join(obj.splits)}; versions: {', '.join(obj.versions)}")
         if getattr(obj, "answer_types", None):
@@ -61,29 +86,39 @@ def describe(kind: str, name: str, registry) -> list[str]:
     if len(text) > 160:
         text = text[:157] + "..."
     extra = f" ({'; '.join(facts)})" if facts else ""
-    return [f"{name}  [{registry.source_of(name)}]{extra}  {text}"]
+    return [f"{name}  [{source_label(name, entry, registry)}]{extra}  {text}"]
 
 
 def command(args: argparse.Namespace) -> int:
+    from harness.errors import HarnessError
     from harness.strategy import knob_help
 
     verbose = getattr(args, "verbose", False)
-    kinds = [args.kind] if args.kind else list(KINDS)
+    kind, *names = args.what or [None]
+    if kind is not None and kind not in KINDS:
+        raise HarnessError(f"harness list {kind}: not a kind ({', '.join(KINDS)}); a name comes after its kind")
+    kinds = [kind] if kind else list(KINDS)
     for kind in kinds:
         registry = registries()[kind]
+        indent = "  " if len(kinds) > 1 else ""
         if len(kinds) > 1:
             print(f"{kind}:")
-        for name in registry.names():
-            lines = describe(kind, name, registry)
+        # named ones are loaded as a run loads them: one that cannot be is an error, not a line
+        named = {name: registry.resolve(name) for name in names}
+        for name in names or registry.names():
+            lines = describe(kind, name, registry, named.get(name))
             for line in lines:
-                print(("  " if len(kinds) > 1 else "") + line)
-            if verbose and kind == "agents" and "cannot load" not in lines[0]:
-                for knob in knob_help(registry.get(name)):
-                    print(("  " if len(kinds) > 1 else "") + f"    --agent-arg {knob}")
-            if verbose and kind == "metrics" and "cannot load" not in lines[0]:
-                for line in metric_help(name, registry.get(name)):
-                    print(("  " if len(kinds) > 1 else "") + f"    {line}")
-        if verbose and kind == "metrics":
+                print(indent + line)
+            if "cannot load" in lines[0]:
+                continue
+            obj = (named.get(name) or registry.resolve(name)).obj
+            if verbose and kind == "agents":
+                for knob in knob_help(obj):
+                    print(indent + f"    --agent-arg {knob}")
+            if verbose and kind == "metrics":
+                for line in metric_help(name, obj):
+                    print(indent + f"    {line}")
+        if verbose and kind == "metrics" and not names:
             for line in retrieval_help():
                 print(("  " if len(kinds) > 1 else "") + line)
     return 0
@@ -91,14 +126,11 @@ def command(args: argparse.Namespace) -> int:
 
 def option_lines(prefix: str, model) -> list[str]:
     """One line per option of a pydantic options model: name, type, default, help."""
-    from typing import Literal, get_args, get_origin
+    from harness.registry import type_text
 
     lines = []
     for key, info in model.model_fields.items():
-        if get_origin(info.annotation) is Literal:
-            kind = "|".join(map(str, get_args(info.annotation)))
-        else:
-            kind = getattr(info.annotation, "__name__", None) or str(info.annotation).replace("typing.", "")
+        kind = type_text(info.annotation)
         help_text = f": {info.description}" if info.description else ""
         lines.append(f"--metric-option {prefix}.{key} ({kind}, default {info.get_default()!r}){help_text}")
     return lines

@@ -27,7 +27,10 @@ def add_parser(sub) -> None:
         description=(
             "Run a model on a dataset in one setting. Writes DIR/samples.jsonl (one line per finished "
             "sample, appended as it finishes) and DIR/results.json. Running the same command again "
-            "continues the run: finished samples are skipped, failed ones retried."
+            "continues the run: finished samples are skipped, failed ones retried. Exit status: 0 every "
+            "sample finished; 1 some failed (scored over the answered ones; rerun to retry); 4 none was answered "
+            "(every one failed or was never asked: no scores, n/a, never 0); 2 bad input or a stop such as a "
+            "rejected API key; 3 a process the run needs died; 130 interrupted."
         ),
         argument_default=argparse.SUPPRESS,
     )
@@ -136,7 +139,7 @@ def add_run_options(p) -> None:
     g = p.add_argument_group("generation (greedy by default)")
     g.add_argument("--temperature", type=float, help="default 0")
     g.add_argument("--top-p", type=float, help="default 1")
-    g.add_argument("--max-tokens", type=int, help="answer length limit in tokens (default 512)")
+    g.add_argument("--max-tokens", type=int, help="answer length limit in tokens (default 512; 128 for the embedded default model, measured in the README)")
     g.add_argument("--seed", type=int, help="default 0")
     g = p.add_argument_group("backend")
     g.add_argument(
@@ -325,7 +328,19 @@ def command(args: argparse.Namespace) -> int:
         return 130
     record = RunResults.model_validate(results)
     print_summary(record)
-    return 0 if record.counts.failed == 0 else 1
+    return exit_status(record)
+
+
+EXIT_SOME_FAILED = 1  # scores over the questions answered; a rerun retries the others
+EXIT_NONE_ANSWERED = 4  # no question answered: no scores at all (n/a, never 0)
+
+
+def exit_status(record: RunResults) -> int:
+    """0: every sample finished; 1: some failed; 4: none finished (every one failed or was never asked)."""
+    c = record.counts
+    if c.selected and c.finished == 0:
+        return EXIT_NONE_ANSWERED
+    return 0 if c.failed == 0 else EXIT_SOME_FAILED
 
 
 def print_summary(results: dict[str, Any] | RunResults, file=None) -> None:
@@ -347,6 +362,10 @@ def print_summary(results: dict[str, Any] | RunResults, file=None) -> None:
     elif c.failed:
         failures = [f.model_dump(mode="json") for f in record.failures.values()]
         print(failure_line(c.failed, failures), file=sys.stderr)
+    if c.selected and c.finished == 0:
+        print(
+            f"no question was answered: no scores (n/a, not 0); exit status {EXIT_NONE_ANSWERED}", file=sys.stderr
+        )
 
 
 def print_scores(scores: Scores | None, file) -> None:

@@ -21,8 +21,8 @@ def add_parser(sub) -> None:
     p.add_argument(
         "run_dir",
         nargs="?",
-        help="a run directory to re-score on its own dataset, with its own metrics and options unless given "
-        "(rewrites its results.json scores)",
+        help="a run directory to re-score on its own dataset, with its own metrics and options unless given; "
+        "the metrics scored replace their own numbers in its results.json, every other metric's stay",
     )
     p.add_argument("--dataset", help="NAME[:SPLIT][@VERSION] the generations answer")
     p.add_argument(
@@ -37,6 +37,11 @@ def add_parser(sub) -> None:
         "--only-answered",
         action="store_true",
         help="score only questions that have an answer (official only_score_answered); default counts them as 0",
+    )
+    p.add_argument(
+        "--drop-other-metrics",
+        action="store_true",
+        help="with RUN_DIR: its results.json keeps only the metrics scored now (default: the others' numbers stay)",
     )
 
 
@@ -59,6 +64,7 @@ def command(args: argparse.Namespace) -> int:
         metric_options=args.metric_options,
         max_answer_chars=args.max_answer_chars,
         only_answered=args.only_answered,
+        drop_other_metrics=args.drop_other_metrics,
     )
     if args.out:
         write_json_atomic(args.out, scores)

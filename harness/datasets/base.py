@@ -10,6 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
+from harness.datasets.answers import GoldAnswer
 from harness.errors import DatasetError
 from harness.records import read_input_text
 from harness.records import read_json as records_read_json
@@ -18,9 +19,14 @@ from harness.registry import Registry, split_reference
 
 @dataclass
 class Sample:
+    """One question of a dataset. ``answer`` is its gold answer, typed ``GoldAnswer``
+    (``harness.datasets.answers``): on each dataset one shape (``DatasetLoader.answer_hint``,
+    ``answer_types``, ``answer_doc``; the table "What a gold answer is" in docs/datasets.md), None
+    where the split has no answers (test sets)."""
+
     id: str
     question: str
-    answer: Any  # the reference; None where the split has no answers (test sets)
+    answer: GoldAnswer
     raw: dict[str, Any] = field(default_factory=dict)  # the dataset's own record, untouched
     # Pages given to the model in the evidence-provided setting: {"title", "pageid"?, "revid"?}.
     evidence: list[dict[str, Any]] = field(default_factory=list)
@@ -63,7 +69,7 @@ class Dataset:
     # Questions that are not independent (the turns of one conversation): the sample field
     # (``Sample.groups`` or ``Sample.raw`` key) whose value is a question's cluster in the error bars.
     cluster_by: str | None = None
-    # the answer types of its golds (harness.scoring.gold.ANSWER_TYPES); None: read from the values
+    # the answer types of its golds (harness.datasets.answers.ANSWER_TYPES); None: read from the values
     answer_types: tuple[str, ...] | None = None
     gold_evidence: str | None = None  # what its samples' gold evidence pages are (DatasetLoader.gold_evidence)
 
@@ -82,9 +88,13 @@ class DatasetLoader:
     license: ClassVar[str]
     metrics: ClassVar[list[str]]
     cluster_by: ClassVar[str | None] = None  # default clustering of the error bars (see Dataset)
-    # the answer types of its golds (harness.scoring.gold.ANSWER_TYPES), checked against each metric's
+    # the answer types of its golds (harness.datasets.answers.ANSWER_TYPES), checked against each metric's
     # declaration before a run; None: read from the gold values
     answer_types: ClassVar[tuple[str, ...] | None] = None
+    # its golds' Python type (Sample.answer; harness.datasets.answers: QampariAnswer, ...) and what
+    # they are, in words: docs/datasets.md's table of gold answers; None / "": not said
+    answer_hint: ClassVar[Any] = None
+    answer_doc: ClassVar[str] = ""
     # {setting: strategy} run in that setting unless --agent names one (else the setting's own)
     default_agents: ClassVar[dict[str, str]] = {}
     # what the samples' gold evidence pages (Sample.gold_evidence) are; None: the dataset marks none

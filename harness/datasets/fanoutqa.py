@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.datasets.answers import FanOutQAAnswer
 from harness.datasets.base import (
     DATASETS,
     Dataset,
@@ -61,6 +62,12 @@ class FanOutQA(DatasetLoader):
     license = "CC BY-SA 4.0"
     metrics = ["fanoutqa-string"]  # acc (loose/strict) + ROUGE-1/2/L
     answer_types = ("str", "number", "bool", "list_of_str", "list", "dict")
+    answer_hint = FanOutQAAnswer
+    answer_doc = (  # what a gold answer is (docs/datasets.md)
+        "the answer as FanOutQA gives it: a text, a number or a yes/no; a list of values, every one needed; "
+        'or a mapping of entities to their values (`{"Avatar": 237, ...}`), every key and value needed. None '
+        "on the test split"
+    )
     gold_evidence = "the decomposition's evidence pages (test: necessary_evidence), the evidence-provided pages"
 
     def load(self, split: str, version: str, data_path: str | None = None) -> Dataset:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.datasets.answers import HotpotQAAnswer
 from harness.datasets.base import DATASETS, Dataset, DatasetLoader, Sample, read_json, shipped_file
 from harness.errors import DatasetError
 
@@ -20,6 +21,10 @@ class HotpotQA(DatasetLoader):
     metrics = ["fanoutqa-string", "em-f1"]
     headline = ("em-f1.em", "em-f1.f1")  # what HotpotQA's official evaluation reports
     answer_types = ("str",)
+    answer_hint = HotpotQAAnswer
+    answer_doc = (  # what a gold answer is (docs/datasets.md)
+        "one short text: a span of the paragraphs, or yes/no for a comparison question"
+    )
     gold_evidence = "the supporting facts' pages (of the 10 context paragraphs the evidence-provided setting packs)"
 
     def load(self, split: str, version: str, data_path: str | None = None) -> Dataset:

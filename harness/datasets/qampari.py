@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.datasets.answers import QampariAnswer
 from harness.datasets.base import DATASETS, Dataset, DatasetLoader, Sample, read_jsonl, shipped_file
 from harness.errors import DatasetError
 
@@ -34,6 +35,11 @@ class Qampari(DatasetLoader):
     license = "CC BY-SA 4.0 (QAMPARI data; the shipped sample: CC0 + MIT, see SOURCE.md)"
     metrics = ["set-f1"]
     answer_types = ("entity_list",)
+    answer_hint = QampariAnswer
+    answer_doc = (  # what a gold answer is (docs/datasets.md)
+        'every entity that answers the question, each `{"answer_text", "aliases"}`: an answer names an entity'
+        " by any of its aliases"
+    )
 
     def load(self, split: str, version: str, data_path: str | None = None) -> Dataset:
         if data_path:

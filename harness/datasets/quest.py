@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.datasets.answers import QuestAnswer
 from harness.datasets.base import DATASETS, Dataset, DatasetLoader, Sample, read_jsonl, shipped_file
 from harness.errors import DatasetError
 
@@ -26,6 +27,10 @@ class Quest(DatasetLoader):
     license = "CC BY 4.0"
     metrics = ["quest"]
     answer_types = ("list_of_str",)
+    answer_hint = QuestAnswer
+    answer_doc = (  # what a gold answer is (docs/datasets.md)
+        "the Wikipedia titles of every entity that answers the query (a set: order does not matter)"
+    )
 
     def load(self, split: str, version: str, data_path: str | None = None) -> Dataset:
         if data_path:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from harness.datasets.answers import TopiOCQAAnswer
 from harness.datasets.base import DATASETS, Dataset, DatasetLoader, Sample, read_json, shipped_file
 from harness.errors import DatasetError
 
@@ -45,6 +46,11 @@ class TopiOCQA(DatasetLoader):
     license = "CC BY-NC-SA 4.0"
     metrics = ["topiocqa"]
     answer_types = ("str", "references")
+    answer_hint = TopiOCQAAnswer
+    answer_doc = (  # what a gold answer is (docs/datasets.md)
+        "the turn's answer text; where the file has `Additional_answers`, `[original, *additional]`: "
+        "alternatives, any one of them right"
+    )
     # the conversational strategies: each turn asked with the conversation so far (the benchmark's setting)
     default_agents = {"closed-book": "conversational", "open-book": "conversational-open-book"}
     cluster_by = "Conversation_no"  # the turns of one conversation are not independent questions

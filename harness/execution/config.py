@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from harness.errors import ConfigError
-from harness.models import DEFAULT_MODEL
+from harness.models import DEFAULT_MODEL, DEFAULT_MODEL_MAX_TOKENS
 from harness.models.base import WEEK_S, BackendOptions, GenerationParams
 
 # Fields that do not change what the model is asked or how it answers: a run can be
@@ -161,6 +161,15 @@ class RunConfig(BaseModel):
     snapshot: str | None = Field(None, description="wiki snapshot (SQLite) the strategies read pages from")
     generation: GenerationParams = Field(default_factory=GenerationParams)
     backend: BackendOptions = Field(default_factory=BackendOptions)
+
+    @model_validator(mode="after")
+    def _default_answer_length(self) -> RunConfig:
+        """The embedded default model answers in DEFAULT_MODEL_MAX_TOKENS unless --max-tokens says
+        otherwise: measured on 20 FanOutQA closed-book questions, its scores at 128, 256 and 512
+        tokens are equal (its longer answers are repetition) while the wall doubles (README)."""
+        if self.model == DEFAULT_MODEL and "max_tokens" not in self.generation.model_fields_set:
+            self.generation = self.generation.model_copy(update={"max_tokens": DEFAULT_MODEL_MAX_TOKENS})
+        return self
 
     @field_validator("shard", mode="before")
     @classmethod
@@ -391,3 +400,79 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"--config {path}: expected a mapping of option names to values")
     return data
+
+
+# --------------------------------------------------------------------------- what changed between two run keys
+# resolved facts of a run key (config.json next to ``config``) that say a file's content, and the
+# config field that names the file
+_CONTENT_FACTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "agent_identity.plugin.sha256": ("the strategy file", ("agent",)),
+    "backend_plugin.sha256": ("the backend file", ("model",)),
+    "dataset_plugin.sha256": ("the dataset loader file", ("dataset",)),
+    "script.sha256": ("the script file", ("model",)),
+    "dataset_sha256": ("the dataset file", ("data_path", "dataset_resolved")),
+    "agent_identity.prompt_sha256": ("the prompt template", ("agent_identity.prompt_template",)),
+    "snapshot_content_hash": ("the snapshot", ()),
+}
+
+
+def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(data, dict) and data:
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            out.update(_flat(value, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): data}
+
+
+_ABSENT = object()
+
+
+def _shown(value: Any) -> str:
+    text = "(not set)" if value is _ABSENT else json.dumps(value, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _file_named(key: str, value: str) -> str:
+    """The file a reference names: ``p.py:Name`` -> ``p.py``, ``scripted/s.py:fn`` -> ``s.py``,
+    ``p.py:Loader:dev@v1`` -> ``p.py``; anything else as it is."""
+    from harness.registry import split_reference
+
+    if key == "script.sha256":
+        return value.partition("/")[2].rpartition(":")[0] or value
+    ref = split_reference(value)
+    return ref[0].rpartition(":")[0] if ref else value
+
+
+def identity_changes(old: dict[str, Any], new: dict[str, Any], names: dict[str, Any] | None = None) -> list[str]:
+    """Each field in which two run keys (``RunConfig.identity`` with its resolved facts) differ,
+    ``field old -> new``; a file's content (a plugin, the dataset, the prompt) as ``... changed``,
+    named by ``names`` (the new configuration's fields: ``agent``, ``model``, ``data_path``, ...)."""
+    before, after = _flat(old), _flat(new)
+    named_by = {**before, **after, **{k: v for k, v in (names or {}).items() if v}}
+    skip: set[str] = set()
+    if before.get("dataset") != after.get("dataset"):  # another dataset: its file differs with it
+        skip |= {"dataset_resolved", "dataset_sha256", "dataset_plugin.sha256"}
+    if before.get("agent_identity.name") != after.get("agent_identity.name"):  # another strategy: its own knobs, prompt
+        skip |= {k for k in [*before, *after] if k.startswith("agent_identity.") and k != "agent_identity.name"}
+    if before.get("model") != after.get("model"):
+        skip |= {"backend_plugin.sha256", "script.sha256"}
+    changes: list[str] = []
+    for key in dict.fromkeys([*before, *after]):
+        old_value, new_value = before.get(key, _ABSENT), after.get(key, _ABSENT)
+        if old_value == new_value or key in skip:
+            continue
+        content = _CONTENT_FACTS.get(key)
+        if content is not None and old_value is not _ABSENT and new_value is not _ABSENT:
+            what, fields = content
+            named = next((named_by[f] for f in fields if isinstance(named_by.get(f), str) and named_by[f]), None)
+            where = f" {_file_named(key, named)}" if named else ""
+            changes.append(f"{what}{where}: its content changed (sha256 {str(old_value)[:12]} -> {str(new_value)[:12]})")
+            continue
+        label = key
+        if key == "agent_identity.name":
+            label = "strategy"
+        elif key.startswith("agent_identity.knobs."):
+            label = f"knob {key.removeprefix('agent_identity.knobs.')}"
+        changes.append(f"{label} {_shown(old_value)} -> {_shown(new_value)}")
+    return changes

@@ -34,6 +34,27 @@ def _holder(path: Path) -> str:
     return f"pid {pid}" if pid.isdigit() else "another process"
 
 
+def writer_of(run_dir: str | Path) -> str | None:
+    """Who holds the run directory for writing now (``pid 123``), None when nobody does; for readers
+    that must not create or change anything in it (the lock file is only opened to read)."""
+    path = Path(run_dir) / LOCK_FILE
+    if fcntl is None or not path.is_file():
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # refused only while a writer holds it exclusively
+    except BlockingIOError:
+        return _holder(path)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # drops the shared lock, if taken
+    return None
+
+
 class RunLock:
     """``with RunLock(run_dir, purpose="run"):`` holds the directory for the block.
 

@@ -154,14 +154,31 @@ class SnapshotRecord(_Open):
 
 class ScoresMeta(_Open):
     metrics: list[str] = []
-    n_questions: int | None = Field(None, ge=0)
-    n_answered: int | None = Field(None, ge=0)
+    n_questions: int | None = Field(None, ge=0, description="the questions selected (scored from generations: the dataset's)")
+    n_answered: int | None = Field(
+        None,
+        ge=0,
+        description="of a run: the questions scored, those with a finished sample (one finished without an answer "
+        "included: it scores 0); from generations: those with an answer",
+    )
+    n_failed: int | None = Field(
+        None, ge=0, description="the questions that failed (a failure row, no finished sample): not scored"
+    )
+    n_pending: int | None = Field(None, ge=0, description="the questions never asked (the run stopped first): not scored")
+    not_scored: str | None = Field(
+        None, description="why questions have no values, e.g. '3 of 3 failed: model_unavailable (...)'"
+    )
     dataset: str | None = None
     dataset_sha256: str | None = None
     metric_info: dict[str, Any] = {}
     aggregation: dict[str, Any] = {}
     options: dict[str, Any] = {}
     clustering: dict[str, Any] = {}
+    kept_metrics: list[str] = Field(
+        [],
+        description="metrics whose numbers (or failure) come from an earlier scoring of the run, kept as they were "
+        "when `harness score RUN_DIR --metrics ...` scored the others",
+    )
 
 
 class Scores(BaseModel):
@@ -250,6 +267,11 @@ class RunResults(BaseModel):
     @property
     def context_size(self) -> int | None:
         return self.model.context_size if self.model is not None else None
+
+    @property
+    def model_name(self) -> str:
+        """The model as its backend named it (``gpt-4o``), else as ``--model`` gave it."""
+        return (self.model.model if self.model is not None else None) or self.config.model
 
     @property
     def agent_name(self) -> str | None:

@@ -24,7 +24,7 @@ from harness.execution.cost import Budget, load_price_table, pricing_for, run_co
 from harness.execution.lock import RunLock
 from harness.execution.progress import Progress
 from harness.execution.record import RunResults, read_results, results_dict, write_results
-from harness.execution.scoring import run_metrics, score_records
+from harness.execution.scoring import run_metrics, score_records, stopped_reason
 from harness.scoring.metrics import reads_rows, resolve_metrics
 from harness.execution.summary import build_results, now_iso, snapshot_hash
 from harness.execution.watchdog import LoopWatch
@@ -252,10 +252,7 @@ class Run:
         if cfg_path.exists():
             old = read_json(cfg_path)
             if old.get("config_hash") != self.config_hash:
-                raise ConfigError(
-                    f"{self.run_dir} holds a run with a different configuration "
-                    f"(run {str(old.get('config_hash'))[:12]}, this one {self.run_id}); choose another --out"
-                )
+                raise ConfigError(self._other_run(old))
             held = (old.get("config") or {}).get("shard") if isinstance(old.get("config"), dict) else None
             if held != self.config.shard:  # what `harness merge` reads a directory's part of the run from
                 raise ConfigError(
@@ -266,6 +263,32 @@ class Run:
             raise ConfigError(f"{self.run_dir} has samples but no {CONFIG_FILE}; choose another --out")
         results = self.run_dir / RESULTS_FILE
         return read_results(results) if results.exists() else None
+
+    def _other_run(self, old: dict[str, Any]) -> str:
+        """The refusal of a directory holding another configuration's run: every field of the run
+        key that differs (old -> new), and the two ways on."""
+        from harness.execution.config import identity_changes
+        from harness.execution.record import RunClaim
+
+        head = (
+            f"{self.run_dir} holds a run with a different configuration "
+            f"(run {str(old.get('config_hash'))[:12]}, this one {self.run_id})"
+        )
+        ways = (
+            f"To go on, choose another --out for this configuration, or run the configuration {self.run_dir} "
+            f"holds ({self.run_dir / CONFIG_FILE}) to resume it"
+        )
+        try:
+            claim = RunClaim.model_validate(old)
+            extra = {k: v for k, v in old.items() if k not in ("config_hash", "config")}
+            changes = identity_changes(
+                claim.config.identity(extra), self.config.identity(self.hash_extra), self.config.model_dump(mode="json")
+            )
+        except Exception:  # noqa: BLE001 - an unreadable claim: the refusal without the differences
+            return f"{head}. {ways}"
+        if not changes:
+            changes = ["no field differs as this harness reads them (the run key's rules changed since that run)"]
+        return f"{head}: {'; '.join(changes)}. {ways}"
 
     def _claim_run_dir(self) -> None:
         cfg_path = self.run_dir / CONFIG_FILE
@@ -387,8 +410,12 @@ class Run:
         except ProcessDiedError as exc:  # said after the rows and results.json are safe (below)
             status, died = "error", exc
             self.invocation["error"] = str(exc)
-        except BaseException:
+        except BaseException as exc:
             status = "error"
+            if isinstance(exc, Exception):  # said in results.json: why the questions left were not asked
+                from harness.redact import redact
+
+                self.invocation["error"] = " ".join(redact(exc).split())[:500]
             raise
         finally:
             self._close_early_scorer()
@@ -629,6 +656,8 @@ class Run:
                 precomputed=precomputed,
                 epochs=self.config.epochs,
                 reducer=self.config.epoch_reducer,
+                failures={k: failures[k] for k in failed_now},
+                stopped=stopped_reason(status, self.invocation.get("error")),
             )
         else:
             scoring_note = f"{self.dataset.info.spec()} has no reference answers; export the generations to score them"

@@ -18,6 +18,8 @@ from harness.models.base import (
 from harness.registry import Entry, split_reference
 
 DEFAULT_MODEL = "local/smollm2"
+# its answer length unless --max-tokens is given (measured: README "Answer length"); other models: 512
+DEFAULT_MODEL_MAX_TOKENS = 128
 
 
 def parse_model(spec: str | None) -> tuple[str, str]:
@@ -60,6 +62,7 @@ def create_backend(spec: str | None, options: BackendOptions | None = None) -> M
 
 __all__ = [
     "DEFAULT_MODEL",
+    "DEFAULT_MODEL_MAX_TOKENS",
     "BackendOptions",
     "GenerationParams",
     "ModelBackend",

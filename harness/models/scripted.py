@@ -4,6 +4,9 @@ For dry runs of a configuration, CI of plugins, and tests of the harness itself.
 
 - ``echo``: the last non-empty line of the last user message;
 - ``answer=TEXT``: always TEXT (``scripted/answer=Paris``);
+- ``FILE.py:FUNCTION`` (or ``package.module:FUNCTION``): that function, loaded as any plugin file is
+  (``harness.registry``); the file's path and sha256 are recorded (``model.script``) and its sha256
+  is part of the run key and the cache key, so an edited script never resumes an old run;
 - a name registered in-process with ``register_script(NAME, fn)`` (tests, notebooks).
 
 A script is ``fn(messages, tools, tool_choice, params)``, plain or async, and returns
@@ -33,8 +36,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.errors import ContextOverflowError, ModelError
+from harness.errors import ContextOverflowError, HarnessError, ModelError
 from harness.models.base import BackendOptions, GenerationParams, ModelBackend, ModelResponse, ToolCall, Usage
+from harness.registry import is_reference, load_reference
 
 DEFAULT_CONTEXT_SIZE = 4096
 ANSWER_PREFIX = "answer="
@@ -50,14 +54,18 @@ ScriptFn = Callable[
 class Script:
     name: str
     fn: ScriptFn
-    source: str = "registered"  # or "builtin"
+    source: str = "registered"  # or "builtin", "file", "module" (a FILE.py:FUNCTION reference)
     requests: list[dict[str, Any]] = field(default_factory=list)
+    plugin: dict[str, Any] = field(default_factory=dict)  # a reference's identity: file and sha256, or package
 
     def identity(self) -> str:
         """Names the code behind the answers (cache key, results.json); never an object id, which
-        would differ per process and so defeat resuming."""
+        would differ per process and so defeat resuming. A file's by its content."""
         if self.source == "builtin":
             return f"builtin:{self.name}"
+        if self.source in ("file", "module"):
+            version = self.plugin.get("sha256") or f"{self.plugin.get('package')}=={self.plugin.get('version')}"
+            return f"{self.source}:{self.name.rpartition(':')[2]}@{version}"
         fn = self.fn
         return f"registered:{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', type(fn).__qualname__)}"
 
@@ -103,10 +111,25 @@ def find_script(name: str) -> Script:
         return Script(name, lambda *_: text, "builtin")
     if name in _REGISTERED:
         return _REGISTERED[name]
+    if is_reference(name):
+        return load_script(name)
     registered = ", ".join(sorted(_REGISTERED)) or "none"
     raise ModelError(
-        f"unknown script {name!r} in scripted/{name} (built in: echo, {ANSWER_PREFIX}TEXT; registered: {registered})"
+        f"unknown script {name!r} in scripted/{name} (built in: echo, {ANSWER_PREFIX}TEXT, FILE.py:FUNCTION; "
+        f"registered: {registered})"
     )
+
+
+def load_script(ref: str) -> Script:
+    """``FILE.py:FUNCTION`` or ``package.module:FUNCTION`` as a script, loaded the way every plugin
+    file is (``harness.registry.load_reference``: read again when its content changed)."""
+    try:
+        fn, source, identity = load_reference(ref, "script")
+    except HarnessError as exc:
+        raise ModelError(f"{exc} (in scripted/{ref})") from None
+    if not callable(fn):
+        raise ModelError(f"script {ref}: {type(fn).__name__} is not a function fn(messages, tools, tool_choice, params)")
+    return Script(ref, fn, source, plugin=dict(identity))
 
 
 class ScriptedBackend(ModelBackend):
@@ -201,15 +224,21 @@ class ScriptedBackend(ModelBackend):
     def tokenizer_name(self) -> str:
         return "whitespace"
 
+    def identity_facts(self) -> dict[str, Any]:
+        """A script from a file or a package: its content (sha256) or version, in the run key."""
+        keyed = {k: v for k, v in self.script.plugin.items() if k in ("package", "version", "sha256")}
+        return {"script": keyed} if keyed else {}
+
     def cache_identity(self) -> dict[str, Any]:
         return {**super().cache_identity(), "script": self.script.identity()}
 
     def describe(self) -> dict[str, Any]:
         # Explicit, so results.json can never be read as a real model's.
+        script = {"name": self.script.name, "source": self.script.source, "identity": self.script.identity()}
         return {
             **super().describe(),
             "scripted": True,
-            "script": {"name": self.script.name, "source": self.script.source, "identity": self.script.identity()},
+            "script": {**script, **self.script.plugin},
             "note": "scripted responses (harness.models.scripted), not a language model",
         }
 
@@ -246,6 +275,7 @@ __all__ = [
     "ScriptedBackend",
     "echo",
     "last_user",
+    "load_script",
     "register_script",
     "unregister_script",
 ]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.errors import HarnessError
+
 # Built-in metrics: (headline leaves, {leaf: display name}, {leaf: scale}); scale is the value of a
 # perfect score (1 or 100), None for an unbounded number (counts, BLEURT, cost).
 _ROUGE = {
@@ -59,6 +61,10 @@ BUILTIN: dict[str, tuple[tuple[str, ...], dict[str, str], dict[str, float | None
         {"searches": None, "rounds": None, "tokens": None, "cost": None},
     ),
 }
+
+
+# Numbers where less is better (the best in a table's column is the lowest): the agent's spending.
+LOWER_IS_BETTER = {"agent": ("cost", "tokens", "rounds")}
 
 
 def _split(key: str) -> tuple[str, str]:
@@ -124,3 +130,32 @@ def scale_of(key: str) -> float | None:
     declared = _declared(metric)
     scales = dict(getattr(declared, "scales", None) or {})
     return scales.get(leaf, getattr(declared, "scale", 1.0) if declared is not None else 1.0)
+
+
+def lower_is_better(key: str) -> bool:
+    """Whether the best value of ``key`` is the lowest (cost, tokens, rounds); a plugin may declare
+    such leaves as ``lower_is_better``."""
+    metric, leaf = _split(key)
+    if metric in BUILTIN:
+        return leaf in LOWER_IS_BETTER.get(metric, ())
+    return leaf in tuple(getattr(_declared(metric), "lower_is_better", ()) or ())
+
+
+def chosen_keys(requested: list[str], available: list[str]) -> list[str]:
+    """``--metric`` names as keys of ``available``: a full key (``fanoutqa-string.acc.strict``), a
+    metric's name (its headline keys, or all of its keys when it declares none) or a key's end
+    (``acc.strict``); each key once, in the order asked. An unknown name is a one-line error
+    listing what there is. Tables, figures and their commands read ``--metric`` through this."""
+    keys: list[str] = []
+    for wanted in requested:
+        if wanted in available:
+            found = [wanted]
+        else:
+            leaves = [k for k in available if k.startswith(wanted + ".")]
+            found = [k for k in metric_headline(wanted) if k in leaves] or leaves
+            found = found or [k for k in available if k.endswith("." + wanted)]
+        if not found:
+            listing = ", ".join(available) if available else "none"
+            raise HarnessError(f"--metric {wanted}: not a metric of these runs (available: {listing})")
+        keys += [k for k in found if k not in keys]
+    return keys

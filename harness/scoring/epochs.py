@@ -167,12 +167,16 @@ def reduce_epoch_scores(
     epoch_scores: list[dict[str, Any]], reducer: str, questions: list, fns: dict[str, Any]
 ) -> dict[str, Any]:
     """One results-format-2 scores dict from each epoch's (in epoch order, the same metrics): every
-    number combined over the epochs by the reducer (see the module), per-question rows reduced."""
+    number combined over the epochs by the reducer (see the module), per-question rows reduced. An
+    epoch in which no question was scored (every one failed) is None: each number is then combined
+    over the epochs that have it; at least one must."""
     from harness.scoring.metrics import _breakdown
     from harness.scoring.values import mean_values
 
     check_reducer(reducer, fns, len(epoch_scores))
-    first = epoch_scores[0]
+    first = next(scores for scores in epoch_scores if scores is not None)
+    names_of_first = first["meta"]["metrics"]
+    epoch_scores = [scores if scores is not None else _no_epoch(names_of_first) for scores in epoch_scores]
     # a plugin metric that failed in any epoch (scores.meta.failed_metrics) is left out of the reduction
     failed = {k: v for scores in epoch_scores for k, v in (scores["meta"].get("failed_metrics") or {}).items()}
     names = [n for n in first["meta"]["metrics"] if n not in failed]
@@ -208,9 +212,17 @@ def reduce_epoch_scores(
     out["raw"] = list(rows.values())
     breakdown = combine([scores.get("breakdown") for scores in epoch_scores], pooled.get("breakdown"), reducer)
     if breakdown:
+        _count_groups(breakdown, [q for q in questions if q.id in rows])
         out["breakdown"] = breakdown
-    # error bars over questions, each with all its epochs, clustered as each epoch was
-    clusters = (first["meta"].get("clustering") or {}).get("clusters")
+    # error bars over questions, each with all its epochs, clustered as each epoch was (an epoch
+    # clusters the questions it scored: together, every question scored)
+    clustering = dict(first["meta"].get("clustering") or {})
+    clusters = None
+    if clustering.get("clusters") is not None:
+        clusters = {}
+        for scores in epoch_scores:
+            clusters.update((scores["meta"].get("clustering") or {}).get("clusters") or {})
+        clustering.update(clusters=clusters, n_clusters=len(set(clusters.values())))
     seen = {name: OverEpochs(fns.get(name), reducer, len(epoch_scores)) for name in names}
     out["uncertainty"] = compute_uncertainty(
         seen, {**out, "raw": list(bundles.values()), "meta": {"n_questions": len(order)}}, clusters
@@ -227,10 +239,36 @@ def reduce_epoch_scores(
         for name in names
     }
     out["meta"] = {**first["meta"], "aggregation": aggregation, "epochs": len(epoch_scores), "epoch_reducer": reducer}
+    out["meta"]["clustering"] = clustering
     out["meta"]["metrics"] = names
     if failed:
         out["meta"]["failed_metrics"] = failed
     return out
+
+
+def _no_epoch(names: list[str]) -> dict[str, Any]:
+    """An epoch in which no question was scored: no numbers, no rows (the reduction skips it)."""
+    return {"raw": [], "meta": {"metrics": names, "metric_info": {}, "aggregation": {}, "clustering": {}}}
+
+
+def _count_groups(breakdown: dict[str, Any], questions: list) -> None:
+    """Each breakdown value's ``n``: its questions scored in any epoch (the epochs' own n differ
+    when a question failed in some)."""
+    for group, values in breakdown.items():
+        for value, entry in values.items():
+            entry["n"] = sum(1 for q in questions if value in ((q.groups or {}).get(group) or ()))
+
+
+def epochs_of_nothing(n: int, reducer: str) -> dict[str, Any]:
+    """``scores.epochs`` of a run that scored no question in any epoch."""
+    return {
+        "n": n,
+        "reducer": reducer,
+        "reducer_meaning": MEANING[reducer],
+        "per_epoch": [{} for _ in range(n)],
+        "between_epoch_variance": {},
+        "n_answered": [0] * n,
+    }
 
 
 def _headline(scores: dict[str, Any], names: list[str]) -> dict[str, float]:

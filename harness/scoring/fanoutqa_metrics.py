@@ -1,10 +1,25 @@
 """FanOutQA string metrics (accuracy loose/strict, ROUGE-1/2/L), equal to fanoutqa 1.1.1.
 
-Mirrors ``fanoutqa.eval.string.answer_in_text``, ``fanoutqa.eval.utils.str_answer`` and
-``Scorer.score_accuracy`` / ``Scorer.score_rouge`` value for value, including int/float types and
-summation order, so averages are bit-identical. Speed comes from normalizing each candidate once
-(the official code re-normalizes it for every reference item) and from batched, memoized
-normalization (harness.scoring.normalize).
+The values of ``answer_in_text`` (``fanoutqa/eval/string.py``) and ``Scorer.score_accuracy`` /
+``Scorer.score_rouge`` (``fanoutqa/eval/scorer.py``) of fanoutqa 1.1.1 (zhudotexe/fanoutqa at commit
+5e19c279, MIT), restated here from their definition, int/float types and summation order included,
+so averages are bit-identical:
+
+- a reference is a tree: lists and dicts hold further answers, anything else is a leaf (a boolean
+  reads "yes"/"no"). Its leaves are visited depth first, a list in order, a dict keys first and
+  then values. A leaf is found when its normalized text occurs in the normalized candidate between
+  word boundaries (``\\b`` on both sides); the unfound leaves, normalized, in visiting order, are
+  the result's ``missing``;
+- a leaf reference scores int 1 or 0. A list scores (len(list) - len(missing)) / len(list) and a
+  dict (2 * len(dict) - len(missing)) / (2 * len(dict)), ``missing`` counting every unfound leaf
+  beneath (so nested containers can score below 0); every container works out its score, so an
+  empty one, however deeply nested, divides by zero, as upstream;
+  ``found`` is that score's numerator equal to its denominator;
+- ROUGE compares ``str_answer`` of both sides (``harness.scoring.gold``) with rouge-score's scorer
+  and the Porter stemmer.
+
+Speed comes from normalizing each candidate once (the official code re-normalizes it for every
+reference item) and from batched, memoized normalization (harness.scoring.normalize).
 """
 
 from __future__ import annotations
@@ -16,7 +31,7 @@ from functools import lru_cache
 from typing import Any, Iterable, Iterator
 
 from harness.errors import HarnessError
-from harness.scoring.gold import scalar_text, str_answer
+from harness.scoring.gold import GoldMatch, scalar_text, str_answer
 from harness.scoring.normalize import normalize, normalize_many
 
 __all__ = ["answer_in_text", "score_fanoutqa", "str_answer"]  # str_answer: FanOutQA's, in harness.scoring.gold
@@ -28,54 +43,46 @@ _rouge = None
 
 
 def answer_in_text(reference: Any, candidate: Any) -> AccuracyResult:
-    """(found, score, missing): the share of reference strings found in the candidate.
-
-    Lists score per item, dicts per key and per value (n = 2 * len), bools as "yes"/"no",
-    primitives by a word-bounded search of the normalized reference in the normalized candidate.
-    """
+    """(found, score, missing): the share of reference strings found in the candidate (see above)."""
     return _answer_in(reference, normalize(candidate))
 
 
 def _answer_in(reference: Any, norm_cand: str) -> AccuracyResult:
-    if isinstance(reference, list):
-        missing = []
-        for a in reference:
-            missing.extend(_answer_in(a, norm_cand).missing)
-        n_found = len(reference) - len(missing)
-        return AccuracyResult(found=n_found == len(reference), score=n_found / len(reference), missing=missing)
-    if isinstance(reference, dict):
-        missing = []
-        for a in itertools.chain(reference.keys(), reference.values()):
-            missing.extend(_answer_in(a, norm_cand).missing)
-        n_ref = len(reference) * 2
-        n_found = n_ref - len(missing)  # nested lists can make this differ from the item count; as official
-        return AccuracyResult(found=n_found == n_ref, score=n_found / n_ref, missing=missing)
-    if isinstance(reference, bool):
-        reference = scalar_text(reference)
-    norm_ans = normalize(reference)
-    if not _bounded(norm_ans).search(norm_cand):
-        return AccuracyResult(found=False, score=0, missing=[norm_ans])
-    return AccuracyResult(found=True, score=1, missing=[])
+    children = _children(reference)
+    if children is None:  # a leaf
+        target = normalize(scalar_text(reference) if isinstance(reference, bool) else reference)
+        hit = _bounded(target).search(norm_cand) is not None
+        return AccuracyResult(found=hit, score=1 if hit else 0, missing=[] if hit else [target])
+    # every container works out its own score, so an empty one raises wherever it is nested
+    missing = [leaf for child in children for leaf in _answer_in(child, norm_cand).missing]
+    slots = len(reference) * (2 if isinstance(reference, dict) else 1)  # a dict: its keys and its values
+    hits = slots - len(missing)
+    return AccuracyResult(found=hits == slots, score=hits / slots, missing=missing)
 
 
 @lru_cache(maxsize=8192)
 def _bounded(norm_ans: str) -> re.Pattern:
-    # Same pattern as the official re.search; compiled once instead of thrashing re's 512-entry cache.
-    return re.compile(rf"\b{re.escape(norm_ans)}\b")
+    # compiled once per answer instead of thrashing re's 512-entry pattern cache
+    return re.compile(r"\b" + re.escape(norm_ans) + r"\b")
 
 
-def _primitives(reference: Any) -> Iterator[Any]:
-    """The strings _answer_in will normalize for this reference, in order."""
+def _children(reference: Any) -> Iterable[Any] | None:
+    """A container's answers in visiting order (a dict: keys, then values); None for a leaf."""
     if isinstance(reference, list):
-        for a in reference:
-            yield from _primitives(a)
-    elif isinstance(reference, dict):
-        for a in itertools.chain(reference.keys(), reference.values()):
-            yield from _primitives(a)
-    elif isinstance(reference, bool):
-        yield scalar_text(reference)
-    else:
-        yield reference
+        return reference
+    if isinstance(reference, dict):
+        return itertools.chain(reference.keys(), reference.values())
+    return None
+
+
+def _leaves(reference: Any) -> Iterator[Any]:
+    """The leaf answers of a reference in visiting order, booleans as yes/no: what gets normalized."""
+    children = _children(reference)
+    if children is None:
+        yield scalar_text(reference) if isinstance(reference, bool) else reference
+        return
+    for child in children:
+        yield from _leaves(child)
 
 
 def _field(obj: Any, name: str) -> Any:
@@ -123,7 +130,7 @@ def score_fanoutqa(questions: Iterable[Any], answers: Iterable[dict], only_score
     # Warm the memo in one nlp.pipe batch; the loops below then only hit the cache.
     normalize_many(
         itertools.chain.from_iterable(
-            itertools.chain(_primitives(ref), [a["answer"]]) for _, ref, a in pairs if a is not None
+            itertools.chain(_leaves(ref), [a["answer"]]) for _, ref, a in pairs if a is not None
         )
     )
 
@@ -163,3 +170,33 @@ def aggregate_fanoutqa(raw: list[dict], eval_len: int) -> dict:
             for k in ROUGE_TYPES
         },
     }
+
+
+def gold_matches(reference: Any, candidate: Any) -> list[GoldMatch]:
+    """Each reference string of one question as ``answer_in_text`` scores it (one per string, a
+    dict's keys then its values, repeats kept: the found share is the question's loose accuracy),
+    found or missing, with the part of the answer it was found in: the smallest comma- or
+    semicolon-separated part, else the line, whose own normalized text holds it; else the
+    normalized words around it (the match may span lines)."""
+    items = list(_leaves(reference))
+    text = "" if candidate is None else str(candidate)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    parts = [p.strip() for line in lines for p in re.split(r"[,;]", line) if p.strip()]
+    norm_cand, *_ = normalize_many([candidate, *items, *parts, *lines])
+    out = []
+    for item in items:
+        pattern = _bounded(normalize(item))  # the test _answer_in makes, on the same normalized answer
+        if not pattern.search(norm_cand):
+            out.append(GoldMatch(str(item), False, None))
+            continue
+        where = next((p for p in [*parts, *lines] if pattern.search(normalize(p))), None)
+        out.append(GoldMatch(str(item), True, where or _around(pattern, norm_cand)))
+    return out
+
+
+def _around(pattern: re.Pattern, norm_cand: str, words: int = 4) -> str:
+    """The normalized match with a few normalized words either side."""
+    match = pattern.search(norm_cand)
+    before = norm_cand[: match.start()].split()[-words:]
+    after = norm_cand[match.end() :].split()[:words]
+    return " ".join(["…", *before, match.group(0), *after, "…"])

@@ -1,26 +1,19 @@
-"""How every metric reads a gold answer (and an answer) that is not plain text, and the answer types
-metrics declare they can score (``harness.scoring.metrics.declare``).
+"""How every metric reads a gold answer (and an answer) that is not plain text. What a gold answer
+is on each dataset, and the answer types metrics declare they can score
+(``harness.scoring.metrics.declare``), is ``harness.datasets.answers``.
 
-One reading, FanOutQA's (``fanoutqa.eval.utils.str_answer``): booleans are "yes"/"no", numbers their
-``str()``, None is "", a list is its items one per line, a dict its ``key - value`` lines. A QAMPARI
-entity (``{"answer_text", "aliases"}``) reads as its answer text.
+One reading, FanOutQA's (``str_answer`` in ``fanoutqa/eval/utils.py`` of fanoutqa 1.1.1, zhudotexe/fanoutqa
+at commit 5e19c279), restated: a boolean reads "yes" or "no", None reads "", any other scalar its
+``str()``; a list is its items' readings, one per line; a dict is one ``KEY - VALUE`` line per entry,
+the value read the same way (a value that is itself a list or dict spreads over several lines). A
+QAMPARI entity (``{"answer_text", "aliases"}``) reads as its answer text.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
-# answer type -> what it is; a metric declares the ones it scores, a dataset the ones its golds have
-ANSWER_TYPES: dict[str, str] = {
-    "str": "one text",
-    "number": "a number",
-    "bool": "a boolean (read yes/no)",
-    "list_of_str": "a list of strings, all of them the answer (QUEST titles, FanOutQA lists)",
-    "list": "any other list (numbers, mixed, nested)",
-    "dict": "a mapping, keys and values the answer (FanOutQA)",
-    "entity_list": 'a list of QAMPARI entities {"answer_text", "aliases"}',
-    "references": "a list of alternative references, any one of them right (TopiOCQA's Additional_answers)",
-}
+from harness.datasets.answers import ANSWER_TYPES  # noqa: F401  (the answer-type names, kept importable here)
 
 
 def scalar_text(value: Any) -> str:
@@ -36,24 +29,27 @@ def is_entity(value: Any) -> bool:
     return isinstance(value, dict) and "answer_text" in value
 
 
+def _read(value: Any, entities: bool) -> str:
+    """The text of ``value`` by the rules above; ``entities``: a QAMPARI entity reads as its answer text."""
+    if entities and is_entity(value):
+        return scalar_text(value["answer_text"])
+    if isinstance(value, list):
+        lines = [_read(item, entities) for item in value]
+    elif isinstance(value, dict):
+        lines = [f"{key} - {_read(item, entities)}" for key, item in value.items()]
+    else:
+        return scalar_text(value)
+    return "\n".join(lines)
+
+
 def str_answer(ans: Any) -> str:
-    """FanOutQA's ``str_answer`` (text for ROUGE and the judge), byte for byte."""
-    if isinstance(ans, list):
-        return "\n".join(map(str_answer, ans))
-    if isinstance(ans, dict):
-        return "\n".join(f"{k} - {str_answer(v)}" for k, v in ans.items())
-    return scalar_text(ans)
+    """FanOutQA's text of an answer (for ROUGE, BLEURT and the judge), byte for byte."""
+    return _read(ans, entities=False)
 
 
 def gold_text(ans: Any) -> str:
     """``str_answer``, except that a QAMPARI entity reads as its ``answer_text``."""
-    if is_entity(ans):
-        return scalar_text(ans["answer_text"])
-    if isinstance(ans, list):
-        return "\n".join(map(gold_text, ans))
-    if isinstance(ans, dict):
-        return "\n".join(f"{k} - {gold_text(v)}" for k, v in ans.items())
-    return scalar_text(ans)
+    return _read(ans, entities=True)
 
 
 def answer_type(value: Any, declared: tuple[str, ...] | None = None) -> str | None:
@@ -78,3 +74,13 @@ def answer_type(value: Any, declared: tuple[str, ...] | None = None) -> str | No
             return "list_of_str"
         return "list"
     return type(value).__name__
+
+
+class GoldMatch(NamedTuple):
+    """One gold item of a question as a list metric read it: matched or missed, and the part of the
+    answer that matched it (the metric's own matching rule: ``gold_matches`` of fanoutqa_metrics,
+    list_metrics and quest_metrics)."""
+
+    item: str
+    matched: bool
+    matched_text: str | None = None

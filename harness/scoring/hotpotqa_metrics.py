@@ -1,41 +1,28 @@
-"""HotpotQA answer EM and F1, as the official ``hotpot_evaluate_v1.py`` computes them (SQuAD
-normalization: lowercase, drop punctuation, drop articles a/an/the, collapse whitespace; F1 over
-tokens; a yes/no/noanswer on either side scores 0 unless both are equal)."""
+"""HotpotQA answer EM and F1, with the values of the official ``hotpot_evaluate_v1.py``
+(hotpotqa/hotpot at commit 36358534; licence Apache 2.0), restated from their definition: SQuAD's
+normalisation and token F1 (``harness.scoring.squad``), and one rule of HotpotQA's own: when either
+normalised side is "yes", "no" or "noanswer" and the two differ, F1, precision and recall are all 0.
+EM is equality of the normalised strings."""
 
 from __future__ import annotations
 
-import re
-import string
-from collections import Counter
+from harness.scoring.squad import bag_overlap, normalized
 
-_PUNCT = set(string.punctuation)
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_CLOSED_ANSWERS = frozenset({"yes", "no", "noanswer"})
+_NOTHING = (0.0, 0.0, 0.0)
 
 
 def normalize_answer(s: str) -> str:
-    s = str(s).lower()
-    s = "".join(ch for ch in s if ch not in _PUNCT)
-    s = _ARTICLES.sub(" ", s)
-    return " ".join(s.split())
+    return normalized(s)
 
 
 def f1_score(prediction: str, ground_truth: str) -> tuple[float, float, float]:
     """(f1, precision, recall)."""
-    pred, gold = normalize_answer(prediction), normalize_answer(ground_truth)
-    zero = (0.0, 0.0, 0.0)
-    if pred in ("yes", "no", "noanswer") and pred != gold:
-        return zero
-    if gold in ("yes", "no", "noanswer") and pred != gold:
-        return zero
-    pred_tokens, gold_tokens = pred.split(), gold.split()
-    common = Counter(pred_tokens) & Counter(gold_tokens)
-    same = sum(common.values())
-    if same == 0:
-        return zero
-    precision = same / len(pred_tokens)
-    recall = same / len(gold_tokens)
-    return (2 * precision * recall) / (precision + recall), precision, recall
+    pred, gold = normalized(prediction), normalized(ground_truth)
+    if pred != gold and not _CLOSED_ANSWERS.isdisjoint((pred, gold)):
+        return _NOTHING
+    return bag_overlap(gold.split(), pred.split()) or _NOTHING
 
 
 def exact_match_score(prediction: str, ground_truth: str) -> bool:
-    return normalize_answer(prediction) == normalize_answer(ground_truth)
+    return normalized(prediction) == normalized(ground_truth)

@@ -1,8 +1,9 @@
-"""``set-f1``: QAMPARI's official list-answer metric (samsam3232/qampari,
-``models/evaluation/reader_metrics.py``, ``compute_metrics_qampari``), for any dataset whose answer
-is a list of entities with aliases.
+"""``set-f1``: QAMPARI's official list-answer metric (samsam3232/qampari at commit dd9fe313, licence
+CC0 1.0, ``models/evaluation/reader_metrics.py``, ``compute_metrics_qampari``), for any dataset whose
+answer is a list of entities with aliases.
 
-Mirrored from the official code (checked case by case in tests/test_qampari_quest_parity.py):
+Its behaviour, restated here from its definition (checked case by case in
+tests/test_qampari_quest_parity.py):
 
 * normalization ``normalize_answer``: lower-case, drop ASCII punctuation, drop the articles
   a/an/the between word boundaries, collapse whitespace (SQuAD style). The word boundary is the
@@ -55,7 +56,7 @@ from typing import Any
 import regex
 from pydantic import Field
 
-from harness.scoring.gold import scalar_text
+from harness.scoring.gold import GoldMatch, scalar_text
 from harness.scoring.metrics import FANOUTQA_SHAPES, METRICS, MetricOptions, ScoringOptions, declare, streamable
 
 _PUNCT = set(string.punctuation)
@@ -208,10 +209,13 @@ def answer_aliases(answer: dict[str, Any] | str, alias_fallback: bool = False) -
     return answer["answer_text"], aliases
 
 
-def score_list(
+def credited_answers(
     predictions: list[str], answer_list: list[dict[str, Any]], alias_fallback: bool = False
-) -> dict[str, float]:
-    """One question, the official way: precision, recall, F1 of ``predictions`` (already split)."""
+) -> dict[str, str]:
+    """{answer text: the prediction that credited it}, the official way: an alias -> answer map
+    (a shared alias owned by the later answer), each distinct prediction compared with the aliases
+    in order and crediting the answer of the first it equals once normalized. The count is the
+    official one; which prediction is named is the first, in the order given."""
     mapping = {}
     for ans in answer_list:
         text, aliases = answer_aliases(ans, alias_fallback)
@@ -221,15 +225,22 @@ def score_list(
         for alias in aliases:
             inverse[alias] = key
     normalized = [(normalize_answer(alias), key) for alias, key in inverse.items()]
-    predicted = set(predictions)
-    credited: list[str] = []
-    for pred in predicted:
+    credited: dict[str, str] = {}
+    for pred in dict.fromkeys(predictions):  # set(predictions), in the order given
         norm = normalize_answer(pred)
         for alias_norm, key in normalized:
             if norm == alias_norm:
-                if key not in credited:
-                    credited.append(key)
+                credited.setdefault(key, pred)
                 break
+    return credited
+
+
+def score_list(
+    predictions: list[str], answer_list: list[dict[str, Any]], alias_fallback: bool = False
+) -> dict[str, float]:
+    """One question, the official way: precision, recall, F1 of ``predictions`` (already split)."""
+    predicted = set(predictions)
+    credited = credited_answers(predictions, answer_list, alias_fallback)
     if not predicted or not answer_list:  # the official code divides by zero here
         precision = recall = 0.0
     else:
@@ -273,6 +284,15 @@ def aggregate_set_f1(rows: list[dict[str, Any]], n: int) -> dict[str, float]:
     return agg
 
 
+def _read(answer: Any, gold_answer: Any, clean_items: bool, alias_fallback: bool) -> tuple[list[str], list[Any]]:
+    """(the predictions, the gold items) of one question, as set-f1 reads them."""
+    gold = gold_items(gold_answer)
+    preds = predictions_from(
+        answer, gold, clean_items=clean_items, alias_fallback=alias_fallback, pairs=isinstance(gold_answer, dict)
+    )
+    return preds, gold
+
+
 class SetF1Options(MetricOptions):
     """set-f1's options; the defaults are QAMPARI's official scorer."""
 
@@ -296,14 +316,7 @@ def set_f1(
     pool = [q for q in questions if q.id in by_id] if only_answered else questions
     raw: dict[str, dict[str, Any]] = {}
     for q in pool:
-        gold = gold_items(q.answer)
-        preds = predictions_from(
-            by_id.get(q.id),
-            gold,
-            clean_items=clean_items,
-            alias_fallback=alias_fallback,
-            pairs=isinstance(q.answer, dict),
-        )
+        preds, gold = _read(by_id.get(q.id), q.answer, clean_items, alias_fallback)
         raw[q.id] = score_list(preds, gold, alias_fallback=alias_fallback)
     agg = aggregate_set_f1(list(raw.values()), len(pool))
     info = {
@@ -319,3 +332,21 @@ def set_f1(
         "'key - value' lines split into key and value",
     }
     return {"aggregate": agg, "raw": raw, "info": info}
+
+
+def gold_matches(
+    answer: Any, gold_answer: Any, clean_items: bool = False, alias_fallback: bool = False
+) -> list[GoldMatch]:
+    """Each gold item of one question as set-f1 scores it (its options as given to the metric):
+    matched with the prediction that credited it, or missed. The matched ones are the question's
+    ``n_correct``; an answer text given twice counts once, as in the official map."""
+    preds, gold = _read(answer, gold_answer, clean_items, alias_fallback)
+    credited = credited_answers(preds, gold, alias_fallback)
+    out: list[GoldMatch] = []
+    shown: set[str] = set()
+    for item in gold:
+        text = answer_aliases(item, alias_fallback)[0]
+        matched = text in credited and text not in shown
+        shown.add(text)
+        out.append(GoldMatch(scalar_text(text), matched, credited[text] if matched else None))
+    return out

@@ -1,5 +1,5 @@
-"""FanOutQA's LLM-as-judge ("GPT judge"), reproduced from fanoutqa==1.1.1 ``eval/llm.py`` and
-``eval/scorer.py`` (``Scorer.score_gpt``).
+"""FanOutQA's LLM-as-judge ("GPT judge"): the behaviour of fanoutqa==1.1.1 ``eval/llm.py`` and
+``eval/scorer.py`` (``Scorer.score_gpt``), restated; its prompt texts are data in ``prompts/fanoutqa/``.
 
 The judge reads the question, the reference (``str_answer(reference)``) and the submission in the
 official factuality prompt, reasons, and ends with a letter A-F. ``result.strip()[-1].lower()`` in
@@ -28,33 +28,19 @@ from harness.errors import HarnessError
 from harness.models.base import GenerationParams, ModelResponse
 from harness.scoring.gold import gold_text, str_answer  # noqa: F401 - FanOutQA's str_answer, as before
 from harness.scoring.metrics import FANOUTQA_SHAPES, METRICS, ScoringOptions, declare, discrete_values
+from harness.templates import packaged_text
 
-# --- copied byte for byte from fanoutqa==1.1.1 fanoutqa/eval/llm.py -----------------------------
-factuality_system = "You are comparing a submitted answer to an expert answer on a given question."
-
-
-def factuality_prompt(question: str, reference: str, answer: str):
-    return (
-        f"[BEGIN DATA]\n************\n[Question]: {question}\n************\n[Expert]:"
-        f" {reference}\n************\n[Submission]: {answer}\n************\n[END DATA]\n\nCompare the factual content"
-        " of the submitted answer with the expert answer. Ignore any differences in style, grammar, or"
-        " punctuation.\nThe submitted answer may either be a subset or superset of the expert answer, or it may"
-        " conflict with it. Determine which case applies. First, write out in a step by step manner your reasoning"
-        " about the factual content to be sure that your conclusion is correct. Avoid simply stating the correct"
-        ' answers at the outset. Then print only the single character "A", "B", "C", "D", "E", or "F" (without quotes'
-        " or punctuation) on its own line corresponding to the correct answer. At the end, repeat just the letter"
-        " again by itself on a new line.\n(A) The submitted answer is a subset of the expert answer and is fully"
-        " consistent with it.\n(B) The submitted answer is a superset of the expert answer and is fully consistent"
-        " with it.\n(C) The submitted answer contains all the same details as the expert answer.\n(D) There is a"
-        " disagreement between the submitted answer and the expert answer.\n(E) The answers differ, but these"
-        " differences don't matter from the perspective of factuality.\n(F) The submitted answer does not answer the"
-        " question or is otherwise invalid."
-    )
+# FanOutQA's judge prompt, kept as data in prompts/fanoutqa/ (source, commit and licence in prompts/README.md)
+factuality_system = packaged_text("fanoutqa/judge_system.txt")
+FACTUALITY_TEMPLATE = packaged_text("fanoutqa/judge_factuality.txt")  # fields {question} {reference} {answer}
 
 
-# --- end of the copy ---------------------------------------------------------------------------
+def factuality_prompt(question: str, reference: str, answer: str) -> str:
+    """The judge's user turn: the template filled (the filled values are never parsed as fields)."""
+    return FACTUALITY_TEMPLATE.format(question=question, reference=reference, answer=answer)
 
-MAX_ANSWER_CHARS = 4000  # scorer.py: "sometimes we have fun neural text degeneration, just cut it off"
+
+MAX_ANSWER_CHARS = 4000  # scorer.py cuts longer answers (degenerate, repeating text) to this length
 # The official engine: OpenAIEngine(model=..., temperature=0, seed=31415) with no max_tokens, i.e. as
 # long as the model likes. A cap is needed here; 2048 leaves room for the step-by-step reasoning.
 JUDGE_PARAMS = GenerationParams(temperature=0.0, top_p=1.0, max_tokens=2048, seed=31415)
@@ -65,9 +51,8 @@ NO_JUDGE_MESSAGE = (
 
 
 def prompt_sha256() -> str:
-    """Identifies the judge prompt (system + template with placeholders) in results."""
-    template = factuality_system + "\n" + factuality_prompt("{question}", "{reference}", "{answer}")
-    return hashlib.sha256(template.encode()).hexdigest()
+    """Identifies the judge prompt in results: the system text, a newline, the template (fields unfilled)."""
+    return hashlib.sha256((factuality_system + "\n" + FACTUALITY_TEMPLATE).encode()).hexdigest()
 
 
 def judge_messages(question: str, reference: Any, answer: str) -> list[dict[str, Any]]:

@@ -2,7 +2,9 @@
 
 A metric is one function registered by name that scores saved answers against a dataset's
 references with no model call: ``fn(questions, answers, only_answered, options=ScoringOptions)``
-returns ``{"raw": {question id: {name: value}}, "info": {...}}``. ``score_answers`` then averages
+returns ``{"raw": {question id: {name: value}}, "info": {...}}`` (typed: ``MetricFn``,
+``AnswerRecord``, ``MetricResult``; each question's gold ``Sample.answer`` is typed per dataset in
+``harness.datasets.answers``). ``score_answers`` then averages
 each per-question value over the questions scored (and over each group for the breakdowns), so
 metrics do not each re-implement the mean. A metric whose official aggregate is not that mean
 (FanOutQA's acc/ROUGE as fanoutqa computes them, QAMPARI's F1>=0.5 shares, corpus BLEU) also
@@ -26,7 +28,7 @@ import logging
 import threading
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Protocol, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -93,9 +95,42 @@ class ScoringOptions(BaseModel):
 
 log = logging.getLogger(__name__)
 
-# fn(questions, answers, only_score_answered, options=ScoringOptions)
-#   -> {"raw": {qid: {...}}, "info": {...}, "aggregate"?: {...}}
-MetricFn = Callable[..., dict[str, Any]]
+class _Answer(TypedDict):
+    id: str  # the question's id (``Sample.id``)
+    answer: Any  # the system's answer: a model's text, any JSON from a generations file; None: unanswered
+
+
+class AnswerRecord(_Answer, total=False):
+    """One answer a metric scores. ``row``: its sample's row (a ``samples.jsonl`` line, None when
+    scoring bare generations), only for the metrics that ``reads("row")``."""
+
+    row: dict[str, Any] | None
+
+
+class _Result(TypedDict):
+    raw: dict[str, dict[str, Any]]  # {question id: {value name: value}}: averaged unless "aggregate"
+
+
+class MetricResult(_Result, total=False):
+    """What a metric returns: per-question values, facts about the scoring (``info``: a judge's
+    model, a checkpoint, ...), and its own ``aggregate`` where the official one is not the mean."""
+
+    info: dict[str, Any]
+    aggregate: dict[str, Any]
+
+
+class MetricFn(Protocol):
+    """A metric: ``questions`` (each ``Sample.answer`` a gold, typed per dataset:
+    ``harness.datasets.answers``), the answers, the official ``only_score_answered``, the scoring
+    options, and its declared options as keywords (``declare(options=...)``)."""
+
+    def __call__(
+        self,
+        questions: list[Sample],
+        answers: list[AnswerRecord],
+        only_answered: bool,
+        options: ScoringOptions | None = None,
+    ) -> MetricResult: ...
 
 
 def reads(*what: str):
@@ -566,6 +601,74 @@ def score_answers(
     }
     if failed:
         out["meta"]["failed_metrics"] = failed
+    return out
+
+
+def score_nothing(
+    dataset: Dataset,
+    questions: list[Sample],
+    metrics: list[str] | None,
+    options: ScoringOptions | None,
+    reason: str,
+) -> dict[str, Any]:
+    """The scores of a run that answered none of ``questions`` (every one failed or was never asked):
+    each metric's aggregate shaped as ``score_answers`` shapes it, every number null (no value, never
+    0); no per-question rows or breakdown; each number's interval n/a and each metric's
+    ``meta.metric_info`` ``reason``. The shape comes from scoring one question unanswered, which asks
+    no model and no judge; what that gives is thrown away."""
+    from harness.scoring.uncertainty import scored_part
+
+    options = options or ScoringOptions()
+    names = list(resolve_metrics(list(metrics or dataset.metrics)))
+    probe = score_answers(dataset, questions[:1], [], metrics, False, options, None, {}) if questions else {}
+    probe_info = (probe.get("meta") or {}).get("metric_info") or {}
+    out: dict[str, Any] = {"results_format": RESULTS_FORMAT}
+    uncertainty: dict[str, dict[str, Any]] = {}
+    for name in names:
+        shape = probe.get(name) if isinstance(probe.get(name), dict) else {}
+        out[name] = _null_leaves(shape)
+        for path, value in _leaf_paths(scored_part(shape)):
+            if isinstance(value, int) and not isinstance(value, bool):
+                continue  # a count (TopiOCQA's turns) has no interval
+            uncertainty[".".join((name, *path))] = {
+                "value": None, "stderr": None, "ci95": None, "method": "none", "note": reason,
+            }  # fmt: skip
+    out["raw"] = []
+    out["uncertainty"] = uncertainty
+    plugin = {n: (probe_info.get(n) or {}).get("plugin") for n in names}
+    out["meta"] = {
+        **(probe.get("meta") or {}),
+        "metrics": names,
+        "n_questions": len(questions),
+        "n_answered": 0,
+        "n_oversized_answers": 0,
+        "reasoning_removed": {"n_answers": 0, "unclosed": []},
+        "only_score_answered": False,
+        "dataset": dataset.info.spec(),
+        "dataset_sha256": dataset.info.sha256,
+        "metric_info": {n: {"reason": reason, **({"plugin": plugin[n]} if plugin[n] else {})} for n in names},
+        "aggregation": {n: "no value: no question was scored" for n in names},
+        "options": (probe.get("meta") or {}).get("options") or options.model_dump(),
+        "clustering": {"by": None},
+    }
+    out["meta"].pop("failed_metrics", None)  # a plugin failing on the unanswered probe says nothing of the run
+    return out
+
+
+def _null_leaves(value: Any) -> Any:
+    """``value`` with every leaf (number, text, list) None, its dicts kept."""
+    if isinstance(value, dict):
+        return {k: _null_leaves(v) for k, v in value.items()}
+    return None
+
+
+def _leaf_paths(value: dict[str, Any], prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    out = []
+    for key, item in value.items():
+        if isinstance(item, dict):
+            out.extend(_leaf_paths(item, (*prefix, key)))
+        else:
+            out.append(((*prefix, key), item))
     return out
 
 

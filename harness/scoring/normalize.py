@@ -1,4 +1,5 @@
-"""FanOutQA answer normalization, byte-identical to ``fanoutqa.norm.normalize`` (fanoutqa 1.1.1).
+"""FanOutQA answer normalization, byte-identical to ``fanoutqa.norm.normalize`` (fanoutqa 1.1.1,
+zhudotexe/fanoutqa at commit 5e19c279, MIT), restated from its definition.
 
 Same steps as the official code: lowercase, ftfy.fix_text, strip commas inside numbers, spaCy
 lemmas joined by spaces, drop ``[,.?!:;]``, collapse whitespace. Faster because results are

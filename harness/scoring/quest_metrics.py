@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import Field
 
+from harness.scoring.gold import GoldMatch
 from harness.scoring.metrics import METRICS, MetricOptions, ScoringOptions, declare, streamable
 
 _BULLET = re.compile(r"^\s*(?:[-*•]\s+|\(?\d+[.)]\s+)")
@@ -77,13 +78,18 @@ def titles_from(answer: Any, title_normalization: str = "none", gold: Collection
     return titles
 
 
+def _cleaned(predicted: list[str], gold_set: set[str], title_normalization: str) -> list[str]:
+    """The predicted titles as compared with the gold ones (``light``: cleaned, empty ones dropped)."""
+    _check(title_normalization)
+    if title_normalization == "light":
+        return [t for t in (normalize_title(x, gold_set) for x in predicted) if t]
+    return list(predicted)
+
+
 def score_sets(predicted: list[str], gold: list[str], title_normalization: str = "none") -> dict[str, float]:
     """One query as run_eval.py scores it (``predicted`` already read by ``titles_from``)."""
-    _check(title_normalization)
     gold_set = set(gold)
-    if title_normalization == "light":
-        predicted = [t for t in (normalize_title(x, gold_set) for x in predicted) if t]
-    pred_set = set(predicted)
+    pred_set = set(_cleaned(predicted, gold_set, title_normalization))
     tp = len(gold_set & pred_set)
     if tp:
         precision = tp / len(pred_set)
@@ -138,3 +144,14 @@ def quest(
         ),
     }
     return {"aggregate": agg, "raw": raw, "info": info}
+
+
+def gold_matches(answer: Any, gold: list[str], title_normalization: str = "none") -> list[GoldMatch]:
+    """Each distinct gold title of one query as ``quest`` scores it: matched, with the answer's
+    line (as written) that gave it, or missed. The matched ones are the query's ``n_correct``."""
+    gold_set = set(gold)
+    given: dict[str, str] = {}  # the title as compared -> the line it came from
+    for line in titles_from(answer):
+        for title in _cleaned([line], gold_set, title_normalization):
+            given.setdefault(title, line)
+    return [GoldMatch(t, t in given, given.get(t)) for t in dict.fromkeys(gold)]

@@ -110,7 +110,8 @@ def metric_aggregates(scores: dict[str, Any] | None) -> dict[str, dict[str, Any]
 
 
 def numeric_leaves(values: dict[str, Any], prefix: str = "") -> dict[str, float]:
-    """Nested numbers flattened to dotted names; bools count 0/1, None and text are left out."""
+    """Nested numbers flattened to dotted names; bools count 0/1, None and text are left out (for
+    arithmetic; a table reads ``metric_values``/``score_values``, which keep None as no value)."""
     out: dict[str, float] = {}
     for key, value in values.items():
         name = f"{prefix}{key}"
@@ -121,9 +122,11 @@ def numeric_leaves(values: dict[str, Any], prefix: str = "") -> dict[str, float]
     return out
 
 
-def metric_values(scores: dict[str, Any] | None) -> dict[str, float]:
-    """Every aggregate number as ``METRIC.NAME`` (``fanoutqa-string.acc.loose``, ``em-f1.f1``, ...)."""
-    return numeric_leaves(metric_aggregates(scores))
+def metric_values(scores: dict[str, Any] | None) -> dict[str, float | None]:
+    """Every aggregate number as ``METRIC.NAME`` (``fanoutqa-string.acc.loose``, ``em-f1.f1``, ...);
+    None where a number has no value (no question answered, a judge unavailable): shown as n/a,
+    never as 0, never dropped (``numeric_leaves`` drops them)."""
+    return {k: None if v is None else float(v) for k, v in _leaves(metric_aggregates(scores)).items()}
 
 
 def per_question(scores: dict[str, Any] | None) -> dict[str, dict[str, float]]:
@@ -154,24 +157,28 @@ def is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def score_values(scores: dict[str, Any] | None) -> dict[str, float]:
-    """``metric_values`` without the counts: what tables and plots show as scores."""
-    return {k: v for k, v in _typed_leaves(metric_aggregates(scores)).items() if not is_count(v)}
+def score_values(scores: dict[str, Any] | None) -> dict[str, float | None]:
+    """``metric_values`` without the counts: what tables and plots show as scores (None: no value, n/a)."""
+    return {k: v for k, v in _typed_leaves(metric_aggregates(scores)).items() if not _counts(k, v)}
 
 
-def count_values(scores: dict[str, Any] | None) -> dict[str, int]:
-    """The counts among a scores dict's aggregates (``topiocqa.turns``)."""
-    return {k: v for k, v in _typed_leaves(metric_aggregates(scores)).items() if is_count(v)}
+def count_values(scores: dict[str, Any] | None) -> dict[str, int | None]:
+    """The counts among a scores dict's aggregates (``topiocqa.turns``; None when nothing was scored)."""
+    return {k: v for k, v in _typed_leaves(metric_aggregates(scores)).items() if _counts(k, v)}
+
+
+def _counts(name: str, value: Any) -> bool:
+    return is_count(value) or (value is None and _is_count_name(name))
 
 
 def _typed_leaves(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Numeric leaves as they are (ints stay ints, bools count 0/1), under dotted names."""
+    """Numeric leaves as they are (ints stay ints, bools count 0/1, None: no value), under dotted names."""
     out: dict[str, Any] = {}
     for key, value in values.items():
         name = f"{prefix}{key}"
         if isinstance(value, bool):
             out[name] = float(value)
-        elif isinstance(value, (int, float)):
+        elif value is None or isinstance(value, (int, float)):
             out[name] = value
         elif isinstance(value, dict):
             out.update(_typed_leaves(value, name + "."))
@@ -180,16 +187,21 @@ def _typed_leaves(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def breakdown_values(scores: dict[str, Any] | None) -> dict[str, dict[str, dict[str, Any]]]:
     """{group: {value: {"n": n, "METRIC.NAME": mean, ...}}} from ``scores.breakdown`` (FanOutQA
-    category, QAMPARI type, QUEST template/domain, TopiOCQA turn type); {} when there is none."""
+    category, QAMPARI type, QUEST template/domain, TopiOCQA turn type); {} when there is none. A
+    mean without a value is None (n/a); a value no question was scored in is left out."""
     scores = upgrade(scores) or {}
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for group, values in (scores.get("breakdown") or {}).items():
-        out[group] = {}
+        entries: dict[str, dict[str, Any]] = {}
         for value, row in values.items():
+            if row.get("n") == 0:
+                continue
             entry: dict[str, Any] = {"n": row.get("n")}
             scored = {k: _without_diagnostics(v) for k, v in row.items() if k != "n" and isinstance(v, dict)}
-            entry.update(numeric_leaves(scored))
-            out[group][value] = entry
+            entry.update({k: None if v is None else float(v) for k, v in _leaves(scored).items()})
+            entries[value] = entry
+        if entries:
+            out[group] = entries
     return out
 
 
@@ -267,6 +279,10 @@ def _num(value: Any) -> str:
     return f"{value:.4f}"
 
 
+def _f4(value: Any) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
 def interval_text(entry: dict[str, Any] | None, with_note: bool = True) -> str:
     """`` ± SE [LO, HI]`` of an uncertainty entry; `` ± n/a [LO, HI]`` where only the interval exists
     (a share whose values are all equal: Wilson), `` ± n/a (why)`` where neither does (the note left
@@ -290,19 +306,53 @@ def _notes(entries: list[dict[str, Any] | None]) -> str:
     return f" (n/a: {'; '.join(dict.fromkeys(notes))})" if notes else ""
 
 
+def nothing_scored(scores: dict[str, Any] | None) -> str | None:
+    """Why a scores dict has no values at all (every selected question failed or was never asked,
+    ``meta.not_scored``), or None when some question was scored (or it does not say: older files)."""
+    meta = (upgrade(scores) or {}).get("meta") or {}
+    if meta.get("n_answered") == 0 and (meta.get("n_failed") or meta.get("n_pending")):
+        return meta.get("not_scored") or "no question was scored"
+    return None
+
+
+def answered_note(scores: dict[str, Any] | None) -> str:
+    """`` (n=7 of 10; 3 failed)`` when some selected questions have no values (failed, not asked),
+    or some epoch scored fewer than the others; '' otherwise."""
+    scores = upgrade(scores) or {}
+    meta = scores.get("meta") or {}
+    n_questions, n_answered = meta.get("n_questions"), meta.get("n_answered")
+    failed, pending = meta.get("n_failed") or 0, meta.get("n_pending") or 0
+    per_epoch = (scores.get("epochs") or {}).get("n_answered") or []
+    short = n_answered is not None and any(n < n_answered for n in per_epoch)
+    if n_questions is None or n_answered is None or not (failed or pending or short):
+        return ""
+    parts = [f"{failed} failed"] if failed else []
+    if pending:
+        parts.append(f"{pending} not asked")
+    if short:
+        parts.append("answered per epoch " + "/".join(str(n) for n in per_epoch))
+    return f" (n={n_answered} of {n_questions}; {', '.join(parts)})"
+
+
 def summary_lines(scores: dict[str, Any] | None) -> list[str]:
     """One line per metric with its aggregate numbers (each ``± stderr [95% interval]`` where the
     scores carry their uncertainty, ``± n/a`` and the reason once where there is none to estimate),
-    for the console."""
+    for the console. Where questions failed or were not asked, each line ends with how many
+    (``answered_note``); where none was scored, each metric is ``n/a`` with the reason."""
     scores = upgrade(scores) or {}
     info = (scores.get("meta") or {}).get("metric_info") or {}
     errors = scores.get("uncertainty") or {}
+    nothing = nothing_scored(scores)
+    note = answered_note(scores)
     lines = []
     for name, agg in metric_aggregates(scores).items():
+        if nothing is not None and all(v is None for v in _leaves(agg).values()):
+            lines.append(f"{name}: n/a ({(info.get(name) or {}).get('reason') or nothing})")
+            continue
         if name == "fanoutqa-string" and "acc" in agg and "rouge" in agg:
             f = [agg["rouge"][k]["fscore"] for k in ("rouge1", "rouge2", "rougeL")]
-            text = f"acc loose {agg['acc']['loose']:.4f} strict {agg['acc']['strict']:.4f} | ROUGE-1/2/L F " + "/".join(
-                f"{x:.4f}" for x in f
+            text = f"acc loose {_f4(agg['acc']['loose'])} strict {_f4(agg['acc']['strict'])} | ROUGE-1/2/L F " + "/".join(
+                _f4(x) for x in f
             )
             parts = [
                 (label, errors.get(f"{name}.{key}"))
@@ -325,7 +375,7 @@ def summary_lines(scores: dict[str, Any] | None) -> list[str]:
             reason = (info.get(name) or {}).get("reason")
             if leaves and all(v is None for v in leaves.values()) and reason:
                 text = f"unavailable ({reason})"
-        lines.append(f"{name}: {text}")
+        lines.append(f"{name}: {text}{note}")
         agreement = (scores.get(name) or {}).get("agreement")
         if agreement:
             from harness.scoring.agreement import agreement_line

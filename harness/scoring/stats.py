@@ -18,7 +18,9 @@ exact test from ``math.comb``.
 * ``paired_bootstrap_diff``, ``sign_flip_test`` (exact up to ``EXACT_MAX`` non-zero differences,
   else Monte Carlo with a fixed seed; every difference 0 gives p = 1), ``swap_test`` (whole
   clusters swap when clustered), ``mcnemar_exact``. A Monte Carlo p records its error
-  ``p_mc_error`` = sqrt(p (1 - p) / permutations).
+  ``p_mc_error`` = sqrt(p (1 - p) / permutations). ``smallest_p``: the smallest p a test's
+  permutation (or binomial) distribution allows with the units that differed: 2 / 2^n.
+* ``holm``: Holm's step-down adjustment of several p-values (family-wise error).
 * ``required_n`` / ``detectable_delta``: the sample size a two-sided test needs, from a pilot's SD.
 
 Per-question values must be one number per question: several epochs (repeats) of one question
@@ -340,10 +342,19 @@ def _swap_units(n: int, clusters: Sequence[Any] | None) -> tuple[int, np.ndarray
     return units, labels, test
 
 
-def _swap_result(hits: int, permutations: int, seed: int, test: str, units: int) -> dict[str, Any]:
+def _swap_result(hits: int, permutations: int, seed: int, test: str, units: int, differing: int) -> dict[str, Any]:
     p = (1 + hits) / (1 + permutations)
     out = {"p": p, "test": test, "permutations": permutations, "seed": seed, "p_mc_error": mc_error(p, permutations)}
-    return {**out, "units": units}
+    return {**out, "units": units, "n_differing": differing}
+
+
+def _differing_units(differs: Sequence[bool], labels: np.ndarray | None) -> int:
+    """How many units (questions, or clusters) hold a row that differs between the runs: only
+    those change anything when swapped."""
+    flags = np.asarray(differs, dtype=bool)
+    if labels is None:
+        return int(flags.sum())
+    return int(np.unique(labels[flags]).size) if flags.any() else 0
 
 
 def swap_test(
@@ -359,8 +370,9 @@ def swap_test(
     p = (1 + #{|D*| >= |D|}) / (1 + permutations). Identical rows give p = 1."""
     units, labels, test = _swap_units(len(rows_a), clusters)
     observed = abs(aggregate(rows_b) - aggregate(rows_a))
-    if all(x == y for x, y in zip(rows_a, rows_b)):
-        return {"p": 1.0, "test": test, "permutations": 0, "p_mc_error": None, "units": units}
+    differing = _differing_units([x != y for x, y in zip(rows_a, rows_b)], labels)
+    if not differing:
+        return {"p": 1.0, "test": test, "permutations": 0, "p_mc_error": None, "units": units, "n_differing": 0}
     rng = np.random.default_rng(seed)
     tol = 1e-12 * max(1.0, observed)
     hits = 0
@@ -371,7 +383,7 @@ def swap_test(
         a = [y if s else x for x, y, s in zip(rows_a, rows_b, swap)]
         b = [x if s else y for x, y, s in zip(rows_a, rows_b, swap)]
         hits += abs(aggregate(b) - aggregate(a)) >= observed - tol
-    return _swap_result(int(hits), permutations, seed, test, units)
+    return _swap_result(int(hits), permutations, seed, test, units, differing)
 
 
 def swap_test_sums(
@@ -388,8 +400,9 @@ def swap_test_sums(
     units, labels, test = _swap_units(len(a), clusters)
     total_a, total_b = a.sum(axis=0), b.sum(axis=0)
     observed = abs(value(total_b.tolist()) - value(total_a.tolist()))
-    if np.array_equal(a, b):
-        return {"p": 1.0, "test": test, "permutations": 0, "p_mc_error": None, "units": units}
+    differing = _differing_units(np.any(a != b, axis=1) if a.size else [], labels)
+    if not differing:
+        return {"p": 1.0, "test": test, "permutations": 0, "p_mc_error": None, "units": units, "n_differing": 0}
     rng = np.random.default_rng(seed)
     swaps = np.stack([rng.random(units) < 0.5 for _ in range(permutations)]).astype(float)
     if labels is not None:
@@ -397,7 +410,7 @@ def swap_test_sums(
     moved = swaps @ (b - a)  # what each resample's swaps move from run b's sums to run a's
     tol = 1e-12 * max(1.0, observed)
     hits = sum(abs(value((total_b - m).tolist()) - value((total_a + m).tolist())) >= observed - tol for m in moved)
-    return _swap_result(int(hits), permutations, seed, test, units)
+    return _swap_result(int(hits), permutations, seed, test, units, differing)
 
 
 def binom_cdf_half(k: int, n: int) -> float:
@@ -414,6 +427,39 @@ def mcnemar_exact(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
     m = only_a + only_b
     p = 1.0 if m == 0 else min(1.0, 2 * binom_cdf_half(min(only_a, only_b), m))
     return {"p": p, "test": "McNemar exact", "only_a": only_a, "only_b": only_b, "p_mc_error": None}
+
+
+def smallest_p(test: dict[str, Any]) -> dict[str, Any]:
+    """{p, n, unit}: the smallest two-sided p ``test`` (a result of the tests above) can give with
+    the ``n`` units that differed between the runs: 2 / 2^n (the observed sign or swap pattern and
+    its mirror image are always as extreme; McNemar's binomial tail is the same count), never below
+    the 1 / (1 + permutations) a Monte Carlo p starts from; 1 when nothing differed."""
+    if "only_a" in test:  # McNemar: the discordant questions
+        n, unit = test["only_a"] + test["only_b"], "question"
+    elif "n_nonzero" in test:  # sign-flip: the questions (clusters) whose difference is not 0
+        n, unit = test["n_nonzero"], test.get("unit", "question")
+    else:  # swap: the questions (clusters) with a row that differs
+        n = test["n_differing"]
+        unit = "cluster" if "clusters" in test["test"] else "question"
+    p = min(1.0, 2.0 / 2.0**n)
+    if test.get("permutations"):
+        p = max(p, 1.0 / (1 + test["permutations"]))
+    return {"p": p, "n": n, "unit": unit}
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the given order: the i-th smallest of m p-values is
+    multiplied by m - i + 1 (i from 1), then made non-decreasing in that order and capped at 1.
+    Rejecting where the adjusted p < alpha keeps the family-wise error at alpha."""
+    p = np.asarray(pvalues, dtype=float)
+    m = len(p)
+    if m == 0:
+        return []
+    order = np.argsort(p, kind="stable")
+    stepped = np.minimum(1.0, np.maximum.accumulate(p[order] * np.arange(m, 0, -1)))
+    out = np.empty(m)
+    out[order] = stepped
+    return out.tolist()
 
 
 def is_binary(*columns: Sequence[float]) -> bool:

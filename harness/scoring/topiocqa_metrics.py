@@ -1,17 +1,17 @@
-"""TopiOCQA's official reader metrics (``evaluate_reader.py`` in McGill-NLP/topiocqa, adapted by its
-authors from CoQA), plus BLEU-4 from sacrebleu.
+"""TopiOCQA's reader metrics, EM and F1, with the values of the official evaluator
+(McGill-NLP/topiocqa ``evaluate_reader.py`` at commit 49b710e9, its ``TopiOCQAEvaluator``, which its
+authors adapted from CoQA's), plus BLEU-4 from sacrebleu. Written here from that definition:
 
-Mirrored exactly from the official ``TopiOCQAEvaluator``:
-- normalization: lowercase, drop ``string.punctuation``, drop the articles a/an/the, collapse
-  whitespace (SQuAD's); tokens are the normalized string split on whitespace;
-- EM is 0/1 equality of normalized strings; F1 is token-bag F1, and when either side has no
-  tokens it is 1 if both are empty else 0 (no yes/no special case, unlike HotpotQA's);
-- the gold list is ``[Answer] + [a["Answer"] for a in Additional_answers]``. With ONE reference the
-  turn's score is the score against it. With several, it is CoQA's leave-one-out average: for each
-  reference i, the max over the other references, averaged over i (``_compute_turn_score``);
-- the aggregate is the mean over all gold turns with a missing prediction counting 0
-  (``aggregate_scores``), times 100. The official script prints it rounded to 1 decimal; we keep the
-  unrounded value (``round(x, 1)`` gives the official print).
+- answers are read as SQuAD reads them (``harness.scoring.squad``: lower-case, ASCII punctuation
+  deleted, whole-word a/an/the blanked, whitespace tokens); there is no yes/no rule (HotpotQA's);
+- against one reference, EM is 1 when the token lists are equal, else 0; F1 is the token-bag F1,
+  except that when either side has no token it is 1 if both have none, else 0;
+- the references of a turn are ``[Answer] + [a["Answer"] for a in Additional_answers]``. One
+  reference: the turn scores what it scores against it. Several: CoQA's leave-one-out rule, each
+  reference left out in turn, the best score over the others taken, and those bests averaged;
+- the aggregate is the mean over every gold turn, a turn without a prediction counting 0, times
+  100. The official script prints it rounded to 1 decimal; we keep the unrounded value
+  (``round(x, 1)`` gives the printed one).
 
 Not in the official evaluator: BLEU. We add sentence BLEU-4 (sacrebleu defaults: 13a tokenization,
 exp smoothing, 0-100), taking the max over the references per turn, and a corpus BLEU over the
@@ -20,64 +20,45 @@ original answers.
 
 from __future__ import annotations
 
-import re
-import string
-from collections import Counter
 from functools import lru_cache
 from typing import Any
 
 from harness.datasets.base import Sample
 from harness.scoring.gold import gold_text
 from harness.scoring.metrics import METRICS, SCALARS, ScoringOptions, declare, streamable
-
-_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
-_PUNCT = set(string.punctuation)
+from harness.scoring.squad import answer_tokens, bag_overlap
 
 
-def normalize_answer(s: str) -> str:
-    text = s.lower()
-    text = "".join(ch for ch in text if ch not in _PUNCT)
-    text = re.sub(_ARTICLES, " ", text)
-    return " ".join(text.split())
+def _against(reference: str, prediction: list[str]) -> tuple[int, float]:
+    """(EM, F1) of the prediction's tokens against one reference."""
+    expected = answer_tokens(reference)
+    same = int(expected == prediction)
+    if not expected or not prediction:
+        return same, float(same)
+    overlap = bag_overlap(expected, prediction)
+    return same, overlap[0] if overlap else 0.0
 
 
-def get_tokens(s: str) -> list[str]:
-    if not s:
-        return []
-    return normalize_answer(s).split()
-
-
-def compute_exact(a_gold: str, a_pred: str) -> int:
-    return int(normalize_answer(a_gold) == normalize_answer(a_pred))
-
-
-def compute_f1(a_gold: str, a_pred: str) -> float:
-    gold_toks = get_tokens(a_gold)
-    pred_toks = get_tokens(a_pred)
-    common = Counter(gold_toks) & Counter(pred_toks)
-    num_same = sum(common.values())
-    if len(gold_toks) == 0 or len(pred_toks) == 0:
-        return int(gold_toks == pred_toks)
-    if num_same == 0:
-        return 0
-    precision = 1.0 * num_same / len(pred_toks)
-    recall = 1.0 * num_same / len(gold_toks)
-    return (2 * precision * recall) / (precision + recall)
+def _leave_one_out(values: list[float]) -> float:
+    """One value: itself. Several: the mean, over each position, of the largest value at the other
+    positions (summed in position order, as the official loop adds them)."""
+    if not values:
+        raise ValueError("a turn needs at least one reference answer")
+    if len(values) == 1:
+        return float(values[0])
+    first, second = sorted(range(len(values)), key=values.__getitem__, reverse=True)[:2]
+    best_without = [values[second] if position == first else values[first] for position in range(len(values))]
+    return sum(best_without) / len(values)
 
 
 def turn_score(gold: list[str], pred: str) -> dict[str, float]:
-    """The official ``_compute_turn_score``: {em, f1} in 0..1."""
-    em_sum = f1_sum = 0.0
-    if len(gold) > 1:
-        for i in range(len(gold)):
-            others = gold[:i] + gold[i + 1 :]
-            em_sum += max(compute_exact(a, pred) for a in others)
-            f1_sum += max(compute_f1(a, pred) for a in others)
-    else:
-        em_sum += max(compute_exact(a, pred) for a in gold)
-        f1_sum += max(compute_f1(a, pred) for a in gold)
-    n = max(1, len(gold))
-    return {"em": em_sum / n, "f1": f1_sum / n}
+    """One turn's {em, f1} in 0..1 against its references (the official ``_compute_turn_score``)."""
+    prediction = answer_tokens(pred)
+    per_reference = [_against(reference, prediction) for reference in gold]
+    return {
+        "em": _leave_one_out([em for em, _ in per_reference]),
+        "f1": _leave_one_out([f1 for _, f1 in per_reference]),
+    }
 
 
 def sentence_bleu(pred: str, gold: list[str]) -> float:

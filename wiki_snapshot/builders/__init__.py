@@ -306,9 +306,12 @@ def unique_evidence(evidence: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def html_to_markdown(html: str) -> str:
-    """HTML -> markdown exactly as the ``fanoutqa`` package renders Wikipedia pages
-    (fanoutqa.utils.MDConverter: atx headings, links as their text, images as ``![alt](image)``,
-    divs as their stripped text + newline, scripts and styles dropped)."""
+    """HTML -> markdown as the ``fanoutqa`` package renders Wikipedia pages (its ``markdownify`` in
+    ``fanoutqa/utils.py`` of fanoutqa 1.1.1, zhudotexe/fanoutqa at commit 5e19c279, MIT), restated:
+    markdownify with ATX headings, and its own rules for four kinds of tag: a link is its text
+    alone, an image is ``![ALT](image)`` (ALT empty when missing), a div is its text stripped plus
+    a newline (nothing when that is empty), and script and style elements vanish. Every other tag
+    renders as markdownify renders it."""
     return _md_converter().convert(html)
 
 
@@ -320,28 +323,30 @@ def _md_converter():
     if _MD is None:
         from markdownify import MarkdownConverter
 
-        def discard(self, *args, **kwargs):
+        # markdownify calls convert_<tag>(el, text, ...); its third parameter changed name across
+        # versions (convert_as_inline, then parent_tags), hence *_ and **__ on every rule.
+        def link_text(self, el, text, *_, **__):
+            return text
+
+        def image_stub(self, el, text, *_, **__):
+            alt = el.attrs.get("alt") or ""
+            return f"![{alt}](image)"
+
+        def block_line(self, el, text, *_, **__):
+            stripped = text.strip()
+            return stripped + "\n" if stripped else ""
+
+        def dropped(self, *_, **__):
             return ""
 
-        class MDConverter(MarkdownConverter):
-            # *args: markdownify's third argument changed name across versions (convert_as_inline / parent_tags)
-            def convert_img(self, el, text, *args, **kwargs):
-                alt = el.attrs.get("alt", None) or ""
-                return f"![{alt}](image)"
-
-            def convert_a(self, el, text, *args, **kwargs):
-                return text
-
-            def convert_div(self, el, text, *args, **kwargs):
-                content = text.strip()
-                if not content:
-                    return ""
-                return f"{content}\n"
-
-            convert_script = discard
-            convert_style = discard
-
-        _MD = MDConverter(heading_style="atx")
+        rules = {
+            "convert_a": link_text,
+            "convert_img": image_stub,
+            "convert_div": block_line,
+            "convert_script": dropped,
+            "convert_style": dropped,
+        }
+        _MD = type("FanOutQAMarkdown", (MarkdownConverter,), rules)(heading_style="atx")
     return _MD
 
 

@@ -1,0 +1,238 @@
+"""One way to print a table of results as GitHub markdown, LaTeX (booktabs) or CSV, shared by
+``harness table`` and ``harness compare --format``.
+
+A ``Grid`` is columns and rows of ``Cell``s. A score is printed on its metric's own scale (0-1:
+three decimals, 0-100: one, an unbounded number by its size) with its 95% interval,
+``0.412 [0.361, 0.465]``; a value that does not exist is ``n/a`` (never 0) and a column a row does
+not have is blank. The best value of a column that asks for it is bold (markdown ``**``, LaTeX
+``\\textbf``), compared as printed so that equal-looking numbers are all bold. CSV keeps every
+number unformatted, a score's interval in two more columns (``KEY.ci_low``, ``KEY.ci_high``), ``n/a``
+for no value and an empty field for a column the row lacks (both read as missing by pandas).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from typing import Literal
+
+from pydantic import BaseModel
+
+FORMATS = ("md", "latex", "csv")
+
+
+class Column(BaseModel):
+    key: str  # CSV header
+    title: str  # markdown/LaTeX header
+    kind: Literal["text", "count", "score", "p"] = "text"
+    interval: bool = False  # a score with its 95% interval
+    signed: bool = False  # a difference: +0.100
+    best: Literal["high", "low"] | None = None  # bold the best value
+    show: Literal["all", "csv", "print"] = "all"  # csv: machine-readable only; print: md/LaTeX only
+
+
+class Cell(BaseModel):
+    value: float | int | str | None = None
+    ci95: list[float] | None = None
+    scale: float | None = 1.0  # the metric's perfect score: 1, 100, None (unbounded)
+    absent: bool = False  # the row has no such column: blank, not n/a
+    text: str | None = None  # printed instead of the value (``failed``); CSV keeps the value
+    bold: bool = False
+
+
+class Grid(BaseModel):
+    columns: list[Column]
+    rows: list[list[Cell]]
+    notes: list[str] = []
+
+
+def format_number(value: float | int, scale: float | None = 1.0, signed: bool = False) -> str:
+    """A score on its own scale: 0-1 with three decimals, 0-100 with one; an unbounded number
+    (tokens, cost, rounds) by its size; an integer as it is."""
+    sign = "+" if signed else ""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:{sign}d}"
+    if not math.isfinite(value):
+        return str(value)
+    if scale == 100:
+        return f"{value:{sign}.1f}"
+    if scale is None:
+        size = abs(value)
+        digits = 0 if size >= 1000 else 1 if size >= 100 else 2 if size >= 1 else 4
+        return f"{value:{sign}.{digits}f}"
+    return f"{value:{sign}.3f}"
+
+
+def format_p(p: float) -> str:
+    return f"{p:.3g}"
+
+
+def _numeric(cell: Cell) -> bool:
+    return not cell.absent and cell.text is None and isinstance(cell.value, (int, float))
+
+
+def mark_best(grid: Grid) -> None:
+    """Bold the best value of each column that has ``best`` (ties, as printed, all bold), where at
+    least two rows have a value."""
+    for j, column in enumerate(grid.columns):
+        if column.best is None:
+            continue
+        cells = [row[j] for row in grid.rows if _numeric(row[j])]
+        if len(cells) < 2:
+            continue
+        shown = [float(format_number(c.value, c.scale)) for c in cells]
+        best = max(shown) if column.best == "high" else min(shown)
+        for cell, value in zip(cells, shown):
+            cell.bold = value == best
+
+
+def render(grid: Grid, fmt: str) -> str:
+    """The grid as ``md``, ``latex`` or ``csv`` (notes under md and LaTeX; CSV is the data alone)."""
+    if fmt == "md":
+        return _markdown(grid)
+    if fmt == "latex":
+        return _latex(grid)
+    if fmt == "csv":
+        return _csv(grid)
+    raise ValueError(f"unknown table format {fmt!r} (one of {', '.join(FORMATS)})")
+
+
+# -- printed (markdown, LaTeX) -----------------------------------------------------------------
+def _printed_columns(grid: Grid) -> list[int]:
+    return [j for j, c in enumerate(grid.columns) if c.show != "csv"]
+
+
+def _parts(cell: Cell, column: Column) -> tuple[str, str]:
+    """(the value, the interval after it) as printed; the value is what bold applies to."""
+    if cell.absent:
+        return "", ""
+    if cell.text is not None:
+        return cell.text, ""
+    if cell.value is None:
+        return "n/a", ""
+    if isinstance(cell.value, str):
+        return cell.value, ""
+    if column.kind == "p":
+        return format_p(float(cell.value)), ""
+    value = format_number(cell.value, cell.scale, column.signed)
+    if not column.interval:
+        return value, ""
+    if not cell.ci95:
+        return value, " [n/a]"
+    lo, hi = (format_number(v, cell.scale) for v in cell.ci95)
+    return value, f" [{lo}, {hi}]"
+
+
+def _markdown_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _markdown(grid: Grid) -> str:
+    cols = _printed_columns(grid)
+    head = [_markdown_escape(grid.columns[j].title) for j in cols]
+    rule = ["---" if grid.columns[j].kind == "text" else "---:" for j in cols]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(rule) + "|"]
+    for row in grid.rows:
+        cells = []
+        for j in cols:
+            value, after = _parts(row[j], grid.columns[j])
+            value, after = _markdown_escape(value), _markdown_escape(after)
+            cells.append(f"**{value}**{after}" if row[j].bold else value + after)
+        lines.append("| " + " | ".join(cells) + " |")
+    if grid.notes:
+        lines.append("")
+        lines += [f"- {_markdown_escape(note)}" for note in grid.notes]
+    return "\n".join(lines)
+
+
+_LATEX = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "≥": r"$\geq$",
+    "≤": r"$\leq$",
+    "±": r"$\pm$",
+    "−": r"$-$",
+    "Δ": r"$\Delta$",
+    "—": "---",
+    "–": "--",
+}
+
+
+def latex_escape(text: str) -> str:
+    """Text as LaTeX prints it: its special characters escaped (``_`` -> ``\\_``)."""
+    return "".join(_LATEX.get(ch, ch) for ch in text)
+
+
+def _latex_number(text: str) -> str:
+    return text.replace("-", "$-$") if text[:1] in "+-0123456789[" else latex_escape(text)
+
+
+def _latex(grid: Grid) -> str:
+    cols = _printed_columns(grid)
+    spec = "".join("l" if grid.columns[j].kind == "text" else "r" for j in cols)
+    lines = [
+        "% \\usepackage{booktabs}",
+        f"\\begin{{tabular}}{{{spec}}}",
+        "\\toprule",
+        " & ".join(latex_escape(grid.columns[j].title) for j in cols) + " \\\\",
+        "\\midrule",
+    ]
+    for row in grid.rows:
+        cells = []
+        for j in cols:
+            column, cell = grid.columns[j], row[j]
+            value, after = _parts(cell, column)
+            numeric = _numeric(cell) and column.kind != "text"
+            value = _latex_number(value) if numeric else latex_escape(value)
+            after = _latex_number(after.strip()) if after else ""
+            text = f"\\textbf{{{value}}}" if cell.bold else value
+            text = f"{text} {after}" if after else text
+            cells.append("{" + text + "}" if text.startswith("[") else text)  # not read as \\[..]
+        lines.append(" & ".join(cells) + " \\\\")
+    lines += ["\\bottomrule", "\\end{tabular}"]
+    lines += [f"% {note}" for note in grid.notes]
+    return "\n".join(lines)
+
+
+# -- CSV -------------------------------------------------------------------------------------
+def _csv_value(value: float | int | str | None) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else "n/a"
+    return str(value)
+
+
+def _csv(grid: Grid) -> str:
+    cols = [j for j, c in enumerate(grid.columns) if c.show != "print"]
+    head: list[str] = []
+    for j in cols:
+        column = grid.columns[j]
+        head += [column.key, f"{column.key}.ci_low", f"{column.key}.ci_high"] if column.interval else [column.key]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(head)
+    for row in grid.rows:
+        fields: list[str] = []
+        for j in cols:
+            column, cell = grid.columns[j], row[j]
+            value = "" if cell.absent else _csv_value(cell.value)
+            fields.append(value)
+            if column.interval:
+                if cell.absent:
+                    fields += ["", ""]
+                elif cell.ci95 and cell.value is not None:
+                    fields += [_csv_value(float(v)) for v in cell.ci95]
+                else:
+                    fields += ["n/a", "n/a"]
+        writer.writerow(fields)
+    return buffer.getvalue().rstrip("\n")

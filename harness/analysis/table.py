@@ -1,0 +1,203 @@
+"""``harness table RUN_OR_FOLDER ...``: the runs as a table for a paper, one row per run (model,
+setting, agent, context size), the chosen numbers each with its 95% interval, the questions
+answered (n) and those failed or never asked; as markdown, LaTeX (booktabs, the best value per
+column bold) or CSV (``harness.analysis.grid``).
+
+The numbers are each dataset's headline (``harness.scoring.display.dataset_headline``) unless
+``--metric`` names others; runs of several datasets get the union of their columns, blank where a
+run has no such number. A number without a value (a judge that was not available) is ``n/a``; a
+run that answered nothing shows ``failed`` in every number (its stored scores, zeros from older
+harness versions, are never shown) and why in the notes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from pydantic import BaseModel
+
+from harness.analysis.compare import answered_nothing, run_label
+from harness.analysis.grid import Cell, Column, Grid, mark_best
+from harness.analysis.runs import run_paths
+from harness.errors import HarnessError
+from harness.execution.record import RunResults, metric_names_of, read_results
+from harness.scoring.display import chosen_keys, dataset_headline, display_name, lower_is_better, scale_of
+from harness.scoring.results import metric_aggregates
+from harness.scoring.uncertainty import _flat_leaves
+
+
+class TableRow(BaseModel):
+    path: str
+    label: str
+    dataset: str
+    model: str
+    setting: str
+    agent: str | None
+    context_size: int | None
+    status: str
+    n: int | None  # questions answered (None: the run was never scored)
+    failed: int  # questions (samples) failed or never asked
+    failed_reason: str | None  # why the run answered nothing (then every number is failed)
+    headline: list[str]  # the dataset's headline keys
+    values: dict[str, float | None]  # every number of the run, None where it has no value
+    ci95: dict[str, list[float] | None] = {}
+    notes: dict[str, str] = {}  # why a number or its interval is n/a
+
+
+class RunTable(BaseModel):
+    keys: list[str]  # the number columns, in order
+    rows: list[TableRow]
+    skipped: list[str] = []  # unreadable runs found in folders (one line each)
+
+
+def _numbers(results: RunResults) -> dict[str, float | None]:
+    """Every numeric leaf of the run's metrics as ``METRIC.LEAF``, None kept (no value)."""
+    out: dict[str, float | None] = {}
+    for metric, aggregate in metric_aggregates(results.scores_dict()).items():
+        if isinstance(aggregate, dict):
+            for path, value in _flat_leaves(aggregate).items():
+                out[".".join((metric, *path))] = None if value is None else float(value)
+        elif aggregate is None or isinstance(aggregate, (int, float)):
+            out[metric] = None if aggregate is None else float(aggregate)
+    return out
+
+
+def not_answered(results: RunResults) -> int:
+    """Questions failed plus those never asked: the scores' own count where it has one, else the
+    run's sample counts."""
+    meta = results.scores.meta if results.scores is not None else None
+    n_failed, n_pending = getattr(meta, "n_failed", None), getattr(meta, "n_pending", None)
+    failed = n_failed if isinstance(n_failed, int) else results.counts.failed
+    pending = n_pending if isinstance(n_pending, int) else results.counts.pending
+    return failed + pending
+
+
+def table_row(path: Path, results: RunResults) -> TableRow:
+    nothing = answered_nothing(results)
+    uncertainty = results.scores.uncertainty if results.scores is not None else {}
+    values = _numbers(results)
+    notes = {k: str(e["note"]) for k, e in uncertainty.items() if isinstance(e, dict) and e.get("note")}
+    metrics = metric_names_of(results.scores) or list(results.config.metrics or [])
+    if results.scores is None:
+        n = 0 if results.counts.finished == 0 else None
+    else:
+        n = 0 if nothing else results.scores.meta.n_answered
+    return TableRow(
+        path=str(path),
+        label=run_label(results, path),
+        dataset=results.dataset.spec,
+        model=results.model_name,
+        setting=results.setting,
+        agent=results.agent_name,
+        context_size=results.context_size,
+        status=results.status,
+        n=n,
+        failed=not_answered(results),
+        failed_reason=nothing,
+        headline=dataset_headline(results.dataset.name, metrics),
+        values=values,
+        ci95={k: (e.get("ci95") if isinstance(e, dict) else None) for k, e in uncertainty.items()},
+        notes=notes,
+    )
+
+
+def _chosen(wanted: list[str], rows: list[TableRow]) -> list[str]:
+    """``--metric`` names: a ``METRIC.LEAF`` key some run has, or a metric's name (its headline
+    numbers, or all of them when it declares none); anything else a one-line error."""
+    available = list(dict.fromkeys(k for r in rows for k in r.values))
+    return chosen_keys(wanted, available)
+
+
+def build_table(paths: list[str | Path], metrics: list[str] | None = None) -> RunTable:
+    """The table of the runs at ``paths`` (runs and folders of runs; see harness.analysis.runs)."""
+    rows, skipped = [], []
+    for path, in_folder in run_paths(paths):
+        try:
+            rows.append(table_row(path, read_results(path)))
+        except HarnessError as exc:
+            if not in_folder:
+                raise
+            skipped.append(f"{exc}; skipped")
+    if not rows:
+        raise HarnessError(f"no readable run among {', '.join(map(str, paths))} ({'; '.join(skipped)})")
+    if metrics:
+        keys = _chosen(metrics, rows)
+    else:
+        keys = list(dict.fromkeys(k for r in rows for k in r.headline))
+    return RunTable(keys=keys, rows=rows, skipped=skipped)
+
+
+def _cell(row: TableRow, key: str) -> Cell:
+    scale = scale_of(key)
+    if key not in row.values and (key not in row.headline or row.values):
+        return Cell(absent=True)  # another dataset's number: blank
+    if row.failed_reason:  # (a run without scores has its dataset's headline: failed, or n/a)
+        return Cell(text="failed", scale=scale)
+    return Cell(value=row.values.get(key), ci95=row.ci95.get(key), scale=scale)
+
+
+def table_grid(table: RunTable) -> Grid:
+    """The table's grid: label columns, a column per number (display names), n and failed; the
+    reasons for every failed run, n/a value and missing interval in the notes."""
+    several = len({r.dataset for r in table.rows}) > 1
+    titles = _titles(table.keys)
+    columns = [
+        Column(key="path", title="Path", show="csv"),
+        *([Column(key="dataset", title="Dataset")] if several else [Column(key="dataset", title="Dataset", show="csv")]),
+        Column(key="model", title="Model"),
+        Column(key="setting", title="Setting"),
+        Column(key="agent", title="Agent"),
+        Column(key="context_size", title="Context", kind="count"),
+        *[
+            Column(
+                key=key,
+                title=titles[key],
+                kind="score",
+                interval=True,
+                best="low" if lower_is_better(key) else "high",
+            )
+            for key in table.keys
+        ],
+        Column(key="n", title="n", kind="count"),
+        Column(key="failed", title="Failed", kind="count"),
+        Column(key="status", title="Status", show="csv"),
+    ]
+    rows = []
+    for r in table.rows:
+        cells = [Cell(value=r.path), Cell(value=r.dataset), Cell(value=r.model), Cell(value=r.setting)]
+        cells += [Cell(value=r.agent), Cell(value=r.context_size)]
+        cells += [_cell(r, key) for key in table.keys]
+        cells += [Cell(value=r.n), Cell(value=r.failed), Cell(value=r.status)]
+        rows.append(cells)
+    grid = Grid(columns=columns, rows=rows, notes=_notes(table, titles))
+    mark_best(grid)
+    return grid
+
+
+def _titles(keys: list[str]) -> dict[str, str]:
+    """Each column's display name; names that two columns share get their metric's name
+    (``F1 (em-f1)``, ``F1 (topiocqa)``)."""
+    names = {key: display_name(key) for key in keys}
+    shared = {name for name in names.values() if list(names.values()).count(name) > 1}
+    return {key: f"{name} ({key.partition('.')[0]})" if name in shared else name for key, name in names.items()}
+
+
+def _notes(table: RunTable, titles: dict[str, str]) -> list[str]:
+    notes = [
+        "Each number with its 95% interval; n: questions answered; Failed: questions that failed or were never asked."
+    ]
+    for r in table.rows:
+        if r.failed_reason:
+            notes.append(f"{r.label}: failed, no number: {r.failed_reason}")
+            continue
+        if not r.values:
+            notes.append(f"{r.label}: n/a: not scored (harness score {r.path})")
+            continue
+        for key in table.keys:
+            if key not in r.values:
+                continue
+            why = r.notes.get(key)
+            if r.values[key] is None:
+                notes.append(f"{r.label}: {titles[key]} n/a" + (f": {why}" if why else ""))
+            elif not r.ci95.get(key):
+                notes.append(f"{r.label}: {titles[key]}: no interval" + (f" ({why})" if why else ""))
+    return notes
