@@ -384,16 +384,86 @@ def record_epoch(record: dict[str, Any]) -> int:
     return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 1 else 1
 
 
+class HeldRows:
+    """The finished rows a run holds until its end, by work key, each as its compact JSON text (a
+    closed-book row with its score values: ~0.4 KB, against ~2 KB as dicts), so a run's memory
+    stays nearly flat while 100,000 samples finish (issue 25). Rows are JSON values already (each
+    was written to samples.jsonl), so a row read back equals the row held."""
+
+    __slots__ = ("_rows",)
+
+    def __init__(self) -> None:
+        self._rows: dict[str, bytes] = {}
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rows)
+
+    def __setitem__(self, key: str, row: dict[str, Any]) -> None:
+        self._rows[key] = json.dumps(row, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+    def __getitem__(self, key: str) -> dict[str, Any]:
+        return json.loads(self._rows[key])
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self._rows else default
+
+    def update(self, key: str, **fields: Any) -> None:
+        """Add ``fields`` to the row held under ``key`` (a streamed score arriving after its row)."""
+        if key in self._rows:
+            self[key] = {**self[key], **fields}
+
+    def take(self, keys: list[str]) -> list[dict[str, Any]]:
+        """The rows of ``keys`` (those held), in that order, each let go as it is decoded: the end of
+        a run never holds a row twice. Decoded a thousand at a time, in one JSON text: the decoder
+        shares the key strings of the rows it reads at once (one call per row made each row's keys
+        anew, ~0.8 KB a row of score values)."""
+        held = [k for k in keys if k in self._rows]
+        rows: list[dict[str, Any]] = []
+        shared: dict[str, str] = {}
+        floats: dict[str, float] = {}
+
+        def shared_float(text: str) -> float:  # score values repeat (0.0, 1.0, 0.5): one object each
+            try:
+                return floats[text]
+            except KeyError:
+                value = float(text)
+                if len(floats) < 4096:
+                    floats[text] = value
+                return value
+
+        for at in range(0, len(held), 1000):
+            packed = b"[" + b",".join(self._rows.pop(k) for k in held[at : at + 1000]) + b"]"
+            chunk = json.loads(packed, parse_float=shared_float)
+            for row in chunk:  # values most rows repeat: one string, not one a row
+                for field in self.REPEATED:
+                    value = row.get(field)
+                    if isinstance(value, str):
+                        row[field] = shared.setdefault(value, value)
+            rows.extend(chunk)
+        return rows
+
+    REPEATED = ("status", "outcome", "scored_with")
+
+
 def load_finished(
-    run_dir: Path, keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-) -> dict[str, dict[str, Any]]:
+    run_dir: Path,
+    keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    into: HeldRows | dict[str, dict[str, Any]] | None = None,
+) -> Any:
     """Finished sample records keyed by ``work_key`` (the first record of each wins); ``keep``: what
-    of each record to hold (applied as each is read, so the whole records are never all in memory)."""
+    of each record to hold (applied as each is read, so the whole records are never all in memory);
+    ``into``: where to hold them (a ``HeldRows``: packed), a dict by default."""
+    finished: Any = {} if into is None else into
     path = run_dir / SAMPLES_FILE
     if not path.exists():
-        return {}
+        return finished
     repair_jsonl_tail(path)
-    finished: dict[str, dict[str, Any]] = {}
     for _, record in iter_jsonl(path, strict=False):
         if record.get("status") == "ok" and isinstance(record.get("id"), str):
             key = work_key(record["id"], record_epoch(record))

@@ -38,6 +38,7 @@ from harness.records import (
     LOG_DIR,
     RESULTS_FILE,
     SAMPLES_FILE,
+    HeldRows,
     JsonlAppender,
     iter_jsonl,
     load_finished,
@@ -52,7 +53,21 @@ from harness.strategy import create_agent, resolve_agent
 log = logging.getLogger(__name__)
 
 # a row's fields that the end of a run never reads: kept in samples.jsonl / failures.jsonl only
-ROW_FIELDS_IN_FILES_ONLY = frozenset({"messages", "question", "started_at", "finished_at"})
+# Fields of a row the end of a run never reads (they are in samples.jsonl): not held until then
+ROW_FIELDS_IN_FILES_ONLY = frozenset(
+    {
+        "messages",
+        "question",
+        "started_at",
+        "finished_at",
+        "invocation",
+        "latency_s",
+        "waited_s",
+        "spent_usd",  # summed from the run's files (spent_in_records)
+        "finish_reason",
+        "oversized_answer",
+    }
+)
 
 
 
@@ -356,7 +371,7 @@ class Run:
 
     async def _execute_locked(self) -> dict[str, Any]:
         previous = self._check_run_dir()
-        finished = load_finished(self.run_dir, keep=self._kept)
+        finished = load_finished(self.run_dir, keep=self._kept, into=HeldRows())
         # epoch-major: an interrupted run has whole epochs done first
         todo = [(s, e) for e in self._epochs() for s in self.samples if work_key(s.id, e) not in finished]
         if self.config.only_failed:
@@ -424,6 +439,7 @@ class Run:
             if todo and model_info is not None:
                 model_info = {**model_info, **self.backend.usage_facts()}  # per-server counts
             await self.backend.close()
+            n_finished = len(finished)  # before results.json takes the rows
             # A run that failed before it began (no config.json yet) leaves no files behind.
             if (self.run_dir / CONFIG_FILE).exists():
                 if status == "complete" and failures:
@@ -437,7 +453,7 @@ class Run:
                 write_results(self.run_dir / RESULTS_FILE, record)
                 results = results_dict(record)
         if died is not None:
-            raise RunStopped(died, self.run_dir, len(finished), len(self.samples) * self.config.epochs)
+            raise RunStopped(died, self.run_dir, n_finished, len(self.samples) * self.config.epochs)
         return results
 
     def _only_failed(self, todo, previous) -> list:
@@ -510,14 +526,14 @@ class Run:
             if record["status"] == "ok":
                 # written before it is scored: a stalled or killed scorer never holds a finished row back
                 samples_out.append(record)
-                finished[key] = kept = self._kept(record)
+                finished[key] = self._kept(record)
                 progress.advance(ok=True)
                 if self.scorer is not None and self.scorer.active:
-                    # scored in the worker while the run goes on: the values stay in memory for the
-                    # end's aggregate (the row is written), and join the progress line's headline
+                    # scored in the worker while the run goes on: the values are held with the row
+                    # for the end's aggregate (the row is written), and join the progress line's headline
                     scorer = self.scorer
-                    scorer.submit(sample, kept["answer"]).add_done_callback(
-                        lambda future: self._scored(kept, future, scorer.fingerprint, progress)
+                    scorer.submit(sample, record["answer"]).add_done_callback(
+                        lambda future: self._scored(finished, key, future, scorer.fingerprint, progress)
                     )
             else:
                 failures_out.append(record)
@@ -583,12 +599,13 @@ class Run:
             raise errors[0]
 
     @staticmethod
-    def _scored(kept: dict[str, Any], future: asyncio.Future, fingerprint: str, progress: Progress) -> None:
+    def _scored(
+        finished: HeldRows, key: str, future: asyncio.Future, fingerprint: str, progress: Progress
+    ) -> None:
         """A sample's streamed values came back (None: it is scored at the end)."""
         scores = None if future.cancelled() else future.result()
         if scores is not None:
-            kept["scores"] = scores
-            kept["scored_with"] = fingerprint
+            finished.update(key, scores=scores, scored_with=fingerprint)
             progress.add_scores(scores)
 
     def _kept(self, record: dict[str, Any]) -> dict[str, Any]:
@@ -628,8 +645,8 @@ class Run:
     def _results(self, finished, failures, status, model_info, invocations, previous: RunResults | None) -> RunResults:
         selected = self.samples
         keys = [work_key(s.id, e) for e in self._epochs() for s in selected]
-        done = [finished[k] for k in keys if k in finished]
         failed_now = [k for k in keys if k in failures and k not in finished]
+        done = finished.take(keys)  # decoded, each let go of as packed
         scores = None
         scoring_note = None
         if not selected and self.config.shard:  # a shard that got none of the questions (K above their number)
