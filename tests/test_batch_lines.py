@@ -154,7 +154,9 @@ def test_the_whole_file_is_capped_as_it_arrives(encoding, monkeypatch):
     with FakeBatchServer() as fake:
         fake.results_encoding = encoding
         # plain: streamed with no Content-Length, so only the count as it arrives can stop it
-        url = serve(fake, gzip.compress(data) if encoding else lambda: (data[i : i + 65536] for i in range(0, len(data), 65536)))
+        url = serve(
+            fake, gzip.compress(data) if encoding else lambda: (data[i : i + 65536] for i in range(0, len(data), 65536))
+        )
         with pytest.raises(TransientModelError, match=r"results file over 2 MiB"):
             read_all(api_for(fake), url)
         monkeypatch.setattr(batch_api, "MAX_RESULTS_BYTES", 4 * MIB)
@@ -179,11 +181,17 @@ def long_line_instead_of(provider: str, data: bytes, index: int):
     cid = json.loads(lines[index])["custom_id"]
     yield b"".join(lines[:index])
     if provider == "openai":
-        yield b'{"id": "r", "custom_id": "%s", "response": {"status_code": 200, "body": {"choices": [{"message": {"content": "' % cid.encode()
+        yield (
+            b'{"id": "r", "custom_id": "%s", "response": {"status_code": 200, "body": {"choices": [{"message": {"content": "'
+            % cid.encode()
+        )
         yield from padded(320)
         yield b'"}}]}}, "error": null}\n'
     else:
-        yield b'{"custom_id": "%s", "result": {"type": "succeeded", "message": {"content": [{"type": "text", "text": "' % cid.encode()
+        yield (
+            b'{"custom_id": "%s", "result": {"type": "succeeded", "message": {"content": [{"type": "text", "text": "'
+            % cid.encode()
+        )
         yield from padded(320)
         yield b'"}]}}}\n'
     yield b"".join(lines[index + 1 :])
