@@ -114,9 +114,9 @@ def test_a_20_mb_line_is_skipped_in_bounded_memory(monkeypatch, caplog):
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
+    assert peak < 5 * MIB, peak  # the line was 20 MiB; at most the 1 MiB cap of it is held (and copies)
     size = len(head) + 20 * MIB + len(tail)
     assert got == [{"custom_id": "a"}, LongLine(2, size, "big"), {"custom_id": "b"}]
-    assert peak < 5 * MIB, peak  # the line was 20 MiB; at most the 1 MiB cap of it is held (and copies)
     (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert f"line 2 (custom_id big) is {size} bytes, over the 1 MiB cap" in warning
     assert "127.0.0.1" in warning and "EMPTY" not in warning
