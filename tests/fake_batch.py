@@ -10,7 +10,10 @@ question it answers. A batch is ``in_progress`` for ``finish_after`` polls (or w
 clear), then ends as the next of ``outcomes`` says (completed by default; expired, failed,
 cancelled; vanished: polls answer 404). ``poll_failures``: the next this-many polls answer 503. ``line_error(batch_number, line_number, custom_id)`` may return (status, message) for
 a per-request error. ``batch_endpoints=False``: a server without them (404). ``block_create``: the create call records the batch, then waits for the
-event before it answers (a kill in that window). Counters: ``creates``, ``uploads``, ``polls``.
+event before it answers (a kill in that window). ``results_transform(provider, data)`` may replace a
+results file's bytes (OpenAI output/error files, Anthropic results) as served: bytes, or an iterable of
+byte chunks streamed chunked without a Content-Length (so the fake need not hold them);
+``results_encoding`` names the Content-Encoding of what it returns. Counters: ``creates``, ``uploads``, ``polls``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import json
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 from urllib.parse import parse_qs, urlsplit
 
 USAGE = (100, 10)
@@ -96,6 +99,9 @@ class FakeBatchServer:
         self.usage = usage
         self.batch_endpoints = batch_endpoints  # False: a compatible server that has none (404)
         self.poll_failures = 0  # the next this-many polls answer 503
+        self.results_transform: Callable[[str, bytes], bytes | Iterable[bytes]] | None = None
+        self.results_encoding: str | None = None
+        self.result_files: set[str] = set()  # the ids of OpenAI output and error files
         self.lock = threading.Lock()
         self.files: dict[str, bytes] = {}
         self.batches: dict[str, dict[str, Any]] = {}
@@ -106,13 +112,26 @@ class FakeBatchServer:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def _reply(self, status: int, payload: Any, raw: bytes | None = None) -> None:
+            def _reply(self, status: int, payload: Any, raw: Any = None, encoding: str | None = None) -> None:
                 data = raw if raw is not None else json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/jsonl" if raw is not None else "application/json")
-                self.send_header("Content-Length", str(len(data)))
+                if encoding:
+                    self.send_header("Content-Encoding", encoding)
+                if isinstance(data, bytes):
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
-                self.wfile.write(data)
+                try:
+                    for chunk in data:
+                        if chunk:
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):  # the client stopped reading
+                    self.close_connection = True
 
             def _body(self) -> bytes:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -120,7 +139,10 @@ class FakeBatchServer:
 
             def do_GET(self):
                 status, payload, raw = outer.get(self.path)
-                self._reply(status, payload, raw)
+                encoding = None
+                if raw is not None and outer.results_transform is not None and outer.is_results(self.path):
+                    raw, encoding = outer.results_transform(outer.provider_of(self.path), raw), outer.results_encoding
+                self._reply(status, payload, raw, encoding)
 
             def do_POST(self):
                 status, payload = outer.post(self.path, self.headers, self._body())
@@ -147,6 +169,14 @@ class FakeBatchServer:
         self.released.set()
 
     # ------------------------------------------------------------------ routing
+    def is_results(self, target: str) -> bool:
+        path = urlsplit(target).path
+        m = re.fullmatch(r"/v1/files/([^/]+)/content", path)
+        return path.endswith("/results") or (m is not None and m.group(1) in self.result_files)
+
+    def provider_of(self, target: str) -> str:
+        return "anthropic" if urlsplit(target).path.startswith("/v1/messages") else "openai"
+
     def get(self, target: str):
         parts = urlsplit(target)
         path = parts.path
@@ -310,6 +340,7 @@ class FakeBatchServer:
             if lines:
                 file_id = f"file-{len(self.files) + 1}"
                 self.files[file_id] = "".join(json.dumps(x) + "\n" for x in lines).encode()
+                self.result_files.add(file_id)
                 batch[key] = file_id
 
     def end_anthropic(self, batch: dict[str, Any]) -> None:

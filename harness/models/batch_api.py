@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,11 +30,26 @@ from urllib.parse import urlsplit
 
 from harness.errors import ModelError, TransientModelError
 from harness.models.base import DEFAULT_MAX_RESPONSE_BYTES, ModelBackend
-from harness.models.http_reply import capped_event_hooks, reply_json, within_deadline
+from harness.models.http_reply import (
+    ACCEPT_ENCODING,
+    ReplyRejected,
+    ReplyTooLarge,
+    capped_event_hooks,
+    mib,
+    reply_json,
+    within_deadline,
+)
 from harness.redact import redact, redact_data, strip_credentials
 
-# A results file may be large (OpenAI: up to 50,000 replies); bounded all the same.
+log = logging.getLogger(__name__)
+
+# A results file may be large (OpenAI: up to 50,000 replies); bounded all the same (decompressed
+# bytes, counted as they arrive).
 MAX_RESULTS_BYTES = 4 * 2**30
+# One results line is one reply (the harness asks for one choice, no logprobs): at the largest
+# output any provider allows (128k tokens) even all-escaped text (\uXXXX) is under ~8 MB; 64 MiB
+# is far past that, and bounds what one line may hold in memory (a line over it is skipped unread).
+MAX_RESULT_LINE_BYTES = 64 * 2**20
 # statuses after which a batch changes no more
 OPENAI_TERMINAL = ("completed", "failed", "expired", "cancelled")
 ANTHROPIC_ERROR_STATUS = {
@@ -159,6 +176,86 @@ def anthropic_result(line: Any) -> dict[str, Any] | None:
     return out
 
 
+@dataclass
+class LongLine:
+    """A results line over MAX_RESULT_LINE_BYTES, skipped unread: where it was, how long it was,
+    and its custom_id when it leads the line (a top-level key, so never one inside the reply)."""
+
+    number: int
+    size: int
+    custom_id: str | None
+
+
+# the custom_id of a line that starts with it (Anthropic) or follows the line's "id" (OpenAI)
+_LEADING_CUSTOM_ID = re.compile(rb'\s*\{\s*(?:"id"\s*:\s*"[^"\\]{0,200}"\s*,\s*)?"custom_id"\s*:\s*"([^"\\]{1,200})"')
+_HEAD = 1024  # bytes of a long line kept to find its custom_id in
+
+
+class LineSplitter:
+    """Bytes, in chunks as they arrive, cut into lines (``\\n`` or ``\\r\\n``; the last may lack one).
+    A line is decoded only once whole, so a character split across chunks is read as one; a line
+    over ``cap`` bytes is never held whole: past the cap only its length is counted, up to its
+    newline, and it comes out as a ``LongLine``."""
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self.buf = bytearray()
+        self.skipped: int | None = None  # the length so far of the long line being skipped
+        self.head = b""
+        self.number = 0
+
+    def feed(self, data: bytes) -> list[bytes | LongLine]:
+        out: list[bytes | LongLine] = []
+        view = memoryview(data)
+        start = 0
+        while start < len(data):
+            end = data.find(b"\n", start)
+            stop = len(data) if end < 0 else end
+            self._add(view[start:stop])
+            if end < 0:
+                break
+            out.append(self._end())
+            start = end + 1
+        return out
+
+    def finish(self) -> list[bytes | LongLine]:
+        """The last line, when the data did not end with a newline."""
+        return [self._end()] if self.buf or self.skipped is not None else []
+
+    def _add(self, piece: memoryview) -> None:
+        if self.skipped is not None:
+            self.skipped += len(piece)
+        elif len(self.buf) + len(piece) > self.cap:
+            self.head = bytes(self.buf[:_HEAD]) + bytes(piece[: max(0, _HEAD - len(self.buf))])
+            self.skipped = len(self.buf) + len(piece)
+            self.buf = bytearray()
+        else:
+            self.buf += piece
+
+    def _end(self) -> bytes | LongLine:
+        self.number += 1
+        if self.skipped is not None:
+            found = _LEADING_CUSTOM_ID.match(self.head)
+            custom_id = found.group(1).decode("utf-8", "replace") if found else None
+            line: bytes | LongLine = LongLine(self.number, self.skipped, custom_id)
+            self.skipped, self.head = None, b""
+            return line
+        text = bytes(self.buf[:-1] if self.buf.endswith(b"\r") else self.buf)
+        self.buf = bytearray()
+        return text
+
+
+def long_line_result(line: LongLine) -> dict[str, Any] | None:
+    """A skipped long line as its request's result when its custom_id is known: no status, as for a
+    request that never ran (sent again); else nothing (without a result, as a torn line is)."""
+    if line.custom_id is None:
+        return None
+    error = (
+        f"its result line of {line.size} bytes was over the {mib(MAX_RESULT_LINE_BYTES)} cap on one result, not read"
+    )
+    return {"custom_id": line.custom_id, "status": None, "body": None, "error": error}
+
+
 class HttpBatchAPI:
     """What the HTTP providers share: one httpx client per event loop, capped, with a deadline per call."""
 
@@ -183,7 +280,7 @@ class HttpBatchAPI:
             return self._client[1]
         client = httpx.AsyncClient(
             timeout=self.options.request_timeout,
-            headers=self.headers(),
+            headers={**self.headers(), "Accept-Encoding": ACCEPT_ENCODING},  # what the cap can count
             trust_env=False,
             event_hooks=capped_event_hooks(max(self.options.max_response_bytes, DEFAULT_MAX_RESPONSE_BYTES)),
         )
@@ -234,30 +331,77 @@ class HttpBatchAPI:
         return reply_json(resp, where)
 
     async def lines(self, url: str) -> AsyncIterator[Any]:
-        """A JSONL file's lines, parsed, streamed (at most MAX_RESULTS_BYTES)."""
+        """A JSONL file's lines, parsed, streamed: at most MAX_RESULTS_BYTES in all (decompressed,
+        counted as they arrive); a line over MAX_RESULT_LINE_BYTES comes as a ``LongLine``, said once."""
         import httpx
 
         where = self.where()
-        seen = 0
+        splitter = LineSplitter(MAX_RESULT_LINE_BYTES)
         try:
             async with httpx.AsyncClient(
-                timeout=self.options.request_timeout, headers=self.headers(), trust_env=False
+                timeout=self.options.request_timeout,
+                headers={**self.headers(), "Accept-Encoding": ACCEPT_ENCODING},
+                trust_env=False,
+                event_hooks=capped_event_hooks(MAX_RESULTS_BYTES),  # inflates a piece at a time, counts
             ) as client:
                 async with client.stream("GET", url) as resp:
                     if resp.status_code >= 300:
-                        await resp.aread()
-                        raise status_error(resp.status_code, _error_text(resp.text), where)
-                    async for text in resp.aiter_lines():
-                        seen += len(text) + 1
-                        if seen > MAX_RESULTS_BYTES:
-                            raise TransientModelError(f"{where}: results file over {MAX_RESULTS_BYTES} bytes")
-                        if text.strip():
-                            try:
-                                yield json.loads(text)
-                            except ValueError:
-                                continue  # a torn line: its request counts as without a result
+                        raise status_error(resp.status_code, await _error_head(resp), where)
+                    async for chunk in resp.aiter_bytes():
+                        for line in splitter.feed(chunk):
+                            parsed = _parsed(line, where)
+                            if parsed is not None:
+                                yield parsed
+                    for line in splitter.finish():
+                        parsed = _parsed(line, where)
+                        if parsed is not None:
+                            yield parsed
+        except ReplyTooLarge:
+            raise TransientModelError(f"{where}: results file over {mib(MAX_RESULTS_BYTES)}") from None
+        except ReplyRejected as exc:
+            raise TransientModelError(f"{where}: results file: {exc}") from None
         except httpx.HTTPError as exc:
             raise TransientModelError(f"download from {where} failed: {_one_line(exc or type(exc).__name__)}") from exc
+
+    async def normalized(self, url: str, normalize) -> AsyncIterator[dict[str, Any]]:
+        """``lines(url)`` as results (``normalize``: the provider's line format)."""
+        async for line in self.lines(url):
+            result = long_line_result(line) if isinstance(line, LongLine) else normalize(line)
+            if result is not None:
+                yield result
+
+
+def _parsed(line: bytes | LongLine, where: str) -> Any:
+    """One whole line: parsed JSON, a LongLine (warned), or None (blank or torn: its request counts
+    as without a result)."""
+    if isinstance(line, LongLine):
+        named = f"custom_id {_one_line(line.custom_id, 80)}" if line.custom_id else "custom_id not found"
+        log.warning(
+            "%s: results line %d (%s) is %d bytes, over the %s cap on one result: skipped unread; "
+            "its request counts as unanswered (sent again while it has tries left)",
+            where, line.number, named, line.size, mib(MAX_RESULT_LINE_BYTES),
+        )  # fmt: skip
+        return line
+    if not line.strip():
+        return None
+    try:
+        return json.loads(line.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError included
+        return None
+
+
+async def _error_head(resp: Any, limit: int = 64 * 1024) -> str:
+    """An error reply's text, its first ``limit`` bytes only."""
+    head = bytearray()
+    async for piece in resp.aiter_bytes():
+        head += piece
+        if len(head) >= limit:
+            break
+    text = bytes(head[:limit]).decode("utf-8", "replace")
+    try:
+        return _error_text(json.loads(text))
+    except ValueError:
+        return _error_text(text)
 
 
 class OpenAIBatchAPI(HttpBatchAPI):
@@ -350,10 +494,8 @@ class OpenAIBatchAPI(HttpBatchAPI):
         for key in ("output_file_id", "error_file_id"):
             file_id = state.raw.get(key)
             if isinstance(file_id, str) and file_id:
-                async for line in self.lines(f"{self.base}/files/{file_id}/content"):
-                    result = openai_result(line)
-                    if result is not None:
-                        yield result
+                async for result in self.normalized(f"{self.base}/files/{file_id}/content", openai_result):
+                    yield result
 
 
 class AnthropicBatchAPI(HttpBatchAPI):
@@ -433,10 +575,8 @@ class AnthropicBatchAPI(HttpBatchAPI):
         return ours
 
     async def results(self, batch_id: str, state: BatchState) -> AsyncIterator[dict[str, Any]]:
-        async for line in self.lines(self.results_url(batch_id, state)):
-            result = anthropic_result(line)
-            if result is not None:
-                yield result
+        async for result in self.normalized(self.results_url(batch_id, state), anthropic_result):
+            yield result
 
 
 VLLM_NEEDED = (
