@@ -1,7 +1,7 @@
 """Harness overhead on an instant local OpenAI-protocol server: the request loop against the bare
 HTTP clients' floors, whole closed-book runs, and Inspect AI where it is installed.
 
-    python benchmarks/overhead.py --floors [--connections 4,64] [--requests 20000]
+    python benchmarks/overhead.py --floors [--connections 4,64] [--requests 20000] [--inspect]
     python benchmarks/overhead.py --memory [--samples 10000,50000,100000]
     python benchmarks/overhead.py [--copies 4] [--repeats 3] [--max-connections 10] [--limit N] [--inspect]
 
@@ -14,7 +14,10 @@ one canned chat completion, keep-alive; its own process) answers, at each of ``-
   byte cap, deadline, reply checks, retry wrapper), the same requests in flight;
 - end to end: ``harness run`` closed-book (FanOutQA dev repeated to ``--samples``), response cache
   on (fresh), ``--max-connections`` as given: generated, written, cached, scored; samples/s over
-  the whole command, and its peak RSS.
+  the whole command, and its peak RSS;
+- Inspect AI end to end (with ``--inspect``, or where ``benchmarks/.venv-inspect`` exists): ``inspect
+  eval`` of the same questions (the same closed-book prompt), the same server and connections (below),
+  printed beside the harness's run.
 
 Each loop runs in a child process and is timed from after its first request (imports, the client,
 the backend's start are not the loop's); the end-to-end runs are child processes timed with
@@ -206,6 +209,12 @@ def floors(args, env: dict[str, str], work: Path) -> None:
                         rows[(which, conns)] = r
                     print(f"  {which:<16} {conns:>3} conns: {args.requests / r['wall']:8.0f} req/s", file=sys.stderr)
         ends: dict[tuple[int, int], dict] = {}
+        inspects: dict[tuple[int, int], dict] = {}
+        with_inspect = args.inspect or (INSPECT_VENV / "bin" / "inspect").exists()
+        if with_inspect:
+            inspect_bin()
+            task = work / "inspect_task.py"
+            task.write_text(INSPECT_TASK)
         for n in samples_list:
             data = dev_copies(work, n)
             for conns in conns_list:
@@ -217,6 +226,12 @@ def floors(args, env: dict[str, str], work: Path) -> None:
                 ends[(n, conns)] = r = timed(cmd, work, cache_env, work / f"e2e-{n}-{conns}.log")
                 check_harness(out, n)
                 print(f"  end to end {n:>7,} samples {conns:>3} conns: {n / r['wall']:8.0f} samples/s", file=sys.stderr)
+                if with_inspect:  # the same samples, server and connections, through Inspect AI
+                    logs = work / f"inspect-{n}-{conns}"
+                    cmd = inspect_cmd(args, url, inspect_jsonl(work, data), task, logs, None, conns)
+                    inspects[(n, conns)] = r = timed(cmd, work, env, work / f"inspect-{n}-{conns}.log")
+                    check_inspect(logs, n)
+                    print(f"  Inspect AI {n:>7,} samples {conns:>3} conns: {n / r['wall']:8.0f} samples/s", file=sys.stderr)
     finally:
         server.stdin.close()
         server.wait(timeout=10)
@@ -238,6 +253,9 @@ def floors(args, env: dict[str, str], work: Path) -> None:
     print(f"\n{'end to end (closed-book)':<24} | {'conns':>5} | {'samples':>8} | {'samples/s':>10} | {'CPU s':>7} | {'peak RSS MB':>11}")
     for (n, conns), r in ends.items():
         print(f"{'harness run, ' + args.e2e_client:<24} | {conns:>5} | {n:8,} | {n / r['wall']:10.0f} | {r['cpu']:7.1f} | {r['rss_mb']:11.0f}")
+        if (n, conns) in inspects:
+            r = inspects[(n, conns)]
+            print(f"{'Inspect AI ' + INSPECT_VERSION:<24} | {conns:>5} | {n:8,} | {n / r['wall']:10.0f} | {r['cpu']:7.1f} | {r['rss_mb']:11.0f}")
     loop64 = max(conns_list)
     ratio = rows[("harness-aiohttp", loop64)]["wall"] and (
         rows[("aiohttp", loop64)]["wall"] / rows[("harness-aiohttp", loop64)]["wall"]
@@ -363,6 +381,21 @@ def inspect_bin() -> Path:
 
 
 # ---- the samples ---------------------------------------------------------------------------------
+def inspect_jsonl(work: Path, data: Path) -> Path:
+    """Inspect's JSONL of a FanOutQA file's questions: each prompt the harness's closed-book one."""
+    from harness.scoring import str_answer
+    from harness.templates import load_template
+
+    out = work / f"{data.stem}-inspect.jsonl"
+    if not out.exists():
+        template = load_template("closed_book")[0]
+        with open(out, "w", encoding="utf-8") as f:
+            for r in json.loads(data.read_text(encoding="utf-8")):
+                prompt = template.format(question=r["question"], current_date=CURRENT_DATE)
+                f.write(json.dumps({"id": r["id"], "input": prompt, "target": str_answer(r["answer"])}) + "\n")
+    return out
+
+
 def write_data(work: Path, copies: int, limit: int | None) -> tuple[Path, Path, int]:
     """The dev set ``copies`` times (ids ``ID~k`` for k > 0): the harness's FanOutQA file and
     Inspect's JSONL of the same prompts."""
@@ -401,11 +434,14 @@ def harness_cmd(args, url: str, data: Path, out: Path, limit: int | None) -> lis
     return cmd + (["--limit", str(limit)] if limit else [])
 
 
-def inspect_cmd(args, url: str, data: Path, task: Path, logs: Path, limit: int | None) -> list[str]:
+def inspect_cmd(
+    args, url: str, data: Path, task: Path, logs: Path, limit: int | None, connections: int | None = None
+) -> list[str]:
+    conns = str(connections or args.max_connections)
     cmd = [str(inspect_bin()), "eval", task.name, "-T", f"data={data}", "--model", f"openai/{args.model_name}"]
     # chat completions, as the harness sends (Inspect takes unknown model names for frontier ones: Responses API)
-    cmd += ["--model-base-url", url, "-M", "responses_api=false", "--max-connections", str(args.max_connections)]
-    cmd += ["--max-samples", str(args.max_connections), "--temperature", "0", "--top-p", "1", "--max-tokens", "512"]
+    cmd += ["--model-base-url", url, "-M", "responses_api=false", "--max-connections", conns]
+    cmd += ["--max-samples", conns, "--temperature", "0", "--top-p", "1", "--max-tokens", "512"]
     cmd += ["--seed", "0", "--display", "none", "--log-dir", str(logs)]
     return cmd + (["--limit", str(limit)] if limit else [])
 
