@@ -359,7 +359,8 @@ def memory(args, env: dict[str, str], work: Path) -> None:
     for (n1, ds1, *_, p1, _), (n2, ds2, *_, p2, _) in zip(rows, rows[1:]):
         per, ds = (p2 - p1) * 1024 / (n2 - n1), (ds2 - ds1) * 1024 / (n2 - n1)
         print(f"from {n1:,} to {n2:,} samples: peak +{per:.1f} KB a sample, of which the dataset's rows {ds:.1f} KB, the run's own {per - ds:.1f} KB")
-    print("\ndataset: what loading the data file adds to a fresh process (FanOutQA dev rows repeated, as Python objects);"
+    print("\ndataset: what loading the data file adds to a fresh process (FanOutQA dev rows repeated, as Samples: each"
+          "\nrow's parsed fields as Python objects, its own record packed, Sample.raw; the copies differ only in their id);"
           "\nloaded: the run's RSS once its dataset is loaded and its backend started; 10%..100%: at its progress lines;"
           "\npeak: the run process's own (VmHWM, polled); peak, worker too: wait4's, the larger of the run and its scoring worker.")
 

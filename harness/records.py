@@ -270,7 +270,11 @@ def slug(text: str) -> str:
 def read_json(
     path: str | Path, option: str = "", error: type[HarnessError] = HarnessError, max_bytes: int = MAX_DATA_BYTES
 ) -> Any:
-    text = read_input_text(path, option, error, max_bytes)
+    return parse_json(read_input_text(path, option, error, max_bytes), path, option, error)
+
+
+def parse_json(text: str, path: str | Path, option: str = "", error: type[HarnessError] = HarnessError) -> Any:
+    """``text`` (read from ``path``) parsed, or ``error`` naming the file and where the JSON breaks."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

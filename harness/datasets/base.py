@@ -5,14 +5,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
 from harness.datasets.answers import GoldAnswer
+from harness.datasets.packed import PackedRecord, pack_record
 from harness.errors import DatasetError
-from harness.records import read_input_text
+from harness.records import parse_json, read_input_text
 from harness.records import read_json as records_read_json
 from harness.registry import Registry, split_reference
 
@@ -27,7 +29,10 @@ class Sample:
     id: str
     question: str
     answer: GoldAnswer
-    raw: dict[str, Any] = field(default_factory=dict)  # the dataset's own record, untouched
+    # The dataset's own record, untouched: a dict of JSON values is kept as a PackedRecord (a read-only
+    # Mapping over its compact JSON, zlib-compressed: a FanOutQA dev record 0.8 KB instead of ~7 KB of
+    # dicts; harness.datasets.packed). Each read decodes it whole: .unpack() once for several keys.
+    raw: Mapping[str, Any] = field(default_factory=dict)
     # Pages given to the model in the evidence-provided setting: {"title", "pageid"?, "revid"?}.
     evidence: list[dict[str, Any]] = field(default_factory=list)
     # Pages a system needs to find (evidence recall): FanOutQA decomposition titles, HotpotQA supporting facts.
@@ -40,6 +45,10 @@ class Sample:
     # Conversations: the previous turns, question then gold answer, ``[q1, a1, q2, a2, ...]``
     # (rendered by ``harness.datasets.conversation.format_history``); empty for single-turn datasets.
     history: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.raw, PackedRecord):
+            self.raw = pack_record(self.raw)  # a record JSON would not give back exactly stays as given
 
 
 @dataclass
@@ -139,19 +148,102 @@ def read_json(path: Path) -> Any:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    text = read_input_text(path, "dataset file", error=DatasetError)
-    records = []
-    for n, line in enumerate(text.splitlines(), 1):
+    return list(_jsonl_items(read_input_text(path, "dataset file", error=DatasetError).splitlines(), path))
+
+
+def _jsonl_items(lines: list[str], path: Path) -> Iterator[dict]:
+    for n in range(len(lines)):
+        line, lines[n] = lines[n], ""  # each line dropped once parsed
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise DatasetError(f"{path}:{n}: not valid JSON ({exc.msg})") from None
+            raise DatasetError(f"{path}:{n + 1}: not valid JSON ({exc.msg})") from None
         if not isinstance(rec, dict):
-            raise DatasetError(f"{path}:{n}: expected a JSON object per line")
-        records.append(rec)
-    return records
+            raise DatasetError(f"{path}:{n + 1}: expected a JSON object per line")
+        yield rec
+
+
+_WS = re.compile(r"[ \t\n\r]*")  # JSON's whitespace (as json.decoder skips it)
+
+
+class Records:
+    """A dataset file's records, parsed one at a time as a loader walks them::
+
+        with json_records(path) as records:
+            for rec in records:
+                samples.append(Sample(..., raw=rec))
+
+    Each record's dicts are dropped once its Sample is built (``Sample.raw`` keeps the record packed),
+    so loading never holds the whole file as Python objects (~4.5x its JSON, and the process keeps
+    that memory). The errors are those of reading the file whole: where the loader refuses a record
+    (raises inside the block), the rest of the file is parsed first, so a file that is not valid JSON
+    further on is reported as such, as before."""
+
+    def __init__(self, items: Iterator[Any]):
+        self._items = items
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._items
+
+    def __enter__(self) -> Records:
+        return self
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if kind is not None and issubclass(kind, Exception):
+            for _ in self._items:  # raises the file's JSON error, if it has one
+                pass
+        return False
+
+
+def json_records(path: Path, what: str = "questions") -> Records:
+    """The items of a file holding a JSON list (``read_json``'s, one at a time); a file that is valid
+    JSON but no list: ``{path}: expected a JSON list of {what}``."""
+    text = read_input_text(path, "dataset file", error=DatasetError)
+    start = _WS.match(text).end()
+    if not text.startswith("[", start):
+        parse_json(text, path, "dataset file", DatasetError)  # not JSON: its error
+        raise DatasetError(f"{path}: expected a JSON list of {what}")
+    return Records(_list_items(text, start + 1, path))
+
+
+def jsonl_records(path: Path) -> Records:
+    """The records of a JSONL file (``read_jsonl``'s, one at a time)."""
+    return Records(_jsonl_items(read_input_text(path, "dataset file", error=DatasetError).splitlines(), path))
+
+
+def _list_items(text: str, idx: int, path: Path) -> Iterator[Any]:
+    """The items of the JSON list whose "[" ends before ``idx``, parsed by json's own scanner one at a
+    time. Anything unexpected (a syntax error) hands over to ``json.loads`` of the whole text, whose
+    error is the one reported."""
+    decoder = json.JSONDecoder()  # what json.loads uses
+    n, closed = 0, False
+    idx = _WS.match(text, idx).end()
+    if text.startswith("]", idx):
+        idx, closed = idx + 1, True
+    while not closed:
+        try:
+            item, idx = decoder.raw_decode(text, idx)
+        except json.JSONDecodeError:
+            break
+        idx = _WS.match(text, idx).end()
+        sep = text[idx : idx + 1]
+        if sep not in (",", "]"):
+            break
+        idx, closed = _WS.match(text, idx + 1).end(), sep == "]"
+        yield item
+        n += 1
+    if closed and _WS.match(text, idx).end() == len(text):
+        return
+    whole = parse_json(text, path, "dataset file", DatasetError)  # raises: the text is not JSON
+    yield from whole[n:]  # (never reached: both parse with the same scanner)
+
+
+def share_strings(values: Iterable[Any], memo: dict[str, str]) -> list[Any]:
+    """``values`` as a list, each string replaced by the first equal one ``memo`` (one per load) has
+    seen: a group value repeated over thousands of samples (a category, a template) is held once."""
+    return [memo.setdefault(v, v) if type(v) is str else v for v in values]
 
 
 def check_questions(dataset: Dataset) -> None:

@@ -15,9 +15,11 @@ from harness.datasets.base import (
     Dataset,
     DatasetLoader,
     Sample,
-    read_json,
+    json_records,
+    share_strings,
     shipped_file,
 )
+from harness.datasets.packed import PackedRecord
 from harness.errors import DatasetError
 
 
@@ -75,36 +77,35 @@ class FanOutQA(DatasetLoader):
             path = Path(data_path)
         else:
             path = shipped_file("fanoutqa", version, f"fanout-final-{split}.json")
-        records = read_json(path)
-        if not isinstance(records, list):
-            raise DatasetError(f"{path}: expected a JSON list of questions")
         has_answers = split != "test"
         samples = []
         seen = set()
-        for i, rec in enumerate(records):
-            where = f"{path}: question #{i + 1}"
-            if (
-                not isinstance(rec, dict)
-                or not isinstance(rec.get("id"), str)
-                or not isinstance(rec.get("question"), str)
-            ):
-                raise DatasetError(f"{where}: needs string fields 'id' and 'question'")
-            if rec["id"] in seen:
-                raise DatasetError(f"{where}: duplicate id {rec['id']!r}")
-            seen.add(rec["id"])
-            if has_answers and "answer" not in rec:
-                raise DatasetError(f"{where}: dev questions need an 'answer'")
-            evidence = fanoutqa_evidence(rec)
-            samples.append(
-                Sample(
-                    id=rec["id"],
-                    question=rec["question"],
-                    answer=rec.get("answer"),
-                    raw=rec,
-                    evidence=evidence,
-                    needed_titles=[e["title"] for e in evidence],
-                    gold_evidence=evidence,
-                    groups={"category": list(rec.get("categories") or [])},
+        shared: dict[str, str] = {}
+        with json_records(path, "questions") as records:
+            for i, rec in enumerate(records):
+                where = f"{path}: question #{i + 1}"
+                if (
+                    not isinstance(rec, dict)
+                    or not isinstance(rec.get("id"), str)
+                    or not isinstance(rec.get("question"), str)
+                ):
+                    raise DatasetError(f"{where}: needs string fields 'id' and 'question'")
+                if rec["id"] in seen:
+                    raise DatasetError(f"{where}: duplicate id {rec['id']!r}")
+                seen.add(rec["id"])
+                if has_answers and "answer" not in rec:
+                    raise DatasetError(f"{where}: dev questions need an 'answer'")
+                evidence = fanoutqa_evidence(rec)
+                samples.append(
+                    Sample(
+                        id=rec["id"],
+                        question=rec["question"],
+                        answer=rec.get("answer"),
+                        raw=PackedRecord.parsed(rec),
+                        evidence=evidence,
+                        needed_titles=[e["title"] for e in evidence],
+                        gold_evidence=evidence,
+                        groups={"category": share_strings(rec.get("categories") or [], shared)},
+                    )
                 )
-            )
         return self.dataset(split, version, path, data_path, samples, has_answers=has_answers)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.datasets.answers import HotpotQAAnswer
-from harness.datasets.base import DATASETS, Dataset, DatasetLoader, Sample, read_json, shipped_file
+from harness.datasets.base import DATASETS, Dataset, DatasetLoader, Sample, json_records, shipped_file
+from harness.datasets.packed import PackedRecord
 from harness.errors import DatasetError
 
 
@@ -32,30 +33,30 @@ class HotpotQA(DatasetLoader):
             path = Path(data_path)
         else:
             path = shipped_file("hotpotqa", "hotpot_dev_distractor_first100.json")
-        records = read_json(path)
-        if not isinstance(records, list):
-            raise DatasetError(f"{path}: expected a JSON list of questions")
         samples = []
-        for i, rec in enumerate(records):
-            where = f"{path}: question #{i + 1}"
-            try:
-                titles = list(rec["context"]["title"])
-                needed = list(dict.fromkeys(rec["supporting_facts"]["title"]))
-                question, answer = rec["question"], rec["answer"]
-            except (KeyError, TypeError):
-                raise DatasetError(
-                    f"{where}: needs question, answer, context.title and supporting_facts.title"
-                ) from None
-            sample_id = rec.get("_id") or rec.get("id") or f"hotpot-dev-{i:03d}"
-            samples.append(
-                Sample(
-                    id=str(sample_id),
-                    question=question,
-                    answer=answer,
-                    raw=rec,
-                    evidence=[{"title": t} for t in titles],
-                    needed_titles=needed,
-                    gold_evidence=[{"title": t} for t in needed],
+        with json_records(path, "questions") as records:
+            for i, rec in enumerate(records):
+                where = f"{path}: question #{i + 1}"
+                try:
+                    titles = list(rec["context"]["title"])
+                    needed = list(dict.fromkeys(rec["supporting_facts"]["title"]))
+                    question, answer = rec["question"], rec["answer"]
+                except (KeyError, TypeError):
+                    raise DatasetError(
+                        f"{where}: needs question, answer, context.title and supporting_facts.title"
+                    ) from None
+                sample_id = rec.get("_id") or rec.get("id") or f"hotpot-dev-{i:03d}"
+                evidence = [{"title": t} for t in titles]
+                page = {e["title"]: e for e in evidence}  # a gold page is one of them: the same entry
+                samples.append(
+                    Sample(
+                        id=str(sample_id),
+                        question=question,
+                        answer=answer,
+                        raw=PackedRecord.parsed(rec),
+                        evidence=evidence,
+                        needed_titles=needed,
+                        gold_evidence=[page.get(t) or {"title": t} for t in needed],
+                    )
                 )
-            )
         return self.dataset(split, version, path, data_path, samples, has_answers=True)

@@ -14,7 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.datasets.answers import QampariAnswer
-from harness.datasets.base import DATASETS, Dataset, DatasetLoader, Sample, read_jsonl, shipped_file
+from harness.datasets.base import DATASETS, Dataset, DatasetLoader, Sample, jsonl_records, share_strings, shipped_file
+from harness.datasets.packed import PackedRecord
 from harness.errors import DatasetError
 
 OFFICIAL_URL = "https://github.com/samsam3232/qampari (dev_data.jsonl / test_data.jsonl)"
@@ -52,32 +53,34 @@ class Qampari(DatasetLoader):
                 f"{OFFICIAL_URL} and pass --data-path FILE"
             )
         samples = []
-        for i, rec in enumerate(read_jsonl(path)):
-            where = f"{path}: question #{i + 1}"
-            try:
-                qid, question = str(rec["qid"]), rec["question_text"]
-                # aliases as given: the official scorer never credits an answer with none (set-f1's
-                # ``alias_fallback`` option matches those by answer_text instead)
-                answers = [
-                    {"answer_text": a["answer_text"], "aliases": list(a.get("aliases") or [])}
-                    for a in rec["answer_list"]
-                ]
-                proofs = [p for a in rec["answer_list"] for p in (a.get("proof") or [])]
-            except (KeyError, TypeError):
-                raise DatasetError(f"{where}: needs qid, question_text and answer_list[].answer_text") from None
-            needed = []
-            for p in proofs:
-                url = p.get("found_in_url") if isinstance(p, dict) else None
-                if url:
-                    needed.append(url.rsplit("/wiki/", 1)[-1].replace("_", " "))
-            samples.append(
-                Sample(
-                    id=qid,
-                    question=question,
-                    answer=answers,
-                    raw=rec,
-                    needed_titles=list(dict.fromkeys(needed)),
-                    groups={"type": [question_type(qid)]},
+        shared: dict[str, str] = {}
+        with jsonl_records(path) as records:
+            for i, rec in enumerate(records):
+                where = f"{path}: question #{i + 1}"
+                try:
+                    qid, question = str(rec["qid"]), rec["question_text"]
+                    # aliases as given: the official scorer never credits an answer with none (set-f1's
+                    # ``alias_fallback`` option matches those by answer_text instead)
+                    answers = [
+                        {"answer_text": a["answer_text"], "aliases": list(a.get("aliases") or [])}
+                        for a in rec["answer_list"]
+                    ]
+                    proofs = [p for a in rec["answer_list"] for p in (a.get("proof") or [])]
+                except (KeyError, TypeError):
+                    raise DatasetError(f"{where}: needs qid, question_text and answer_list[].answer_text") from None
+                needed = []
+                for p in proofs:
+                    url = p.get("found_in_url") if isinstance(p, dict) else None
+                    if url:
+                        needed.append(url.rsplit("/wiki/", 1)[-1].replace("_", " "))
+                samples.append(
+                    Sample(
+                        id=qid,
+                        question=question,
+                        answer=answers,
+                        raw=PackedRecord.parsed(rec),
+                        needed_titles=list(dict.fromkeys(needed)),
+                        groups={"type": share_strings([question_type(qid)], shared)},
+                    )
                 )
-            )
         return self.dataset(split, version, path, data_path, samples, has_answers=True)

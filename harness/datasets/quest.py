@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.datasets.answers import QuestAnswer
-from harness.datasets.base import DATASETS, Dataset, DatasetLoader, Sample, read_jsonl, shipped_file
+from harness.datasets.base import DATASETS, Dataset, DatasetLoader, Sample, jsonl_records, share_strings, shipped_file
+from harness.datasets.packed import PackedRecord
 from harness.errors import DatasetError
 
 
@@ -43,28 +44,30 @@ class Quest(DatasetLoader):
                 f"{split}.jsonl and pass --data-path FILE"
             )
         samples = []
-        for i, rec in enumerate(read_jsonl(path)):
-            try:
-                query, docs = rec["query"], list(rec["docs"])
-                meta = rec.get("metadata") or {}
-                template, domain = meta.get("template"), meta.get("domain")
-            except (KeyError, TypeError, AttributeError):
-                raise DatasetError(f"{path}: query #{i + 1} needs query, docs and metadata") from None
-            groups = {}
-            if template:
-                groups["template"] = [template]
-            if domain:
-                groups["domain"] = [domain]
-            samples.append(
-                Sample(
-                    id=f"quest-{split}-{i:04d}",
-                    question=query,
-                    answer=docs,
-                    raw=rec,
-                    needed_titles=docs,
-                    groups=groups,
+        shared: dict[str, str] = {}
+        with jsonl_records(path) as records:
+            for i, rec in enumerate(records):
+                try:
+                    query, docs = rec["query"], list(rec["docs"])
+                    meta = rec.get("metadata") or {}
+                    template, domain = meta.get("template"), meta.get("domain")
+                except (KeyError, TypeError, AttributeError):
+                    raise DatasetError(f"{path}: query #{i + 1} needs query, docs and metadata") from None
+                groups = {}
+                if template:
+                    groups["template"] = share_strings([template], shared)
+                if domain:
+                    groups["domain"] = share_strings([domain], shared)
+                samples.append(
+                    Sample(
+                        id=f"quest-{split}-{i:04d}",
+                        question=query,
+                        answer=docs,
+                        raw=PackedRecord.parsed(rec),
+                        needed_titles=docs,
+                        groups=groups,
+                    )
                 )
-            )
         return self.dataset(
             split, version, path, data_path, samples, has_answers=bool(samples) and all(s.answer for s in samples)
         )

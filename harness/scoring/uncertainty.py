@@ -259,10 +259,12 @@ def cluster_labels(questions: list[Any], ids: list[str], field: str | None) -> l
     for qid in ids:
         q = by_id.get(qid)
         groups = (getattr(q, "groups", None) or {}).get(field)
-        raw = (getattr(q, "raw", None) or {}).get(field) if q is not None else None
         if groups:
             labels.append("|".join(sorted(str(v) for v in groups)))
-        elif raw is not None and not isinstance(raw, (dict, list)):
+            continue
+        # read only without a group: a packed record (Sample.raw) decodes whole on each read
+        raw = (getattr(q, "raw", None) or {}).get(field) if q is not None else None
+        if raw is not None and not isinstance(raw, (dict, list)):
             labels.append(str(raw))
         else:
             labels.append(f"question:{qid}")

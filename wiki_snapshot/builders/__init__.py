@@ -13,6 +13,7 @@ import importlib
 import os
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Iterator, TextIO
@@ -277,13 +278,15 @@ def _build(source, out: Path, kind: str, lock: BuildLock, overwrite, progress, f
 
 # shared helpers ----------------------------------------------------------------------------
 def collect_evidence(obj: Any, out: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Every ``{pageid, title[, revid, url]}`` dict anywhere inside ``obj`` (FanOutQA's
+    """Every ``{pageid, title[, revid, url]}`` mapping anywhere inside ``obj`` (FanOutQA's
     decomposition ``evidence``, nested sub-decompositions, test ``necessary_evidence``), in order."""
     if out is None:
         out = []
     stack = [obj]
     while stack:
         cur = stack.pop()
+        if isinstance(cur, Mapping) and not isinstance(cur, dict):
+            cur = dict(cur.items())  # e.g. a Sample.raw PackedRecord: decoded once, not once a key
         if isinstance(cur, dict):
             if "pageid" in cur and "title" in cur and isinstance(cur.get("title"), str):
                 out.append({k: cur.get(k) for k in ("pageid", "revid", "title", "url")})
