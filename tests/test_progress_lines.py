@@ -87,3 +87,35 @@ def test_a_terminal_keeps_the_live_display_and_quiet_prints_nothing():
     with Progress(5, enabled=False, stream=stream) as quiet:
         quiet.advance(ok=True)
     assert stream.getvalue() == ""
+
+
+def test_the_headline_is_a_running_mean_equal_to_the_metric_s_own_aggregate():
+    """A progress line's headline, where it is the mean of one per-question value (fanoutqa-string's
+    acc.loose, em-f1's em), is summed as samples are scored, no row kept, and equals the metric's own
+    aggregate of the rows to the last bit; a metric whose aggregate is something else keeps rows."""
+    import random
+
+    from harness.execution.progress import Progress
+    from harness.scoring.metrics import METRICS
+    from harness.scoring.values import mean_values
+
+    rng = random.Random(3)
+    rouge = {k: {"precision": 0.5, "recall": 0.5, "fscore": 0.5} for k in ("rouge1", "rouge2", "rougeL")}
+    fan, em = Progress(500, enabled=False), Progress(500, enabled=False)
+    fan_rows, em_rows = [], []
+    for _ in range(500):
+        row = {"acc": rng.choice([0.0, 1.0, rng.random(), 1 / 3]), "rouge": rouge}
+        fan.add_scores({"fanoutqa-string": row, "em-f1": {"em": 1.0}})
+        fan_rows.append(row)
+        em_row = {"em": float(rng.random() < 0.3), "f1": rng.random()}
+        em.add_scores({"em-f1": em_row})
+        em_rows.append(em_row)
+    official = METRICS.get("fanoutqa-string").aggregate_rows(fan_rows, len(fan_rows))
+    assert fan.headline() == ("fanoutqa-string.acc.loose", official["acc"]["loose"])
+    assert em.headline() == ("em-f1.em", mean_values(em_rows)["em"])
+    assert not fan._rows and not em._rows  # nothing held per sample
+
+    undefined = Progress(2, enabled=False)  # a None value: the mean has none, as mean_values says
+    undefined.add_scores({"em-f1": {"em": 1.0}})
+    undefined.add_scores({"em-f1": {"em": None}})
+    assert undefined.headline() is None

@@ -9,6 +9,8 @@ import sys
 import time
 from typing import Any
 
+from harness.scoring.uncertainty import leaf
+
 
 class Progress:
     """done/failed/ETA on stderr: a live display (rich) on a terminal; otherwise (logs, nohup, CI) one
@@ -34,7 +36,11 @@ class Progress:
         self._scored_at_line = 0
         self._timer = None
         self._headline: str | None = None  # the metric of the headline: the first one scored
-        self._rows: list[dict[str, Any]] = []  # its per-question values, in the order they finished
+        self._rows: list[dict[str, Any]] = []  # its per-question values, where no running mean gives it
+        self._follow: tuple[tuple[str, ...], str] | None = None  # (per-question leaf, headline name): a running mean
+        self._sum = 0.0
+        self._summed = 0
+        self._undefined = False  # a question's value was None: the mean has none (as mean_values says)
         self._scored = 0
 
     def __enter__(self):
@@ -92,12 +98,29 @@ class Progress:
             else:
                 return
         value = scores.get(self._headline)  # a record's scores: {metric: its per-question values}
-        if isinstance(value, dict):
+        if not isinstance(value, dict):
+            return
+        if not self._scored:
+            self._follow = _running_mean_of(self._headline, value)
+        self._scored += 1
+        if self._follow is None:
             self._rows.append(value)
-            self._scored += 1
+            return
+        # the headline is the mean of one per-question leaf: summed as it comes, no row kept (a
+        # row a sample held ~1 KB to the end of a run; summed in the same order, the same float)
+        number = leaf(value, self._follow[0])
+        if number is None:
+            self._undefined = self._undefined or _holds(value, self._follow[0])
+        elif isinstance(number, (bool, int, float)):
+            self._sum += float(number)
+            self._summed += 1
 
     def headline(self) -> tuple[str, float] | None:
         """("METRIC.NAME", value) of the samples scored so far, or None."""
+        if self._follow is not None:
+            if not self._summed or self._undefined:
+                return None
+            return f"{self._headline}.{self._follow[1]}", self._sum / self._summed
         if not self._rows:
             return None
         from harness.scoring.values import mean_values
@@ -172,6 +195,34 @@ def _aggregate_of(metric: str | None):
         return getattr(METRICS.get(metric), "aggregate_rows", None)
     except Exception:  # noqa: BLE001 - a plugin metric named by file: its rows' mean
         return None
+
+
+def _running_mean_of(metric: str, row: dict[str, Any]) -> tuple[tuple[str, ...], str] | None:
+    """(the per-question leaf, the headline's name) where the metric's headline is the mean of one
+    per-question leaf: a metric aggregated by the mean (its first headline leaf), or one whose own
+    aggregate declares its headline leaf the mean of a per-question one (``per_question_leaves``,
+    e.g. fanoutqa-string's ``acc.loose``: the mean of ``acc``); None: its rows are kept instead."""
+    aggregate_rows = _aggregate_of(metric)
+    if aggregate_rows is None:
+        found = _first_headline_leaf(row)
+        return (found, ".".join(found)) if found is not None else None
+    try:
+        from harness.scoring.metrics import METRICS
+
+        declared = getattr(METRICS.get(metric), "per_question_leaves", None) or {}
+        found = _first_headline_leaf(aggregate_rows([row], 1))
+    except Exception:  # noqa: BLE001 - a progress line never stops a run
+        return None
+    if found is None or ".".join(found) not in declared:
+        return None
+    return tuple(declared[".".join(found)].split(".")), ".".join(found)
+
+
+def _holds(row: dict[str, Any], path: tuple[str, ...]) -> bool:
+    """Whether ``row`` has ``path`` itself (None there: the mean is undefined, as in mean_values)."""
+    for part in path[:-1]:
+        row = row.get(part) if isinstance(row, dict) else None
+    return isinstance(row, dict) and path[-1] in row
 
 
 def _first_headline_leaf(raw: Any, path: tuple[str, ...] = ()) -> tuple[str, ...] | None:
