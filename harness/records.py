@@ -389,45 +389,70 @@ def record_epoch(record: dict[str, Any]) -> int:
 
 
 class HeldRows:
-    """The finished rows a run holds until its end, by work key, each as its compact JSON text (a
-    closed-book row with its score values: ~0.4 KB, against ~2 KB as dicts), so a run's memory
-    stays nearly flat while 100,000 samples finish (issue 25). Rows are JSON values already (each
-    was written to samples.jsonl), so a row read back equals the row held."""
+    """The finished rows a run holds until its end, by work key, each as its compact JSON text in an
+    unnamed file beside the run's own (the kernel drops it when the run ends, kill -9 included), so a
+    run's memory stays flat while 100,000 samples finish (issue 25): what stays in memory is a key
+    and a file position per row (~0.1 KB), not the row (~0.4 KB packed, ~2 KB as dicts). Rows are
+    JSON values already (each was written to samples.jsonl), so a row read back equals the row held."""
 
-    __slots__ = ("_rows",)
+    __slots__ = ("_at", "_dir", "_file", "_end")
 
-    def __init__(self) -> None:
-        self._rows: dict[str, bytes] = {}
+    def __init__(self, spool_dir: str | os.PathLike | None = None) -> None:
+        self._at: dict[str, int] = {}  # key -> offset << 32 | length in the spool
+        self._dir = spool_dir  # None: the system's temporary directory
+        self._file: Any = None  # opened at the first row
+        self._end = 0
 
     def __contains__(self, key: object) -> bool:
-        return key in self._rows
+        return key in self._at
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return len(self._at)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._rows)
+        return iter(self._at)
 
     def __setitem__(self, key: str, row: dict[str, Any]) -> None:
-        self._rows[key] = json.dumps(row, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        data = json.dumps(row, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        if len(data) >= 2**32:
+            raise ValueError(f"a row of {len(data):,} bytes is over what a held row may be (4 GiB)")
+        if self._file is None:
+            # O_TMPFILE where the file system has it: no name, nothing left behind by any death
+            self._file = tempfile.TemporaryFile(prefix=".held-rows-", dir=self._dir)
+        self._file.write(data)  # an update appends: the row's earlier text is left unread
+        self._at[key] = self._end << 32 | len(data)
+        self._end += len(data)
+
+    def _read(self, at: int) -> bytes:
+        return os.pread(self._file.fileno(), at & 0xFFFFFFFF, at >> 32)
 
     def __getitem__(self, key: str) -> dict[str, Any]:
-        return json.loads(self._rows[key])
+        at = self._at[key]
+        self._file.flush()
+        return json.loads(self._read(at))
 
     def get(self, key: str, default: Any = None) -> Any:
-        return self[key] if key in self._rows else default
+        return self[key] if key in self._at else default
 
     def update(self, key: str, **fields: Any) -> None:
         """Add ``fields`` to the row held under ``key`` (a streamed score arriving after its row)."""
-        if key in self._rows:
+        if key in self._at:
             self[key] = {**self[key], **fields}
+
+    def close(self) -> None:
+        """Let go of the spool (rows not taken are gone)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self._at.clear()
+        self._end = 0
 
     def take(self, keys: list[str]) -> list[dict[str, Any]]:
         """The rows of ``keys`` (those held), in that order, each let go as it is decoded: the end of
         a run never holds a row twice. Decoded a thousand at a time, in one JSON text: the decoder
         shares the key strings of the rows it reads at once (one call per row made each row's keys
-        anew, ~0.8 KB a row of score values)."""
-        held = [k for k in keys if k in self._rows]
+        anew, ~0.8 KB a row of score values). The spool is closed once no row is left in it."""
+        held = [k for k in keys if k in self._at]
         rows: list[dict[str, Any]] = []
         shared: dict[str, str] = {}
         floats: dict[str, float] = {}
@@ -441,8 +466,10 @@ class HeldRows:
                     floats[text] = value
                 return value
 
+        if held:
+            self._file.flush()
         for at in range(0, len(held), 1000):
-            packed = b"[" + b",".join(self._rows.pop(k) for k in held[at : at + 1000]) + b"]"
+            packed = b"[" + b",".join(self._read(self._at.pop(k)) for k in held[at : at + 1000]) + b"]"
             chunk = json.loads(packed, parse_float=shared_float)
             for row in chunk:  # values most rows repeat: one string, not one a row
                 for field in self.REPEATED:
@@ -450,6 +477,8 @@ class HeldRows:
                     if isinstance(value, str):
                         row[field] = shared.setdefault(value, value)
             rows.extend(chunk)
+        if not self._at:
+            self.close()
         return rows
 
     REPEATED = ("status", "outcome", "scored_with")

@@ -125,16 +125,17 @@ def test_killed_snapshot_and_index_builds_leave_nothing_for_the_next_build(tmp_p
     assert remove_dead_leftovers(tmp_path, re.compile(r"^\.snap\.db\.index\.(?:tmp|old)-(\d+)-")) == [index_tmp.name]
 
 
-def test_held_rows_give_back_the_rows_they_were_given():
-    """A run holds its finished rows packed (harness.records.HeldRows): read back, each equals the
-    row it held, floats bit for bit, in the order asked, each let go of as it is read."""
+def test_held_rows_give_back_the_rows_they_were_given(tmp_path):
+    """A run holds its finished rows in a spool file (harness.records.HeldRows): read back, each
+    equals the row it held, floats bit for bit, in the order asked, each let go of as it is read; the
+    spool has no name in the run directory and is closed once every row is taken."""
     import math
     import random
 
     from harness.records import HeldRows
 
     rng = random.Random(7)
-    held, rows = HeldRows(), {}
+    held, rows = HeldRows(tmp_path), {}
     for i in range(2500):  # over two of take()'s chunks
         row = {
             "id": f"q{i}",
@@ -149,11 +150,14 @@ def test_held_rows_give_back_the_rows_they_were_given():
     held.update("k3", scores={"m": {"acc": 0.1 + 0.2}}, scored_with="abc")
     rows["k3"] = {**rows["k3"], "scores": {"m": {"acc": 0.1 + 0.2}}, "scored_with": "abc"}
     assert held["k5"] == rows["k5"] and "k5" in held and len(held) == 2500
+    assert held["k3"] == rows["k3"]  # the update, not the first text
+    assert list(tmp_path.iterdir()) == []  # no name: a killed run leaves nothing behind
     keys = [f"k{i}" for i in rng.sample(range(2500), 2500)] + ["absent"]
     taken = held.take(keys)
     assert taken == [rows[k] for k in keys if k in rows]
     signs = [math.copysign(1, r["scores"]["m"]["neg"]) for r in taken if "neg" in r["scores"]["m"]]
     assert set(signs) == {-1.0}  # -0.0 stays -0.0 (a float cache keyed by text, not by value)
     assert len(held) == 0  # let go of as read
+    assert held._file is None  # the spool closed with its last row
     outcomes = {id(r["outcome"]) for r in taken}
     assert len(outcomes) == 2  # one string per repeated value, not one a row

@@ -363,3 +363,27 @@ def test_a_metric_that_raises_in_the_worker_leaves_it_alone(tmp_path, hostile, c
     assert len(said) == 1 and "ZeroDivisionError: boom" in said[0]
     meta = results["scores"]["meta"]  # at the end, in-process, it fails again: recorded, the others scored
     assert meta["metrics"] == ["em-f1"] and "ZeroDivisionError: boom" in meta["failed_metrics"]["boom"]
+
+
+@pytest.mark.slow
+def test_the_run_keeps_pace_with_the_scorer_and_every_sample_is_streamed(tmp_path, hostile, monkeypatch):
+    """Samples that finish faster than the worker scores them wait in a bounded queue: the run starts
+    no new sample while BACKLOG_MAX wait (issue 25: the queue grew with the run), and none is left to
+    the end for it; the scores equal a fresh ``harness score``."""
+    from harness.scoring import streaming
+
+    monkeypatch.setattr(streaming.StreamingScorer, "BACKLOG_MAX", 7)
+    monkeypatch.setattr(streaming.StreamingScorer, "BATCH_MAX", 3)
+    longest, submit = [0], streaming.StreamingScorer.submit
+
+    def watched(self, sample, answer):
+        future = submit(self, sample, answer)
+        longest[0] = max(longest[0], len(self._queue))
+        return future
+
+    monkeypatch.setattr(streaming.StreamingScorer, "submit", watched)
+    results = run(tmp_path, "r", dataset="fanoutqa:dev", limit=120, max_connections=4)
+    assert results["invocations"][-1]["streamed_scores"] == 120  # every one scored in the worker
+    # BACKLOG_MAX waiting, plus those in flight when the feeder stopped starting new ones
+    assert 7 <= longest[0] <= 7 + 4
+    assert json.dumps(results["scores"], sort_keys=True) == json.dumps(harness.score(str(tmp_path / "r")), sort_keys=True)

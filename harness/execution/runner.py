@@ -371,7 +371,7 @@ class Run:
 
     async def _execute_locked(self) -> dict[str, Any]:
         previous = self._check_run_dir()
-        finished = load_finished(self.run_dir, keep=self._kept, into=HeldRows())
+        finished = load_finished(self.run_dir, keep=self._kept, into=HeldRows(self.run_dir))
         # epoch-major: an interrupted run has whole epochs done first
         todo = [(s, e) for e in self._epochs() for s in self.samples if work_key(s.id, e) not in finished]
         if self.config.only_failed:
@@ -440,18 +440,21 @@ class Run:
                 model_info = {**model_info, **self.backend.usage_facts()}  # per-server counts
             await self.backend.close()
             n_finished = len(finished)  # before results.json takes the rows
-            # A run that failed before it began (no config.json yet) leaves no files behind.
-            if (self.run_dir / CONFIG_FILE).exists():
-                if status == "complete" and failures:
-                    status = "incomplete"
-                if status in ("complete", "incomplete") and self.budget is not None and self.budget.exhausted:
-                    status = "budget_exhausted"
-                self.invocation["ended_at"] = now_iso()
-                self.invocation["status"] = status
-                invocations.append(self.invocation)
-                record = self._results(finished, failures, status, model_info, invocations, previous)
-                write_results(self.run_dir / RESULTS_FILE, record)
-                results = results_dict(record)
+            try:
+                # A run that failed before it began (no config.json yet) leaves no files behind.
+                if (self.run_dir / CONFIG_FILE).exists():
+                    if status == "complete" and failures:
+                        status = "incomplete"
+                    if status in ("complete", "incomplete") and self.budget is not None and self.budget.exhausted:
+                        status = "budget_exhausted"
+                    self.invocation["ended_at"] = now_iso()
+                    self.invocation["status"] = status
+                    invocations.append(self.invocation)
+                    record = self._results(finished, failures, status, model_info, invocations, previous)
+                    write_results(self.run_dir / RESULTS_FILE, record)
+                    results = results_dict(record)
+            finally:
+                finished.close()  # its spool file
         if died is not None:
             raise RunStopped(died, self.run_dir, n_finished, len(self.samples) * self.config.epochs)
         return results
@@ -545,7 +548,8 @@ class Run:
         try:
             watch.start()
             with progress:
-                await self._run_tasks(one, todo, semaphore)
+                # the streaming scorer's queue bounds what waits for it: the run keeps pace
+                await self._run_tasks(one, todo, semaphore, self.scorer.room if self.scorer is not None else None)
                 if self.scorer is not None:
                     await self.scorer.drain()  # the last values, before the last progress line
         finally:
@@ -565,11 +569,12 @@ class Run:
                     self.invocation["streaming_stopped"] = self.scorer.stopped
 
     @staticmethod
-    async def _run_tasks(one, todo, semaphore: asyncio.Semaphore) -> None:
+    async def _run_tasks(one, todo, semaphore: asyncio.Semaphore, room=None) -> None:
         """``one(sample, epoch)`` for each of ``todo`` in order, a task started only once ``semaphore``
-        gives it a turn (``one`` gives it back): tasks exist for the samples in flight, not for the
-        whole run (100,000 waiting tasks held ~2 KB each). The first error stops the rest: the
-        tasks in flight are cancelled, and it is raised once they have ended."""
+        gives it a turn (``one`` gives it back) and ``room()`` (if given) has returned: tasks exist for
+        the samples in flight, not for the whole run (100,000 waiting tasks held ~2 KB each). The
+        first error stops the rest: the tasks in flight are cancelled, and it is raised once they
+        have ended."""
         running: set[asyncio.Task] = set()
         errors: list[BaseException] = []
 
@@ -582,6 +587,8 @@ class Run:
 
         try:
             for sample, epoch in todo:
+                if room is not None:
+                    await room()
                 await semaphore.acquire()
                 if errors:
                     break

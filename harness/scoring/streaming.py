@@ -65,6 +65,11 @@ class StreamingScorer:
     # samples per batch at most: the samples that finished during the warm-up (thousands on a fast
     # server) go in several, so no message pickles them all at once (tens of MB, kept as RSS)
     BATCH_MAX = 500
+    # samples waiting before the run starts no new one (``room``), plus those in flight. On a fast
+    # server (or a rerun answered from the cache) samples finish faster than one worker scores them:
+    # an unbounded queue grew with the run (issue 25: 11,000 waiting at 27,000, ~0.35 KB each), and
+    # the run's end waited for it to drain all the same
+    BACKLOG_MAX = 2000
 
     def __init__(self, names: list[str], options: ScoringOptions):
         # by reference, so the worker resolves what this process did (FILE.py:NAME plugins); an
@@ -83,6 +88,7 @@ class StreamingScorer:
         self.process: subprocess.Popen | None = None
         self._queue: list[tuple[Sample, Any, asyncio.Future]] = []
         self._batch: asyncio.Task | None = None
+        self._room: asyncio.Event | None = None  # set when the queue falls below BACKLOG_MAX
         self._warming = False
         if self.names:
             self._start()
@@ -121,6 +127,19 @@ class StreamingScorer:
             self._batch = asyncio.create_task(self._drain())
         return future
 
+    async def room(self) -> None:
+        """Until fewer than BACKLOG_MAX samples wait (at once while they do, or once the worker has
+        stopped): the run starts its next sample when the scorer can take it."""
+        while len(self._queue) >= self.BACKLOG_MAX and self.process is not None:
+            if self._room is None:
+                self._room = asyncio.Event()
+            self._room.clear()
+            await self._room.wait()
+
+    def _has_room(self) -> None:
+        if self._room is not None and (len(self._queue) < self.BACKLOG_MAX or self.process is None):
+            self._room.set()
+
     async def drain(self) -> None:
         """Until every sample submitted has its values (or None: the worker stopped)."""
         while self._batch is not None and not self._batch.done():
@@ -129,6 +148,7 @@ class StreamingScorer:
     async def _drain(self) -> None:
         while self._queue and self.process is not None:
             batch, self._queue = self._queue[: self.BATCH_MAX], self._queue[self.BATCH_MAX :]
+            self._has_room()
             samples = [s for s, _, _ in batch]
             result: list[Any] = [None] * len(batch)
             try:
@@ -199,6 +219,7 @@ class StreamingScorer:
             if not future.done():
                 future.set_result(None)
         self._queue = []
+        self._has_room()
 
     def _kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
