@@ -4,6 +4,7 @@ evidence recall, and the context guard that never lets a conversation be cut sil
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from agents._knobs import SearchToolKnobs
@@ -30,9 +31,10 @@ def canonical_title(snapshot, title: str) -> str:
     return (page.title if page else title).casefold()
 
 
-def evidence_recall(snapshot, needed: list[str], returned: list[str]) -> dict[str, Any]:
+def evidence_recall(snapshot, needed: Sequence[str], returned: list[str]) -> dict[str, Any]:
     """Share of the pages a question needs that the agent's searches actually returned; with the
     distinct pages returned and those of them needed (``relevant``: the agent metric's precision)."""
+    needed = list(needed)  # Sample.needed_titles is a PackedList: decoded once, and written as a list
     distinct: dict[str, str] = {}  # casefolded -> its first spelling, in order
     for t in returned:
         distinct.setdefault(t.casefold(), t)
@@ -91,7 +93,7 @@ class SearchSession:
             return 'Error: call search with JSON arguments like {"query": "Page title"}.'
         return self.search(query)
 
-    def record(self, snapshot, needed_titles: list[str]) -> dict[str, Any]:
+    def record(self, snapshot, needed_titles: Sequence[str]) -> dict[str, Any]:
         returned = [s["found_title"] for s in self.searches if s["found_title"]]
         return {
             "searches": self.searches,

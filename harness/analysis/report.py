@@ -111,7 +111,8 @@ def build_report_data(run_dir: Path) -> dict[str, Any]:
                 "messages": record.transcript() if record is not None else [],
                 "extra": extra,
                 # breakdown fields (FanOutQA category, QAMPARI type, ...): the report filters on them
-                "groups": dict(getattr(samples.get(qid), "groups", None) or {}),
+                # (a PackedRecord: items() decodes it once, dict() once a key)
+                "groups": dict((getattr(samples.get(qid), "groups", None) or {}).items()),
             }
         )
     _add_gold_matches(results, rows, samples)

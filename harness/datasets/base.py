@@ -5,14 +5,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
 from harness.datasets.answers import GoldAnswer
-from harness.datasets.packed import PackedRecord, pack_record
+from harness.datasets.packed import PackedList, PackedRecord, pack_list, pack_record, pack_sublist
 from harness.errors import DatasetError
 from harness.records import parse_json, read_input_text
 from harness.records import read_json as records_read_json
@@ -33,22 +33,37 @@ class Sample:
     # Mapping over its compact JSON, zlib-compressed: a FanOutQA dev record 0.8 KB instead of ~7 KB of
     # dicts; harness.datasets.packed). Each read decodes it whole: .unpack() once for several keys.
     raw: Mapping[str, Any] = field(default_factory=dict)
-    # Pages given to the model in the evidence-provided setting: {"title", "pageid"?, "revid"?}.
-    evidence: list[dict[str, Any]] = field(default_factory=list)
+    # Pages given to the model in the evidence-provided setting: {"title", "pageid"?, "revid"?}. This and the
+    # next two lists of JSON values are kept as PackedLists (read-only Sequences equal to the list: FanOutQA
+    # dev's evidence ~0.2 KB of bytes instead of ~3 KB of dicts); .unpack() gives a list (to mutate, to write).
+    evidence: Sequence[dict[str, Any]] = field(default_factory=list)
     # Pages a system needs to find (evidence recall): FanOutQA decomposition titles, HotpotQA supporting facts.
-    needed_titles: list[str] = field(default_factory=list)
+    needed_titles: Sequence[str] = field(default_factory=list)
     # The gold evidence pages, as ``evidence`` entries: those that answer the question (see
     # DatasetLoader.gold_evidence); empty where the dataset marks none. The oracle-evidence strategy packs them.
-    gold_evidence: list[dict[str, Any]] = field(default_factory=list)
-    # Groups for score breakdowns, e.g. {"category": ["Sports", "Statistics"]} or {"template": ["_ or _"]}.
-    groups: dict[str, list[str]] = field(default_factory=dict)
+    # Entries that are evidence's own (the same objects) are held as positions into it.
+    gold_evidence: Sequence[dict[str, Any]] = field(default_factory=list)
+    # Groups for score breakdowns, e.g. {"category": ["Sports", "Statistics"]} or {"template": ["_ or _"]};
+    # a PackedRecord, as raw.
+    groups: Mapping[str, list[str]] = field(default_factory=dict)
     # Conversations: the previous turns, question then gold answer, ``[q1, a1, q2, a2, ...]``
     # (rendered by ``harness.datasets.conversation.format_history``); empty for single-turn datasets.
     history: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        # Each kept as compact JSON where JSON gives it back exactly, else as given (harness.datasets.packed):
+        # a read-only Mapping / Sequence, equal to the dict / list, decoded on each read (several reads: unpack()).
         if not isinstance(self.raw, PackedRecord):
-            self.raw = pack_record(self.raw)  # a record JSON would not give back exactly stays as given
+            self.raw = pack_record(self.raw)
+        if not isinstance(self.groups, PackedRecord):
+            self.groups = pack_record(self.groups)
+        if not isinstance(self.needed_titles, PackedList) and self.needed_titles is not self.answer:
+            self.needed_titles = pack_list(self.needed_titles)  # (QUEST's are its answer: held there already)
+        evidence, gold = self.evidence, self.gold_evidence
+        if not isinstance(evidence, PackedList):
+            self.evidence = pack_list(evidence)
+        if not isinstance(gold, PackedList):  # entries that are evidence's (the same objects): positions in it
+            self.gold_evidence = pack_sublist(gold, evidence, self.evidence)
 
 
 @dataclass
@@ -238,12 +253,6 @@ def _list_items(text: str, idx: int, path: Path) -> Iterator[Any]:
         return
     whole = parse_json(text, path, "dataset file", DatasetError)  # raises: the text is not JSON
     yield from whole[n:]  # (never reached: both parse with the same scanner)
-
-
-def share_strings(values: Iterable[Any], memo: dict[str, str]) -> list[Any]:
-    """``values`` as a list, each string replaced by the first equal one ``memo`` (one per load) has
-    seen: a group value repeated over thousands of samples (a category, a template) is held once."""
-    return [memo.setdefault(v, v) if type(v) is str else v for v in values]
 
 
 def check_questions(dataset: Dataset) -> None:

@@ -16,7 +16,6 @@ from harness.datasets.base import (
     DatasetLoader,
     Sample,
     json_records,
-    share_strings,
     shipped_file,
 )
 from harness.datasets.packed import PackedRecord
@@ -80,7 +79,6 @@ class FanOutQA(DatasetLoader):
         has_answers = split != "test"
         samples = []
         seen = set()
-        shared: dict[str, str] = {}
         with json_records(path, "questions") as records:
             for i, rec in enumerate(records):
                 where = f"{path}: question #{i + 1}"
@@ -105,7 +103,7 @@ class FanOutQA(DatasetLoader):
                         evidence=evidence,
                         needed_titles=[e["title"] for e in evidence],
                         gold_evidence=evidence,
-                        groups={"category": share_strings(rec.get("categories") or [], shared)},
+                        groups={"category": list(rec.get("categories") or [])},
                     )
                 )
         return self.dataset(split, version, path, data_path, samples, has_answers=has_answers)

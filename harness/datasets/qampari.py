@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.datasets.answers import QampariAnswer
-from harness.datasets.base import DATASETS, Dataset, DatasetLoader, Sample, jsonl_records, share_strings, shipped_file
+from harness.datasets.base import DATASETS, Dataset, DatasetLoader, Sample, jsonl_records, shipped_file
 from harness.datasets.packed import PackedRecord
 from harness.errors import DatasetError
 
@@ -53,7 +53,6 @@ class Qampari(DatasetLoader):
                 f"{OFFICIAL_URL} and pass --data-path FILE"
             )
         samples = []
-        shared: dict[str, str] = {}
         with jsonl_records(path) as records:
             for i, rec in enumerate(records):
                 where = f"{path}: question #{i + 1}"
@@ -80,7 +79,7 @@ class Qampari(DatasetLoader):
                         answer=answers,
                         raw=PackedRecord.parsed(rec),
                         needed_titles=list(dict.fromkeys(needed)),
-                        groups={"type": share_strings([question_type(qid)], shared)},
+                        groups={"type": [question_type(qid)]},
                     )
                 )
         return self.dataset(split, version, path, data_path, samples, has_answers=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.datasets.answers import QuestAnswer
-from harness.datasets.base import DATASETS, Dataset, DatasetLoader, Sample, jsonl_records, share_strings, shipped_file
+from harness.datasets.base import DATASETS, Dataset, DatasetLoader, Sample, jsonl_records, shipped_file
 from harness.datasets.packed import PackedRecord
 from harness.errors import DatasetError
 
@@ -44,7 +44,6 @@ class Quest(DatasetLoader):
                 f"{split}.jsonl and pass --data-path FILE"
             )
         samples = []
-        shared: dict[str, str] = {}
         with jsonl_records(path) as records:
             for i, rec in enumerate(records):
                 try:
@@ -55,9 +54,9 @@ class Quest(DatasetLoader):
                     raise DatasetError(f"{path}: query #{i + 1} needs query, docs and metadata") from None
                 groups = {}
                 if template:
-                    groups["template"] = share_strings([template], shared)
+                    groups["template"] = [template]
                 if domain:
-                    groups["domain"] = share_strings([domain], shared)
+                    groups["domain"] = [domain]
                 samples.append(
                     Sample(
                         id=f"quest-{split}-{i:04d}",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.datasets.answers import TopiOCQAAnswer
-from harness.datasets.base import DATASETS, Dataset, DatasetLoader, Sample, read_json, share_strings, shipped_file
+from harness.datasets.base import DATASETS, Dataset, DatasetLoader, Sample, read_json, shipped_file
 from harness.datasets.packed import PackedRecord
 from harness.errors import DatasetError
 
@@ -68,7 +68,6 @@ class TopiOCQA(DatasetLoader):
             raise DatasetError(f"{path}: expected a JSON list of turns")
         samples: list[Sample] = []
         seen: set[str] = set()
-        shared: dict[str, str] = {}
         last_topic: dict[Any, str] = {}
         # previous turn of the same conversation = the highest Turn_no below this one
         order = sorted(range(len(records)), key=lambda i: _turn_key(records[i], path, i))
@@ -95,7 +94,7 @@ class TopiOCQA(DatasetLoader):
             seen.add(sample_id)
             groups = {"turn_type": [kinds[i]]}
             if "is_nq" in rec:
-                groups["is_nq"] = share_strings([str(bool(rec["is_nq"])).lower()], shared)
+                groups["is_nq"] = [str(bool(rec["is_nq"])).lower()]
             samples.append(
                 Sample(
                     id=sample_id,

@@ -254,9 +254,14 @@ def _no_epoch(names: list[str]) -> dict[str, Any]:
 def _count_groups(breakdown: dict[str, Any], questions: list) -> None:
     """Each breakdown value's ``n``: its questions scored in any epoch (the epochs' own n differ
     when a question failed in some)."""
-    for group, values in breakdown.items():
-        for value, entry in values.items():
-            entry["n"] = sum(1 for q in questions if value in ((q.groups or {}).get(group) or ()))
+    for values in breakdown.values():
+        for entry in values.values():
+            entry["n"] = 0
+    for q in questions:
+        for group, held in (q.groups or {}).items():  # one decode a question (Sample.groups: a PackedRecord)
+            for value, entry in (breakdown.get(group) or {}).items():
+                if value in (held or ()):
+                    entry["n"] += 1
 
 
 def epochs_of_nothing(n: int, reducer: str) -> dict[str, Any]:
