@@ -238,3 +238,41 @@ def test_in_a_run_the_long_lines_request_is_sent_again_or_fails_with_the_reason(
             (failure,) = rows(tmp_path / out, "failures.jsonl")
             assert failure["id"] == sample and failure["error_type"] == "model_unavailable"
             assert "result line of 20971" in failure["error"] and "over the 1 MiB cap on one result" in failure["error"]
+
+
+def test_vllm_run_batch_s_output_file_is_read_with_the_same_line_cap(tmp_path, monkeypatch, caplog):
+    """``vllm run-batch`` writes its results to a local file: a runaway line there is skipped unread
+    (its request counts as unanswered, sent again) in bounded memory, the lines around it are read,
+    and the batch's private folder is removed."""
+    from types import SimpleNamespace
+
+    from harness.models.batch_api import VLLMRunBatch
+
+    monkeypatch.setattr(batch_api, "MAX_RESULT_LINE_BYTES", MIB)
+    folder = tmp_path / "harness-run-batch-x"
+    folder.mkdir()
+    ok = {"custom_id": "a", "response": {"status_code": 200, "body": {"choices": []}}}
+    with open(folder / "output.jsonl", "wb") as f:
+        f.write(json.dumps(ok).encode() + b"\n")
+        f.write(b'{"custom_id": "big", "response": {"body": "' + b"x" * (12 * MIB) + b'"}}\n')
+        f.write(b"{torn\n")
+        f.write(json.dumps({**ok, "custom_id": "b"}).encode())  # no newline at the end
+    provider = VLLMRunBatch(SimpleNamespace(options=None))
+    provider.procs["id"] = (None, folder)
+
+    async def read() -> list:
+        return [r async for r in provider.results("id", None)]
+
+    tracemalloc.start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="harness.models.batch_api"):
+            got = asyncio.run(read())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 5 * MIB, peak  # the line was 12 MiB
+    assert [r["custom_id"] for r in got] == ["a", "big", "b"]
+    assert got[0]["status"] == 200 and got[2]["status"] == 200
+    assert got[1]["status"] is None and "over the 1 MiB cap on one result" in got[1]["error"]
+    assert any("vllm run-batch: results line 2 (custom_id big)" in r.getMessage() for r in caplog.records)
+    assert not folder.exists()

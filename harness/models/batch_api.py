@@ -390,6 +390,14 @@ def _parsed(line: bytes | LongLine, where: str) -> Any:
         return None
 
 
+def _local_result(line: bytes | LongLine, where: str) -> dict[str, Any] | None:
+    """One line of ``vllm run-batch``'s output file as a result (None: blank or torn)."""
+    parsed = _parsed(line, where)
+    if parsed is None:
+        return None
+    return long_line_result(parsed) if isinstance(parsed, LongLine) else openai_result(parsed)
+
+
 async def _error_head(resp: Any, limit: int = 64 * 1024) -> str:
     """An error reply's text, its first ``limit`` bytes only."""
     head = bytearray()
@@ -677,13 +685,16 @@ class VLLMRunBatch:
         output = held[1] / "output.jsonl"
         try:
             if output.is_file():
-                with open(output, encoding="utf-8") as f:
-                    for text in f:
-                        try:
-                            result = openai_result(json.loads(text))
-                        except ValueError:
-                            continue
-                        if result is not None:
+                # the same line cap as a downloaded results file: one runaway line is skipped unread
+                # (its request counts as unanswered), not read into memory whole
+                splitter, where = LineSplitter(MAX_RESULT_LINE_BYTES), self.where()
+                with open(output, "rb") as f:
+                    while chunk := f.read(2**20):
+                        for line in splitter.feed(chunk):
+                            if (result := _local_result(line, where)) is not None:
+                                yield result
+                    for line in splitter.finish():
+                        if (result := _local_result(line, where)) is not None:
                             yield result
         finally:
             import shutil
