@@ -12,6 +12,7 @@ import pickle
 import tracemalloc
 
 import pytest
+from test_packed_record import same_json
 
 from harness.datasets import Sample, base, load_dataset
 from harness.datasets.packed import EMPTY, EMPTY_LIST, PackedList, PackedRecord, pack_list, pack_sublist
@@ -21,17 +22,6 @@ SPECS = [
     "quest:train-sample", "topiocqa:dev", "hotpotqa:dev",
 ]  # fmt: skip
 FIELDS = ("evidence", "gold_evidence", "needed_titles", "groups")
-
-
-def same_json(a, b) -> bool:
-    """Equal with the same types all the way down (``1 == 1.0 == True`` for ``==`` alone)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(same_json(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b))
-    return a == b
 
 
 def plain(value):
