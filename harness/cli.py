@@ -4,6 +4,7 @@ Bad input of any command is one line on stderr and exit 2."""
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import os
@@ -147,6 +148,16 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - last resort: one line, traceback only on request
         if os.environ.get("HARNESS_DEBUG"):
             raise
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            # the machine's, not the harness's: every row written before it stays (a torn last line
+            # is repaired when the run resumes), so the same command, rerun with space, goes on
+            where = f"{_one_line(redact(exc.filename))}: " if exc.filename else ""
+            print(
+                f"error: {where}{os.strerror(exc.errno)} while writing; free some space and rerun the same "
+                "command: the samples already finished are kept and not asked again",
+                file=sys.stderr,
+            )
+            return 1
         print(
             f"internal error: {type(exc).__name__}: {_one_line(redact(exc))} (set HARNESS_DEBUG=1 for the traceback)",
             file=sys.stderr,
