@@ -141,6 +141,18 @@ def add_run_options(p) -> None:
     g.add_argument("--top-p", type=float, help="default 1")
     g.add_argument("--max-tokens", type=int, help="answer length limit in tokens (default 512; 128 for the embedded default model, measured in the README)")
     g.add_argument("--seed", type=int, help="default 0")
+    g.add_argument(
+        "--reasoning-effort",
+        choices=["none", "minimal", "low", "medium", "high", "xhigh"],
+        help="reasoning models (openai/ reasoning.effort, vLLM/compatible reasoning_effort): default none sent, "
+        "the provider's own default; the efforts a model takes are in harness/models/model_facts.yaml",
+    )
+    g.add_argument(
+        "--thinking-budget",
+        type=int,
+        help="anthropic/ models whose thinking is optional: extended thinking with this budget_tokens (>= 1024; "
+        "--max-tokens must exceed it); default off. Models that always think take no budget",
+    )
     g = p.add_argument_group("backend")
     g.add_argument(
         "--base-url", help="OpenAI-compatible server to talk to (openai/, vllm/: attach instead of launching)"
@@ -163,6 +175,16 @@ def add_run_options(p) -> None:
         dest="server_args",
         action="append",
         help="extra flag for a launched server (repeat; e.g. --server-arg=--gpu-memory-utilization=0.8)",
+    )
+    g.add_argument(
+        "--tool-parser",
+        help="vllm/ launched here: vLLM's --tool-call-parser for native tool calls (default: the model family's "
+        "in harness/models/model_facts.yaml; 'none' to launch without)",
+    )
+    g.add_argument(
+        "--reasoning-parser",
+        help="vllm/ launched here: vLLM's --reasoning-parser (default: the family's where the table marks it "
+        "thinking; 'none' to launch without)",
     )
     g = p.add_argument_group("batch APIs")
     g.add_argument(

@@ -108,6 +108,29 @@ def _raised_at(exc: BaseException) -> str:
     return f" (at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
 
 
+def _empty(answer: Any) -> bool:
+    if answer is None:
+        return True
+    if isinstance(answer, str):
+        return not answer.strip()
+    return isinstance(answer, (list, dict, tuple)) and not answer
+
+
+def truncated_empty_answer(answer: Any, ctx: Any, params: GenerationParams) -> str | None:
+    """An empty answer from a reply cut at the token limit (``finish_reason: length``; Anthropic's
+    ``max_tokens``, an ``incomplete`` Responses reply) is not an answer: a reasoning model spent the
+    budget thinking. The sample fails as ``truncated`` (counted, not scored), with what it spent."""
+    last = ctx.finish_reasons[-1] if ctx.finish_reasons else None
+    if last != "length" or not _empty(answer):
+        return None
+    reasoning = ctx.usage.reasoning_tokens
+    spent = f" after {reasoning} reasoning tokens" if reasoning else ""
+    return (
+        f"no answer: the reply stopped at the token limit (--max-tokens {params.max_tokens}){spent} with its text "
+        "empty; raise --max-tokens (a reasoning model spends it thinking) or lower --reasoning-effort"
+    )
+
+
 class SampleAttempts:
     """Attempts samples for one invocation; tallies them in ``invocation`` (recorded in results.json)."""
 
@@ -151,6 +174,10 @@ class SampleAttempts:
             error = self._not_a_result(result)
             if error is not None:
                 error_type = "plugin_error"
+            else:
+                error = truncated_empty_answer(result.answer, ctx, params)
+                if error is not None:
+                    error_type = "truncated"
         except LoopBlocked as exc:
             error_type, error = "timeout", (
                 f"no answer within {self.sample_timeout:g} s: it held the event loop {exc.seconds:.1f} s at {exc.where} "

@@ -240,7 +240,7 @@ def parse_shard(value: Any) -> tuple[int, int]:
 
 
 # Flat flag name -> path in RunConfig. YAML files use the same flat names.
-GENERATION_KEYS = {"temperature", "top_p", "max_tokens", "seed"}
+GENERATION_KEYS = {"temperature", "top_p", "max_tokens", "seed", "reasoning_effort", "thinking_budget"}
 BACKEND_KEYS = {
     "base_url",
     "context_size",
@@ -257,6 +257,8 @@ BACKEND_KEYS = {
     "batch_window",
     "batch_poll_interval",
     "http_client",
+    "tool_parser",
+    "reasoning_parser",
 }
 
 

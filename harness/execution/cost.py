@@ -345,7 +345,7 @@ class Budget:
 
 
 # --------------------------------------------------------------------------- run totals
-USAGE_KEYS = ("prompt_tokens", "completion_tokens", "cache_read_tokens", "cache_write_tokens")
+USAGE_KEYS = ("prompt_tokens", "completion_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 
 
 def usage_totals(rows: Iterable[dict[str, Any]]) -> dict[str, int]:

@@ -113,6 +113,10 @@ class Tokens(_Closed):
     total: int = Field(ge=0)
     cache_read: int = Field(0, ge=0, description="of prompt: read from the provider's prompt cache")
     cache_write: int = Field(0, ge=0, description="of prompt: written to the provider's prompt cache")
+    reasoning: int = Field(0, ge=0, description="of completion: hidden reasoning or thinking (finished samples)")
+    reasoning_failed: int = Field(
+        0, ge=0, description="reasoning tokens spent by failed samples (a truncated answer spent its budget thinking)"
+    )
 
 
 class FailureNote(_Open):
@@ -298,6 +302,7 @@ class Usage(_Open):
     completion_tokens: int = Field(0, ge=0)
     cache_read_tokens: int = Field(0, ge=0, description="of prompt_tokens: read from the provider's prompt cache")
     cache_write_tokens: int = Field(0, ge=0, description="of prompt_tokens: written to the provider's prompt cache")
+    reasoning_tokens: int = Field(0, ge=0, description="of completion_tokens: hidden reasoning or thinking")
 
 
 class SampleRow(_Open):

@@ -129,6 +129,9 @@ def build_results(
             # parts of prompt: read from the provider's prompt cache, and written to it
             "cache_read": usage["cache_read_tokens"],
             "cache_write": usage["cache_write_tokens"],
+            # part of completion: hidden reasoning or thinking; and what the failed samples spent on it
+            "reasoning": usage["reasoning_tokens"],
+            "reasoning_failed": usage_totals(failed.values())["reasoning_tokens"],
         },
         "model_calls": sum(r.get("model_calls", 0) for r in done),
         "cost": cost,

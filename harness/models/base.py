@@ -97,6 +97,12 @@ class GenerationParams(BaseModel):
     top_p: float = Field(1.0, gt=0, le=1)
     max_tokens: int = Field(512, ge=1, le=10_000_000)
     seed: int | None = Field(0, ge=0, le=2**32 - 1)
+    # reasoning models (OpenAI reasoning.effort / reasoning_effort): None sends none, the provider's default
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = Field(
+        None, json_schema_extra={"neutral": None}
+    )
+    # Anthropic extended thinking where it is optional: budget_tokens (None: thinking off); part of max_tokens
+    thinking_budget: int | None = Field(None, ge=1024, le=10_000_000, json_schema_extra={"neutral": None})
 
 
 class BackendOptions(BaseModel):
@@ -137,6 +143,10 @@ class BackendOptions(BaseModel):
     # protocol sent on it directly, anthropic/ through its SDK) or httpx (through the SDKs); auto is
     # aiohttp where installed; same requests and reply checks either way, so not hashed
     http_client: Literal["auto", "aiohttp", "httpx"] = "auto"
+    # vLLM launched by the harness: --tool-call-parser (default: the model family's, harness/models/model_facts.yaml)
+    # and --reasoning-parser (default: the family's where it thinks); "none" launches without one
+    tool_parser: str | None = Field(None, json_schema_extra={"neutral": None})
+    reasoning_parser: str | None = Field(None, json_schema_extra={"neutral": None})
 
     @field_validator("base_url")
     @classmethod
@@ -223,6 +233,9 @@ class Usage(BaseModel):
     completion_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    # part of completion_tokens: hidden reasoning / thinking (OpenAI reasoning_tokens, Anthropic
+    # output_tokens_details.thinking_tokens), billed as output
+    reasoning_tokens: int = 0
 
     def add(self, other: "Usage") -> None:
         for name in type(self).model_fields:
@@ -239,8 +252,15 @@ class ModelResponse(BaseModel):
     attempts: int = 1
     cached: bool = False
     server: str | None = None  # which of several servers (--base-url URL1,URL2) answered, credentials stripped
-    # the reasoning a server returns beside the content (``reasoning_content``): never the answer
+    # the reasoning a server returns beside the content (``reasoning_content``, a reasoning summary,
+    # Anthropic's thinking text): never the answer
     reasoning: str | None = None
+    # provider blocks that must go back unchanged in the next turn of a tool loop: OpenAI Responses
+    # ``reasoning`` items (with encrypted_content), Anthropic ``thinking`` / ``redacted_thinking`` blocks
+    # (with their signatures). Each backend sends back only the kinds it knows.
+    reasoning_items: list[dict[str, Any]] = Field(default_factory=list)
+    # the model declined (OpenAI ``refusal``, Anthropic ``stop_reason: refusal``): its text, kept
+    refusal: str | None = None
 
     def as_message(self) -> dict[str, Any]:
         """The assistant message to append to a transcript (content "" not None with tool calls:
@@ -249,6 +269,10 @@ class ModelResponse(BaseModel):
         msg: dict[str, Any] = {"role": "assistant", "content": self.content or ""}
         if self.reasoning:
             msg["reasoning_content"] = self.reasoning
+        if self.reasoning_items:
+            msg["reasoning_items"] = [dict(item) for item in self.reasoning_items]
+        if self.refusal:
+            msg["refusal"] = self.refusal
         if self.tool_calls:
             msg["tool_calls"] = [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}

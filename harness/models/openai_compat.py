@@ -338,6 +338,8 @@ def clean_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if msg.get("role") == "assistant" and msg.get("content") is None:
             msg["content"] = ""
         msg.pop("reasoning_content", None)  # kept in the transcript, never sent back (DeepSeek refuses it)
+        msg.pop("reasoning_items", None)  # another API's blocks (Responses, Anthropic): chat completions has none
+        msg.pop("refusal", None)
         out.append(msg)
     return out
 
