@@ -14,14 +14,22 @@ event before it answers (a kill in that window). ``results_transform(provider, d
 results file's bytes (OpenAI output/error files, Anthropic results) as served: bytes, or an iterable of
 byte chunks streamed chunked without a Content-Length (so the fake need not hold them);
 ``results_encoding`` names the Content-Encoding of what it returns. Counters: ``creates``, ``uploads``, ``polls``.
+
+A failed request is written in each provider's own shape (``openai_error_line``, ``anthropic_error_line``,
+``vllm_result_line``), and ``vllm_main`` stands in for the ``vllm`` executable (``write_vllm_stand_in``):
+``vllm run-batch`` writes vLLM's output lines, ``vllm serve`` answers like vLLM's server (its refusal of
+tool_choice "auto" without a tool-call parser, its words for a prompt over ``--max-model-len``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import sys
 import threading
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterable
 from urllib.parse import parse_qs, urlsplit
@@ -73,6 +81,191 @@ def message(params: dict[str, Any], usage=USAGE) -> dict[str, Any]:
 
 
 ANTHROPIC_ERROR_TYPES = {400: "invalid_request_error", 429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
+# OpenAI's error object ``type`` per status (https://platform.openai.com/docs/guides/error-codes)
+OPENAI_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 429: "rate_limit_error"}
+
+
+# ------------------------------------------------------------------------------- per-provider error lines
+def openai_error_line(i: int, custom_id: str, status: int, text: str) -> dict[str, Any]:
+    """A request that failed with an HTTP error, in an OpenAI Batch API error file: the reply's status
+    and its error body under ``response`` (https://platform.openai.com/docs/guides/batch, "output and
+    error files": ``{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}``)."""
+    kind = OPENAI_ERROR_TYPES.get(status, "server_error")
+    body = {"error": {"message": text, "type": kind, "param": None, "code": None}}
+    response = {"status_code": status, "request_id": f"q{i}", "body": body}
+    return {"id": f"batch_req_{i}", "custom_id": custom_id, "response": response, "error": None}
+
+
+def anthropic_error_line(custom_id: str, status: int, text: str) -> dict[str, Any]:
+    """An errored request in Message Batches results: ``result.type`` errored, the API's error object
+    (https://docs.anthropic.com/en/docs/build-with-claude/batch-processing, "Retrieving batch results")."""
+    kind = ANTHROPIC_ERROR_TYPES.get(status, "api_error")
+    error = {"type": "error", "error": {"type": kind, "message": text}}
+    return {"custom_id": custom_id, "result": {"type": "errored", "error": error}}
+
+
+# vLLM's texts (the same as in harness/models/model_facts.yaml's vllm: section, with their sources)
+VLLM_AUTO_TOOL_CHOICE_REFUSED = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+
+
+def vllm_overflow_text(length: int, limit: int) -> str:
+    """vllm/v1/engine/input_processor.py _validate_prompt_len at 009daaeebfb0ce2813f970f2173ea9c8eee09092."""
+    return (
+        f"The decoder prompt (length {length}) is longer than the maximum model length of {limit}. "
+        "Make sure that `max_model_len` is no smaller than the number of text tokens."
+    )
+
+
+def vllm_error_response(status: int, text: str) -> dict[str, Any]:
+    """vLLM's ErrorResponse (vllm/entrypoints/openai/engine/protocol.py at 040a2cc2a6295ea9c313d86526ff90a103eacb3e:
+    ``{"error": {message, type, param, code}}``, code the HTTP status), what its server answers with."""
+    kind = "BadRequestError" if status == 400 else "InternalServerError"
+    return {"error": {"message": text, "type": kind, "param": None, "code": status}}
+
+
+def vllm_result_line(
+    custom_id: str,
+    body: dict[str, Any] | None = None,
+    failure: tuple[int, str] | None = None,
+    style: str = "error_response",
+) -> dict[str, Any]:
+    """One line of ``vllm run-batch``'s output file (vllm/entrypoints/openai/run_batch.py, run_request and
+    make_error_request_output, at 0056ae7b2144abbc7b4916a43491c154567e0b76): a reply under
+    ``response.body``; a failure leaves ``response.body`` null and puts the error in the line's
+    ``error``: the ErrorResponse object (``style`` error_response) or, for an exception, its text
+    (``style`` exception, status 400)."""
+    line_id, request_id = f"vllm-{uuid.uuid4().hex}", f"vllm-batch-{uuid.uuid4().hex}"
+    if failure is None:
+        response = {"status_code": 200, "request_id": request_id, "body": body}
+        return {"id": line_id, "custom_id": custom_id, "response": response, "error": None}
+    status, text = failure
+    if style == "exception":
+        status, error = 400, text
+    else:
+        error = vllm_error_response(status, text)
+    response = {"status_code": status, "request_id": request_id, "body": None}
+    return {"id": line_id, "custom_id": custom_id, "response": response, "error": error}
+
+
+def prompt_words(body: dict[str, Any]) -> int:
+    """The stand-in's prompt length: words in every message (a tokenizer's count, roughly)."""
+    return sum(len(str(m.get("content") or "").split()) for m in body.get("messages", []))
+
+
+def vllm_chat_reply(flags: list[str], body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """What a vLLM server started with ``flags`` answers to one chat completion: the 400 of tool_choice
+    "auto" without --enable-auto-tool-choice and --tool-call-parser (vllm/entrypoints/openai/serving_chat.py
+    at 003fe5932dc9e1b331347894d3cbc5ddfe89e9eb), the 400 of a prompt over --max-model-len, else a
+    completion: a ``search`` call on the first turn with tools, then an answer."""
+    tools_on = "--enable-auto-tool-choice" in flags and "--tool-call-parser" in flags
+    if body.get("tools") and body.get("tool_choice", "auto") == "auto" and not tools_on:
+        return 400, vllm_error_response(400, VLLM_AUTO_TOOL_CHOICE_REFUSED)
+    if "--max-model-len" in flags:
+        limit = int(flags[flags.index("--max-model-len") + 1])
+        if prompt_words(body) > limit:
+            return 400, vllm_error_response(400, vllm_overflow_text(prompt_words(body), limit))
+    reply = completion(body)
+    if body.get("tools") and not any(m.get("role") == "tool" for m in body.get("messages", [])):
+        function = {"name": "search", "arguments": json.dumps({"query": "Paris"})}
+        call = {"id": "call_1", "type": "function", "function": function}
+        reply["choices"][0]["message"] = {"role": "assistant", "content": None, "tool_calls": [call]}
+        reply["choices"][0]["finish_reason"] = "tool_calls"
+    return 200, reply
+
+
+def vllm_tokenize(body: dict[str, Any]) -> dict[str, Any]:
+    """``POST /tokenize``: one token a word (vLLM answers count, max_model_len, tokens)."""
+    tokens = list(range(len(str(body.get("prompt", "")).split())))
+    return {"count": len(tokens), "max_model_len": 4096, "tokens": tokens}
+
+
+def vllm_main(args: list[str]) -> int:
+    """The stand-in ``vllm``: its argv is appended (JSON) to $FAKE_VLLM_ARGV, then ``run-batch`` (errors in
+    $FAKE_VLLM_ERROR_STYLE; $FAKE_VLLM_OVERFLOW_LONGEST fails the longest prompt as over the context) or
+    ``serve``."""
+    if os.environ.get("FAKE_VLLM_ARGV"):
+        with open(os.environ["FAKE_VLLM_ARGV"], "a") as log:
+            log.write(json.dumps(args) + "\n")
+    if args[0] == "run-batch":
+        source, target = args[args.index("-i") + 1], args[args.index("-o") + 1]
+        style = os.environ.get("FAKE_VLLM_ERROR_STYLE", "error_response")  # or exception
+        with open(source) as f:
+            lines = [json.loads(text) for text in f if text.strip()]
+        flags = list(args)
+        if os.environ.get("FAKE_VLLM_OVERFLOW_LONGEST") and "--max-model-len" not in flags:
+            # a max_model_len just under the batch's longest prompt: that one request fails
+            flags += ["--max-model-len", str(max(prompt_words(x["body"]) for x in lines) - 1)]
+        with open(target, "w") as out:
+            for line in lines:
+                assert line["url"] == "/v1/chat/completions" and line["method"] == "POST"
+                status, reply = vllm_chat_reply(flags, line["body"])
+                failure = None if status == 200 else (status, reply["error"]["message"])
+                result = vllm_result_line(line["custom_id"], reply if failure is None else None, failure, style)
+                out.write(json.dumps(result) + "\n")
+        return 0
+    if args[0] == "serve":
+        return _vllm_serve(args)
+    return 2
+
+
+def _vllm_serve(args: list[str]) -> int:
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    model, port = args[1], int(args[args.index("--port") + 1])
+    key = args[args.index("--api-key") + 1] if "--api-key" in args else None
+
+    class Handler(BaseHTTPRequestHandler):
+        def _send(self, status: int, payload: Any) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            if key and self.headers.get("Authorization") != f"Bearer {key}":
+                return self._send(401, {"error": "Unauthorized"})
+            if self.path == "/v1/models":
+                card = {"id": model, "object": "model", "owned_by": "vllm", "root": model, "max_model_len": 4096}
+                return self._send(200, {"object": "list", "data": [card]})
+            if self.path == "/version":
+                return self._send(200, {"version": "0.0.0-stand-in"})
+            self._send(404, {"error": "not found"})
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            if self.path == "/v1/chat/completions":
+                return self._send(*vllm_chat_reply(args, body))
+            if self.path == "/tokenize":
+                return self._send(200, vllm_tokenize(body))
+            self._send(404, {"error": "not found"})
+
+        def log_message(self, *a):
+            pass
+
+    ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+    return 0
+
+
+STAND_IN = """#!{python}
+import sys
+sys.path.insert(0, {tests!r})
+from fake_batch import vllm_main
+sys.exit(vllm_main(sys.argv[1:]))
+"""
+
+
+def write_vllm_stand_in(bin_dir) -> str:
+    """An executable ``vllm`` in ``bin_dir`` running ``vllm_main`` (put ``bin_dir`` first on PATH)."""
+    from pathlib import Path
+
+    bin_dir = Path(bin_dir)
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    script = bin_dir / "vllm"
+    script.write_text(STAND_IN.format(python=sys.executable, tests=str(Path(__file__).resolve().parent)))
+    script.chmod(0o755)
+    return str(script)
 
 
 class FakeBatchServer:
@@ -325,9 +518,7 @@ class FakeBatchServer:
                 continue
             failure = self.line_error(batch["number"], i, cid) if self.line_error else None
             if failure:
-                status, text = failure
-                response = {"status_code": status, "request_id": f"q{i}", "body": {"error": {"message": text, "type": "server_error"}}}
-                errors.append({"id": f"r{i}", "custom_id": cid, "response": response, "error": None})
+                errors.append(openai_error_line(i, cid, *failure))
             else:
                 response = {"status_code": 200, "request_id": f"q{i}", "body": completion(line["body"], self.usage)}
                 output.append({"id": f"r{i}", "custom_id": cid, "response": response, "error": None})
@@ -354,8 +545,7 @@ class FakeBatchServer:
             failure = ("failed",) if outcome == "failed" else (self.line_error(batch["number"], i, cid) if self.line_error else None)
             if failure:
                 status, text = (500, "fake failure") if outcome == "failed" else failure
-                kind = ANTHROPIC_ERROR_TYPES.get(status, "api_error")
-                results.append({"custom_id": cid, "result": {"type": "errored", "error": {"type": "error", "error": {"type": kind, "message": text}}}})
+                results.append(anthropic_error_line(cid, status, text))
             else:
                 results.append({"custom_id": cid, "result": {"type": "succeeded", "message": message(line["params"], self.usage)}})
         batch["status"] = "ended"

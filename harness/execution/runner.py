@@ -142,6 +142,8 @@ class Run:
         # Constructed now (cheap: no model load, no server) so a bad model name or a missing
         # API key is reported before anything is written.
         self.backend = create_backend(config.model, config.backend)
+        # a native tool strategy: vllm/ launches its server with a tool-call parser (refused here without one)
+        self.backend.native_tools = self.agent.protocol == "native"
         self.snapshot = self._open_snapshot()
         info = self.dataset.info
         self.hash_extra = {

@@ -68,16 +68,19 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def line_error(status: int | None, message: str, where: str, model: str) -> Exception:
+def line_error(
+    status: int | None, message: str, where: str, model: str, overflow: Callable[[str], bool] | None = None
+) -> Exception:
     """One request's error in a batch, as the same status would be for a single request: never ran,
-    429, 5xx -> transient (sent again); a prompt over the context -> ContextOverflowError; other 4xx
-    -> ModelError (the run stops, as it does without --batch)."""
+    429, 5xx -> transient (sent again); a prompt over the context -> ContextOverflowError (that sample
+    fails, the run goes on); other 4xx -> ModelError (the run stops, as it does without --batch).
+    ``overflow``: the provider's own words for a prompt over the context (vllm run-batch's engine)."""
     from harness.models.openai_compat import _OVERFLOW_RE
 
     text = f"{where}: {message}"
     if status is None or status in (408, 409, 429) or status >= 500:
         return TransientModelError(text if status is None else f"{where}: {status}: {message}", status=status)
-    if status in (400, 413, 422) and _OVERFLOW_RE.search(message):
+    if status in (400, 413, 422) and (_OVERFLOW_RE.search(message) or (overflow is not None and overflow(message))):
         return ContextOverflowError(f"prompt exceeds the context of {model} ({status}): {message}")
     return ModelError(f"{where} rejected a request ({status}): {message}")
 
@@ -516,7 +519,8 @@ class Batcher:
             req.tries -= 1  # asked without that parameter, as a request on its own would be
             self._failed(req, TransientModelError(f"{where}: {error}"))
             return
-        self._failed(req, line_error(result.get("status"), error, where, self.backend.model))
+        overflow = getattr(self.provider, "is_context_overflow", None)
+        self._failed(req, line_error(result.get("status"), error, where, self.backend.model, overflow))
 
     def _failed(self, req: Request, exc: Exception) -> None:
         if req.future.done():
@@ -581,6 +585,14 @@ class BatchBackend(ModelBackend):
         self.plugin = inner.plugin
         self.supports_auto_tool_choice = inner.supports_auto_tool_choice
         self.batcher = Batcher(self.provider, inner)
+
+    @property
+    def native_tools(self) -> bool:
+        return bool(getattr(self.inner, "native_tools", False))
+
+    @native_tools.setter
+    def native_tools(self, value: bool) -> None:
+        self.inner.native_tools = value  # vllm/: run-batch gets the launched server's parsers
 
     @property
     def log_dir(self) -> Path | None:

@@ -141,17 +141,27 @@ class AtomicLines:
 
 
 def openai_result(line: Any) -> dict[str, Any] | None:
-    """One line of an OpenAI (or vLLM run-batch) output or error file, normalized."""
+    """One line of an OpenAI (or vLLM run-batch) output or error file, normalized.
+
+    OpenAI puts a failed request's error in ``response.body.error`` (an HTTP error) or the line's
+    ``error`` (``{code, message}``: never ran). ``vllm run-batch`` leaves ``response.body`` null and
+    writes the error in the line's ``error``: its ErrorResponse (``{"error": {message, type, param,
+    code}}``; a flat ``{object: "error", message, ...}`` in older versions) or an exception's text, with
+    ``response.status_code`` its status (400 for an exception) -- vllm/entrypoints/openai/run_batch.py
+    (run_request, make_error_request_output) at 0056ae7b2144abbc7b4916a43491c154567e0b76."""
     if not isinstance(line, dict) or not isinstance(line.get("custom_id"), str):
         return None
     out: dict[str, Any] = {"custom_id": line["custom_id"], "status": None, "body": None, "error": None}
     response, error = line.get("response"), line.get("error")
     if isinstance(response, dict) and isinstance(response.get("status_code"), int):
         out["status"] = response["status_code"]
-        if response["status_code"] == 200:
-            out["body"] = response.get("body")
+        body = response.get("body")
+        if response["status_code"] == 200 and not error:
+            out["body"] = body
+        elif body is None and error:
+            out["error"] = _error_text({"error": error})
         else:
-            out["error"] = _error_text(response.get("body"))
+            out["error"] = _error_text(body)
     else:
         out["error"] = _error_text({"error": error}) if error else "no response and no error"
     return out
@@ -625,13 +635,23 @@ class VLLMRunBatch:
             argv += ["--max-model-len", str(self.options.context_size)]
         if "--seed" not in self.options.server_args:
             argv += ["--seed", "0"]
-        return argv + list(self.options.server_args)
+        # the same tool-call and reasoning parsers as a launched server: run-batch takes them too
+        # (vLLM's tests/entrypoints/openai/test_run_batch.py at 09cdc7d1f08fe9c4f9c1443341c6ed83bffae6a5
+        # runs it with --enable-auto-tool-choice --tool-call-parser hermes, and --reasoning-parser qwen3)
+        return argv + self.backend.parser_args() + list(self.options.server_args)
 
     def body(self, messages, params, tools, tool_choice) -> dict[str, Any]:
         return self.backend.request_kwargs(messages, params, tools, tool_choice)
 
     def line(self, custom_id: str, body: dict[str, Any]) -> dict[str, Any]:
         return {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions", "body": body}
+
+    def is_context_overflow(self, message: str) -> bool:
+        """vLLM's engine words for a prompt over max_model_len ("The decoder prompt (length N) is longer
+        than the maximum model length of M"): the ``vllm:`` section of the model facts, with its source."""
+        from harness.models.vllm import vllm_facts
+
+        return any(isinstance(m, str) and m in message for m in vllm_facts().get("context_overflow") or [])
 
     def parse(self, body: Any, where: str):
         from harness.models.openai_compat import response_from_completion

@@ -6,10 +6,19 @@ else none). Otherwise it runs ``vllm serve MODEL --host 127.0.0.1 --port P [--ma
 
 The context size is the ``max_model_len`` the server reports in ``/v1/models``; tokens are counted
 by the server's ``POST /tokenize`` (the model's own tokenizer, without special tokens).
+
+Parsers (launched servers, and ``vllm run-batch``): when the strategy calls tools natively (the runner
+sets ``native_tools``), the server gets ``--enable-auto-tool-choice --tool-call-parser NAME``, NAME from
+``--tool-parser`` else the model family's ``tool_parser`` in ``harness/models/model_facts.yaml``; a
+model with neither is refused before anything is launched. A family that thinks gets
+``--reasoning-parser NAME`` (or ``--reasoning-parser``'s); ``none`` turns either off, and a flag already
+in ``--server-arg`` is left as given. An attached server that refuses tool_choice "auto" stops the run
+with one line naming the flags it needs.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import shutil
@@ -18,17 +27,58 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
-from harness.errors import ModelError
+from harness.errors import ContextOverflowError, ModelError
 from harness.models.base import register_backend
-from harness.redact import register_secret, strip_credentials
+from harness.models.facts import ModelFacts, default_table, facts_for
 from harness.models.launcher import ServerLauncher, api_base, attach, server_root
 from harness.models.openai_compat import OpenAICompatibleBackend
+from harness.redact import register_secret, strip_credentials
 
 NOT_INSTALLED = (
     "vLLM is not installed here: pip install vllm on a machine with a GPU, "
     "or pass --base-url URL to attach to a running server"
 )
+
+
+TOOL_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser")
+REASONING_FLAG = "--reasoning-parser"
+
+
+@functools.lru_cache(maxsize=4)
+def _vllm_section(path: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(Path(path).read_bytes())
+    except (OSError, yaml.YAMLError):  # the table itself is checked (one line) where it is loaded
+        return {}
+    section = data.get("vllm") if isinstance(data, dict) else None
+    return section if isinstance(section, dict) else {}
+
+
+def vllm_facts() -> dict[str, Any]:
+    """The ``vllm:`` section of the facts table in force: the parser names vLLM registers and the texts
+    it answers with (each with its source there); empty where a replacement table has none."""
+    return _vllm_section(default_table().path)
+
+
+def _named_flag(args: list[str], flag: str) -> str | bool | None:
+    """``flag``'s value in ``args`` (``--flag V`` or ``--flag=V``; vLLM's argument parser also reads
+    ``--flag_name`` as ``--flag-name``), True for a flag given bare, None where it is absent."""
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if not name.startswith("--") or name.replace("_", "-") != flag:
+            continue
+        if eq:
+            return value
+        following = args[i + 1] if i + 1 < len(args) else None
+        return following if following is not None and not following.startswith("--") else True
+    return None
+
+
+def _parser_list(key: str) -> str:
+    names = vllm_facts().get(key) or []
+    return ", ".join(str(n) for n in names) if names else "see vLLM's docs"
 
 
 def find_vllm_executable() -> str | None:
@@ -55,6 +105,91 @@ class VLLMBackend(OpenAICompatibleBackend):
         self._served_id: str | None = None
         self._max_model_len: int | None = None
         self._version: str | None = None
+        self._native_tools = False
+        self.facts: ModelFacts | None = facts_for("vllm", model)
+
+    # parsers -------------------------------------------------------------------
+    @property
+    def native_tools(self) -> bool:
+        """Whether the run's strategy calls tools natively (set by the runner before ``start()``)."""
+        return self._native_tools
+
+    @native_tools.setter
+    def native_tools(self, value: bool) -> None:
+        self._native_tools = bool(value)
+        if self._native_tools and not self.options.base_url:
+            self.parsers()  # a model without a known tool parser is refused now, before anything launches
+
+    def parsers(self, strict: bool = True) -> dict[str, dict[str, Any]]:
+        """The tool-call and reasoning parsers a launched server (or run-batch) gets: per kind, ``name``
+        (None: none), ``source`` (--tool-parser/--reasoning-parser, the facts entry, --server-arg) and
+        ``flags`` to add. ``strict``: a native-tools run with no parser known raises the one-line refusal."""
+        args = list(self.options.server_args)
+        entry = f"model facts {self.facts.entry}" if self.facts else None
+        out: dict[str, dict[str, Any]] = {}
+
+        given = _named_flag(args, TOOL_FLAGS[1])
+        option = self.options.tool_parser
+        if isinstance(given, str):
+            tool = {"name": given, "source": "--server-arg"}
+        elif option == "none":
+            tool = {"name": None, "source": "--tool-parser none"}
+        elif option:
+            tool = {"name": option, "source": "--tool-parser"}
+        elif self.native_tools and self.facts and self.facts.tool_parser:
+            tool = {"name": self.facts.tool_parser, "source": entry}
+        elif self.native_tools and strict:
+            raise ModelError(self._no_tool_parser())
+        else:
+            tool = {"name": None, "source": None}
+        tool["flags"] = []
+        if tool["name"] is not None:
+            if _named_flag(args, TOOL_FLAGS[0]) is None:
+                tool["flags"].append(TOOL_FLAGS[0])
+            if tool["source"] != "--server-arg":
+                tool["flags"] += [TOOL_FLAGS[1], tool["name"]]
+        out["tool_parser"] = tool
+
+        given = _named_flag(args, REASONING_FLAG)
+        option = self.options.reasoning_parser
+        if isinstance(given, str):
+            reasoning = {"name": given, "source": "--server-arg"}
+        elif option == "none":
+            reasoning = {"name": None, "source": "--reasoning-parser none"}
+        elif option:
+            reasoning = {"name": option, "source": "--reasoning-parser"}
+        elif self.facts and self.facts.thinking != "never" and self.facts.reasoning_parser:
+            reasoning = {"name": self.facts.reasoning_parser, "source": entry}
+        else:
+            reasoning = {"name": None, "source": None}
+        add = reasoning["name"] is not None and reasoning["source"] != "--server-arg"
+        reasoning["flags"] = [REASONING_FLAG, reasoning["name"]] if add else []
+        out["reasoning_parser"] = reasoning
+        return out
+
+    def parser_args(self) -> list[str]:
+        """The parser flags to add to the launch command (see ``parsers``)."""
+        found = self.parsers()
+        return found["tool_parser"]["flags"] + found["reasoning_parser"]["flags"]
+
+    def _no_tool_parser(self) -> str:
+        family = f" (family {self.facts.entry} names none)" if self.facts else " (no model family matches it)"
+        return (
+            f"vllm/{self.model}: the strategy calls tools natively, which needs vLLM's --tool-call-parser, and "
+            f"the model facts ({Path(default_table().path).name}) know no parser for this model{family}: pass "
+            f"--tool-parser NAME, one of vLLM's: {_parser_list('tool_parsers')}"
+        )
+
+    def _no_auto_tool_choice(self, url: str | None) -> str:
+        name = self.facts.tool_parser if self.facts and self.facts.tool_parser else None
+        parser = name or f"NAME (one of vLLM's: {_parser_list('tool_parsers')})"
+        where = f"the vLLM server at {url}" if url else f"the vLLM server for {self.model}"
+        if self.launcher is not None:  # launched here with --tool-parser none
+            return f'{where} was launched without a tool-call parser and refuses tool_choice "auto": pass --tool-parser {parser}'
+        return (
+            f"{where} refuses tool_choice \"auto\" (it was started without tool calling): start vLLM with "
+            f"--enable-auto-tool-choice --tool-call-parser {parser}"
+        )
 
     # hooks ---------------------------------------------------------------------
     def api_key(self) -> str:
@@ -72,7 +207,24 @@ class VLLMBackend(OpenAICompatibleBackend):
             argv += ["--max-model-len", str(self.options.context_size)]
         if "--seed" not in self.options.server_args:
             argv += ["--seed", "0"]  # the engine seed, for repeatable sampling
-        return argv + list(self.options.server_args)
+        return argv + self.parser_args() + list(self.options.server_args)
+
+    async def _generate(self, messages, params, tools=None, tool_choice=None):
+        try:
+            return await super()._generate(messages, params, tools, tool_choice)
+        except ContextOverflowError:
+            raise
+        except ModelError as exc:
+            text = str(exc)
+            said = vllm_facts()
+            refused = said.get("auto_tool_choice_refused")
+            if tools and isinstance(refused, str) and refused in text:
+                url = strip_credentials(self.options.base_url) if self.options.base_url else None
+                raise ModelError(self._no_auto_tool_choice(url)) from None
+            # vLLM's engine says a prompt over max_model_len in words the shared check does not know
+            if any(isinstance(m, str) and m in text for m in said.get("context_overflow") or []):
+                raise ContextOverflowError(f"prompt exceeds the context of {self.model}: {text}") from None
+            raise
 
     # lifecycle -----------------------------------------------------------------
     async def start(self) -> None:
@@ -84,6 +236,7 @@ class VLLMBackend(OpenAICompatibleBackend):
         if self.options.base_url:
             url = self.options.base_url
         else:
+            self.parsers()  # refused before the launch, as when the runner set native_tools
             executable = find_vllm_executable()
             if executable is None:
                 raise ModelError(NOT_INSTALLED)
@@ -189,6 +342,10 @@ class VLLMBackend(OpenAICompatibleBackend):
             identity["base_url"] = strip_credentials(self.options.base_url)
         else:
             identity["server_args"] = list(self.options.server_args)
+            # the parsers decide what comes back (reasoning split off, tool calls read): part of the key
+            for kind, found in self.parsers(strict=False).items():
+                if found["name"] is not None and found["source"] != "--server-arg":
+                    identity[kind] = found["name"]
         return identity
 
     def describe(self) -> dict[str, Any]:
@@ -205,6 +362,11 @@ class VLLMBackend(OpenAICompatibleBackend):
             info["pid"] = self.launcher.pid
             info["log"] = str(self.launcher.log_path) if self.launcher.log_path else None
             info["server_args"] = list(self.options.server_args)
+        if not self.options.base_url:
+            for kind, found in self.parsers(strict=False).items():
+                info[kind] = {k: found[k] for k in ("name", "source")}
+        if self.facts is not None:
+            info["facts"] = self.facts.describe()
         return info
 
 
