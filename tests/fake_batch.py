@@ -279,8 +279,11 @@ class FakeBatchServer:
         block_create: bool = False,
         usage: tuple[int, int] = USAGE,
         batch_endpoints: bool = True,
+        refuses: tuple[str, ...] = (),
     ):
         self.finish_after = finish_after
+        # Anthropic sampling parameters refused as the API does, one request or a batch line at a time
+        self.refuses = refuses
         self.outcomes = list(outcomes or [])
         self.line_error = line_error
         self.released = threading.Event()
@@ -425,6 +428,9 @@ class FakeBatchServer:
         if path == "/v1/messages":
             with self.lock:
                 self.chat_calls += 1
+            refused = self.refused(body)
+            if refused:
+                return 400, {"type": "error", "error": {"type": "invalid_request_error", "message": refused}}
             return 200, message(body, self.usage)
         if path == "/v1/messages/count_tokens":
             return 200, {"input_tokens": len(last_user_text(body.get("messages", [])).split()) + 3}
@@ -543,6 +549,8 @@ class FakeBatchServer:
                 results.append({"custom_id": cid, "result": {"type": "expired" if outcome == "expired" else "canceled"}})
                 continue
             failure = ("failed",) if outcome == "failed" else (self.line_error(batch["number"], i, cid) if self.line_error else None)
+            if not failure and self.refused(line["params"]):
+                failure = (400, self.refused(line["params"]))
             if failure:
                 status, text = (500, "fake failure") if outcome == "failed" else failure
                 results.append(anthropic_error_line(cid, status, text))
@@ -550,6 +558,11 @@ class FakeBatchServer:
                 results.append({"custom_id": cid, "result": {"type": "succeeded", "message": message(line["params"], self.usage)}})
         batch["status"] = "ended"
         batch["results"] = "".join(json.dumps(x) + "\n" for x in results).encode()
+
+    def refused(self, params: dict[str, Any]) -> str | None:
+        """The API's 400 message for a refused sampling parameter the request carries (anthropic_api.REFUSED_PARAM)."""
+        sent = [p for p in self.refuses if p in params]
+        return f"`{sent[0]}` is deprecated for this model." if sent else None
 
     def public(self, batch: dict[str, Any]) -> dict[str, Any]:
         n = len(batch["lines"])

@@ -219,14 +219,15 @@ def test_anthropic_tools_choice_and_request():
     assert to_anthropic_tool_choice("required") == {"type": "any"}
     assert to_anthropic_tool_choice(None) is None
 
-    kwargs = to_anthropic_request(
-        "claude-x", TRANSCRIPT, GenerationParams(max_tokens=100, seed=7), [WEATHER_TOOL], "auto"
-    )
-    assert kwargs["model"] == "claude-x" and kwargs["max_tokens"] == 100
-    assert kwargs["system"].startswith("You are")
+    backend = create_backend("anthropic/claude-sonnet-4-5")  # its facts: takes temperature, top_p, top_k
+    kwargs = backend.request_kwargs(TRANSCRIPT, GenerationParams(max_tokens=100, seed=7), [WEATHER_TOOL], "auto")
+    assert kwargs["model"] == "claude-sonnet-4-5" and kwargs["max_tokens"] == 100
+    assert kwargs["system"].startswith("You are")  # too short for its cache minimum: not marked
     assert kwargs["tool_choice"] == {"type": "auto"}
     assert kwargs["extra_body"] == {"temperature": 0.0}  # top_p 1.0 not sent; no seed in this API
     assert "seed" not in json.dumps(kwargs)
+    # the conversion itself sends exactly the sampling it is given
+    assert "extra_body" not in to_anthropic_request("claude-x", TRANSCRIPT, GenerationParams(), [WEATHER_TOOL])
 
 
 def test_anthropic_response_mapping():
@@ -267,8 +268,9 @@ def anthropic_message(text: str) -> dict:
 
 @pytest.mark.slow
 def test_anthropic_against_fake_api(monkeypatch):
-    """529 overloaded is retried; a model that rejects `temperature` gets requests without it;
-    count_tokens uses the API."""
+    """A model the facts table does not know: start() probes it (a 529 retried, then the 400 that
+    says it takes no temperature) before any sample, whose request then carries none; every request
+    carries the pinned API version; count_tokens uses the API."""
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
     calls = {"n": 0}
 
@@ -292,18 +294,22 @@ def test_anthropic_against_fake_api(monkeypatch):
 
         async def go():
             await backend.start()
+            probes = len([r for r in server.requests if r[1] == "/v1/messages"])
             try:
-                return await backend.generate([{"role": "user", "content": "Capital of France?"}], GenerationParams())
+                return probes, await backend.generate([{"role": "user", "content": "Capital of France?"}], GenerationParams())
             finally:
                 await backend.close()
 
-        response = asyncio.run(go())
+        probes, response = asyncio.run(go())
         assert backend.count_tokens("hello") == 11
-    assert response.content == "Paris" and response.finish_reason == "stop"
-    assert response.attempts == 2  # the 529 cost one attempt; the temperature fallback did not
-    assert backend.describe()["dropped_params"] == ["temperature"]
+    assert probes == 2  # before any sample: the 529, then the 400
+    assert response.content == "Paris" and response.finish_reason == "stop" and response.attempts == 1
+    probe = backend.describe()["probe"]
+    assert probe["refuses"] == ["temperature"] and probe["takes"] == []
+    assert probe["requests"][0]["error"] == "`temperature` is deprecated for this model."
     posts = [r for r in server.requests if r[1] == "/v1/messages"]
-    assert len(posts) == 3 and "temperature" not in posts[-1][3]
+    assert len(posts) == 3 and posts[1][3]["max_tokens"] == 1 and "temperature" not in posts[-1][3]
+    assert all(r[2].get("anthropic-version") == "2023-06-01" for r in server.requests if r[0] == "POST")
     sent = posts[0][2]
     assert sent.get("x-api-key") == "sk-ant-test" or sent.get("authorization") == "Bearer sk-ant-test"
 

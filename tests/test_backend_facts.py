@@ -7,7 +7,6 @@ import pytest
 
 from harness.analysis.ablate import max_supported_context
 from harness.models import BackendOptions, create_backend
-from harness.models.anthropic_api import DEFAULT_CONTEXT
 from harness.models.gguf import read_gguf_metadata
 from harness.models.local import packaged_model_path
 
@@ -24,7 +23,8 @@ def trained_length(model: str) -> int:
         ("llamacpp-server/smollm2", lambda: trained_length("smollm2")),
         ("openai/gpt-4o-mini", lambda: 128_000),  # OpenAI's documented window
         ("openai/some-server-model", lambda: None),  # not OpenAI's: the backend does not know it
-        ("anthropic/claude-sonnet-4-5", lambda: DEFAULT_CONTEXT),
+        ("anthropic/claude-sonnet-4-5", lambda: 200_000),  # its facts-table entry
+        ("anthropic/claude-not-in-the-table", lambda: None),  # unknown: not guessed from the name
         ("vllm/Qwen/Qwen2.5-0.5B-Instruct", lambda: None),  # the server refuses a length it cannot take
         ("scripted/echo", lambda: None),
     ],

@@ -17,6 +17,7 @@ from conftest import harness_cmd, run_harness
 from fake_batch import FakeBatchServer, answer_for
 
 import harness
+from harness.errors import ModelError
 from harness.execution.config import build_config
 from harness.models.batch import BATCHES_FILE
 
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 BATCH = {"batch_window": 0.2, "batch_poll_interval": 0.05}
 OPENAI = "openai/gpt-test"
-ANTHROPIC = "anthropic/claude-test"
+ANTHROPIC = "anthropic/claude-sonnet-4-5"  # in the facts table: its sampling known, no probe
 PRICE_IN, PRICE_OUT = 1.0, 10_000.0  # USD per 1M tokens: the fake's 100 + 10 tokens cost 0.1001 a request
 FULL_COST = (100 * PRICE_IN + 10 * PRICE_OUT) / 1e6
 
@@ -90,7 +91,7 @@ def test_a_batch_run_answers_as_the_run_without_batch(model, tmp_path, prices, a
         assert all(x["method"] == "POST" and x["url"] == "/v1/chat/completions" for x in lines)
         assert {x["body"]["model"] for x in lines} == {"gpt-test"} and all(x["body"]["max_tokens"] == 16 for x in lines)
     else:
-        assert {x["params"]["model"] for x in lines} == {"claude-test"}
+        assert {x["params"]["model"] for x in lines} == {"claude-sonnet-4-5"}
         assert all(x["params"]["max_tokens"] == 16 and x["params"]["temperature"] == 0 for x in lines)
     log = events(tmp_path / "batched")
     kinds = [e["event"] for e in log]
@@ -295,16 +296,21 @@ def test_per_request_errors_are_sent_again_alone(model, tmp_path, anthropic_key)
         assert "the fake server broke on this one" in failure["error"] and "500" in failure["error"]
 
 
-def test_a_sampling_parameter_the_model_refuses_is_dropped(tmp_path, anthropic_key):
-    def line_error(batch, line, custom_id):
-        return (400, "`temperature` is deprecated for this model.") if batch == 1 else None
-
-    with FakeBatchServer(line_error=line_error) as fake:
-        result = run(fake, tmp_path / "run", ANTHROPIC, max_attempts=1, limit=3)
-        second = fake.batches["msgbatch_2"]["lines"]
-    assert result["counts"]["finished"] == 3  # not a try lost: asked again without it
-    assert all("temperature" not in x["params"] for x in second)
-    assert result["model"]["dropped_params"] == ["temperature"]
+def test_a_model_the_table_does_not_know_is_probed_before_its_batches(tmp_path, anthropic_key):
+    """Its sampling parameters are found by the pre-flight probe (one request, refused as the API
+    refuses), so no batch line carries one it refuses; a known model's lines are never probed for."""
+    with FakeBatchServer(refuses=("temperature",)) as fake:
+        result = run(fake, tmp_path / "run", "anthropic/claude-test", max_attempts=1, limit=3)
+        lines = fake.batches["msgbatch_1"]["lines"]
+        assert fake.chat_calls == 1 and fake.batch_sizes == [3]  # the probe, then one batch
+    assert result["counts"]["finished"] == 3
+    assert all("temperature" not in x["params"] for x in lines)
+    assert result["model"]["probe"]["refuses"] == ["temperature"]
+    # the table says it takes a temperature: a 400 for it stops the run (one line), never a lesson
+    with FakeBatchServer(refuses=("temperature",)) as fake:
+        with pytest.raises(ModelError, match="`temperature` is deprecated for this model"):
+            run(fake, tmp_path / "known", ANTHROPIC, max_attempts=1, limit=3)
+        assert fake.chat_calls == 0 and fake.batch_sizes == [3]  # not probed, not sent again without it
 
 
 def test_a_per_request_prompt_too_long_is_a_context_overflow(tmp_path):

@@ -195,7 +195,9 @@ def test_breakpoints_on_the_system_prompt_and_a_conversations_ends():
     assert marks(request([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yes"},
                           {"role": "user", "content": "ok"}])) == []  # fmt: skip
     # Haiku 4.5 caches from 4096 tokens: 3000-byte prefixes are left alone, the 9000-byte whole is not
-    assert min_cacheable_tokens("claude-haiku-4-5-20251001") == 4096 and min_cacheable_tokens("claude-x") == 1024
+    assert min_cacheable_tokens("claude-haiku-4-5-20251001") == 4096  # the facts table's
+    assert min_cacheable_tokens("claude-x") is None  # not in it: no minimum guessed ...
+    assert marks(request(short, model="claude-x")) == [("system",), (2, 0), (4, 0)]  # ... every shared prefix marked
     assert marks(request(TURNS, model="claude-haiku-4-5")) == [(2, 0), (4, 0)]
     assert marks(request(TURNS, model="claude-3-haiku")) == [("system",), (2, 0), (4, 0)]  # 2048
 
@@ -207,7 +209,7 @@ def test_anthropic_requests_carry_breakpoints_unless_turned_off(monkeypatch):
     with FaultServer(usage=(3000, 5, 2000, 900)) as server:
         for prompt_cache in (True, False):
             options = BackendOptions(base_url=server.url[: -len("/v1")], prompt_cache=prompt_cache)
-            backend = create_backend("anthropic/claude-x", options)
+            backend = create_backend("anthropic/claude-sonnet-4-5", options)  # known: no probe request
 
             async def go(backend=backend):
                 try:
@@ -260,11 +262,11 @@ def test_anthropic_loop_caches_its_conversation_and_prices_reads_and_writes(tmp_
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
     monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
     prices = tmp_path / "prices.yaml"
-    prices.write_text("models:\n  anthropic/claude-x: {input: 3.0, output: 15.0}\n")  # default cache rates
+    prices.write_text("models:\n  anthropic/claude-sonnet-4-5: {input: 3.0, output: 15.0}\n")  # default cache rates
     script = {"Scott Derrickson": ("Scott Derrickson", "yes")}
 
     def run(out, *extra):
-        argv = ["run", "--model", "anthropic/claude-x", "--base-url", server.url, "--dataset", "hotpotqa:dev",
+        argv = ["run", "--model", "anthropic/claude-sonnet-4-5", "--base-url", server.url, "--dataset", "hotpotqa:dev",
                 "--snapshot", str(hotpot_snapshot), "--setting", "open-book", "--context-size", "8192",
                 "--limit", "1", "--max-tokens", "16", "--no-cache", "--price-table", str(prices),
                 "--out", str(out), *extra]  # fmt: skip
@@ -282,7 +284,7 @@ def test_anthropic_loop_caches_its_conversation_and_prices_reads_and_writes(tmp_
     assert second["messages"][2]["content"][0]["type"] == "tool_result"
     assert all("cache_control" not in json.dumps(body) for body in posts[2:])
     assert row["usage"] == {"prompt_tokens": 10000, "completion_tokens": 20, "cache_read_tokens": 6000,
-                            "cache_write_tokens": 3000}  # fmt: skip
+                            "cache_write_tokens": 3000, "reasoning_tokens": 0}  # fmt: skip
     cost = 2 * (500 * 3.0 + 3000 * 0.3 + 1500 * 3.75 + 10 * 15.0) / 1e6
     assert row["cost_usd"] == pytest.approx(cost) and results["cost"]["model_usd"] == pytest.approx(cost)
     assert results["tokens"]["cache_read"] == 6000 and results["tokens"]["cache_write"] == 3000

@@ -2,15 +2,30 @@
 
 The harness speaks the OpenAI chat format; it is converted here (``to_anthropic_request``):
 system messages -> ``system``; function tools -> ``{name, description, input_schema}``; assistant
-``tool_calls`` -> ``tool_use`` blocks; ``role: "tool"`` messages -> ``tool_result`` blocks in a user
-turn; a named ``tool_choice`` -> ``{"type": "tool", "name": ...}``. Consecutive turns of one role are
-merged (the API wants them alternating).
+``tool_calls`` -> ``tool_use`` blocks, after the turn's ``thinking`` / ``redacted_thinking`` blocks
+(kept under ``reasoning_items`` and sent back unchanged); ``role: "tool"`` messages ->
+``tool_result`` blocks in a user turn; a named ``tool_choice`` -> ``{"type": "tool", "name": ...}``.
+Consecutive turns of one role are merged (the API wants them alternating).
 
-Sampling: the Messages API has no ``seed`` (ignored). ``anthropic`` >= 1.0 dropped ``temperature``
-and ``top_p`` from its signature and recent models reject them, so they are sent via ``extra_body``
-and, when a model answers 400 "`temperature` ... not supported/deprecated", dropped for the rest of
-the run (recorded in ``describe()["dropped_params"]``). ``top_p`` is only sent when it is not 1.0
-(some models refuse both together).
+API version: every request (messages, token counting, message batches) carries
+``anthropic-version: ANTHROPIC_VERSION``, sent explicitly rather than left to the installed SDK
+(anthropic 2.14's ``_constants.ANTHROPIC_API_VERSION`` is 2026-10-21, which refuses ``temperature``
+on every model; the SDK's ``default_headers`` let the client's own headers override it).
+
+What is sent comes from the model's facts (``harness/models/model_facts.yaml``), never from a reply:
+
+* sampling: ``temperature`` (and ``top_p`` when not 1.0) only where ``facts.sampling`` lists them,
+  and never with thinking on (Anthropic refuses temperature and top_k with thinking; top_p only
+  from 0.95 to 1). ``seed`` has no equivalent (ignored). A model the table does not know is probed
+  at pre-flight (``start()``: one tiny request before any sample) for the parameters it refuses;
+  the probe is recorded (``describe()["probe"]``). A sample's 400 is a failure, never a lesson.
+* thinking: ``always`` models get ``{"type": "adaptive", "display": "summarized"}``; ``optional``
+  ones ``{"type": "enabled", "budget_tokens": N}`` with ``--thinking-budget N`` only (checked before
+  any request: at least the model's minimum, below ``--max-tokens``; refused for a model that never
+  thinks or always does). Thinking text lands in ``ModelResponse.reasoning``, its tokens
+  (``output_tokens_details.thinking_tokens``) in ``Usage.reasoning_tokens``.
+* the context window and the prompt cache's minimum prefix: the table's (unknown model: no context
+  size without ``--context-size``, and every shared prefix marked).
 
 Prompt caching (``--no-prompt-cache`` turns it off): ``cache_control`` breakpoints on the shared
 prefix (``add_cache_breakpoints``); the reply's cache reads and writes are recorded in ``Usage`` and
@@ -18,6 +33,7 @@ priced at their own rates.
 
 Replies are read as in ``openai_compat``: a byte cap while reading, one deadline per request, and a
 reply that is not a message (``content`` not a list of blocks, an HTML page) a transient fault.
+``stop_reason: refusal`` keeps its explanation (or text) in ``ModelResponse.refusal``.
 
 ``count_tokens`` calls the API's ``/v1/messages/count_tokens`` (a user message holding the text; it
 includes a few tokens of message framing), so it needs ``ANTHROPIC_API_KEY`` and network access.
@@ -25,9 +41,9 @@ includes a few tokens of message framing), so it needs ``ANTHROPIC_API_KEY`` and
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
-import re
 import uuid
 from typing import Any, Mapping
 
@@ -44,6 +60,7 @@ from harness.models.base import (
     env_base_url,
     register_backend,
 )
+from harness.models.facts import ModelFacts, facts_for
 from harness.models.http_reply import (
     ReplyRejected,
     capped_sdk_http_client,
@@ -58,7 +75,19 @@ from harness.models.openai_compat import map_api_error
 API_KEY_ENV = "ANTHROPIC_API_KEY"
 BASE_URL_ENV = "ANTHROPIC_BASE_URL"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
-DEFAULT_CONTEXT = 200_000
+
+# The Messages API version sent with every request. 2023-06-01 keeps the sampling parameters the
+# models that take them accept; 2026-10-21 removes temperature, top_p and top_k for every model
+# (https://platform.claude.com/docs/en/api/versioning, read 2026-11-26), so greedy decoding would
+# be lost on Haiku 4.5 (recorded taking temperature 0.2: pydantic-ai's cassette
+# test_anthropic_sampling_settings_reach_the_wire.yaml) or Sonnet 4.6. 2023-06-01 is what the SDK
+# sent before 2.0 (anthropics/anthropic-sdk-python src/anthropic/_client.py, v0.121.0) and so what
+# pydantic-ai's recordings of adaptive thinking and thinking_tokens on claude-opus-5 were made with
+# (anthropic 1.0.0 in its uv.lock at 4fda3898): the reply shapes parsed here are that version's.
+ANTHROPIC_VERSION = "2023-06-01"
+# What every request carried before the version was pinned (the batch path's; the SDK's before 2.0):
+# left out of the run and cache keys, so the keys of earlier runs stay valid; any other value is in.
+NEUTRAL_ANTHROPIC_VERSION = "2023-06-01"
 
 STOP_REASONS = {
     "end_turn": "stop",
@@ -69,25 +98,34 @@ STOP_REASONS = {
     "model_context_window_exceeded": "length",
 }
 
-# Prompt caching: the shortest prefix (tokens) each model caches, from Anthropic's prompt-caching
-# page (longest matching name prefix; others 1024). A shorter prefix marked is simply not cached.
-MIN_CACHEABLE_TOKENS = {
-    "claude-opus-4-6": 4096,
-    "claude-opus-4-5": 4096,
-    "claude-haiku-4-5": 4096,
-    "claude-sonnet-4-6": 2048,
-    "claude-3-5-haiku": 2048,
-    "claude-3-haiku": 2048,
-}
-DEFAULT_MIN_CACHEABLE_TOKENS = 1024
 # what a prefix may hold beside its bytes (a token is at least one byte): role framing per turn, and
 # the tool-use system prompt the API adds when tools are sent (a few hundred tokens)
 FRAMING_TOKENS = 8
 TOOL_PROMPT_TOKENS = 600
 
-_SAMPLING_REJECTED = re.compile(
-    r"`?(temperature|top_p|top_k)`?[^.]*\b(deprecated|not supported|unsupported|cannot)", re.I
-)
+# Thinking for models that always think: adaptive (the only kind they take; "disabled" and a
+# budget are refused with a 400), its text summarized (the default on Opus 5.5 is "omitted": empty
+# thinking text). The shape of the recorded request to claude-opus-5 (pydantic-ai
+# tests/models/cassettes/test_anthropic/test_anthropic_opus_5_features.yaml) and of
+# https://platform.claude.com/docs/en/models/opus-5-5/whats-new-opus-5-5 ("Thinking can't be disabled").
+ADAPTIVE_THINKING = {"type": "adaptive", "display": "summarized"}
+# https://platform.claude.com/docs/en/build-with-claude/extended-thinking: budget_tokens at least 1,024
+MIN_THINKING_BUDGET = 1024
+# With thinking on, top_p is taken from 0.95 to 1 only; temperature and top_k not at all (extended
+# thinking docs, "Feature compatibility").
+THINKING_TOP_P_FLOOR = 0.95
+# the block kinds a reply's thinking comes in; sent back unchanged, first in their assistant turn
+THINKING_BLOCKS = ("thinking", "redacted_thinking")
+
+# How the API refuses a sampling parameter a model does not take (400 invalid_request_error), as
+# reported verbatim: "`temperature` is deprecated for this model." (github.com/danielmiessler/Fabric
+# issue 2109, claude-opus-4-7; github.com/BitterSecurity/Decepticon issue 107) and "`temperature` and
+# `top_p` cannot both be specified for this model. Please use only one." (github.com/Vali-98/ChatterUI
+# issue 564, claude-sonnet-4-6). No recording of either is in pydantic-ai's cassettes.
+REFUSED_PARAM = "`{param}` is deprecated for this model"
+REFUSED_TOGETHER = "`temperature` and `top_p` cannot both be specified"
+# the pre-flight probe: the smallest request that shows whether the sampling parameters are taken
+PROBE_MESSAGES = [{"role": "user", "content": [{"type": "text", "text": "Say OK."}]}]
 
 
 # --------------------------------------------------------------------------- conversion
@@ -175,7 +213,13 @@ def to_anthropic_messages(messages: list[dict[str, Any]]) -> tuple[str | None, l
             text = _text_of(msg.get("content"))
             add("user", [{"type": "text", "text": text}] if text else [])
         elif role == "assistant":
-            blocks: list[dict[str, Any]] = []
+            # the turn's thinking first, unchanged (signature and all): the API checks it in a tool
+            # loop; other providers' items (OpenAI reasoning) are not Anthropic's to send
+            blocks: list[dict[str, Any]] = [
+                dict(item)
+                for item in msg.get("reasoning_items") or []
+                if isinstance(item, Mapping) and item.get("type") in THINKING_BLOCKS
+            ]
             text = _text_of(msg.get("content"))
             if text:
                 blocks.append({"type": "text", "text": text})
@@ -207,12 +251,10 @@ def to_anthropic_messages(messages: list[dict[str, Any]]) -> tuple[str | None, l
     return ("\n\n".join(system_parts) or None), out
 
 
-def min_cacheable_tokens(model: str) -> int:
-    name = model.lower()
-    for prefix in sorted(MIN_CACHEABLE_TOKENS, key=len, reverse=True):
-        if name.startswith(prefix):
-            return MIN_CACHEABLE_TOKENS[prefix]
-    return DEFAULT_MIN_CACHEABLE_TOKENS
+def min_cacheable_tokens(model: str) -> int | None:
+    """The shortest prefix (tokens) the model caches, from the facts table; None where it is unknown."""
+    facts = facts_for("anthropic", model)
+    return facts.cache_min_tokens if facts is not None else None
 
 
 def _size(block: dict[str, Any]) -> int:
@@ -250,7 +292,10 @@ def add_cache_breakpoints(kwargs: dict[str, Any], min_tokens: int) -> int:
     for i, message in enumerate(messages):
         size += FRAMING_TOKENS + sum(_size(b) for b in message["content"])
         if i in ends and size >= min_tokens and message["content"]:
-            message["content"][-1]["cache_control"] = {"type": "ephemeral"}
+            last = message["content"][-1]
+            if last.get("type") in THINKING_BLOCKS:
+                continue  # a thinking block goes back exactly as it came: nothing added to it
+            last["cache_control"] = {"type": "ephemeral"}
             marked += 1
     return marked
 
@@ -261,11 +306,17 @@ def to_anthropic_request(
     params: GenerationParams,
     tools: list[dict[str, Any]] | None = None,
     tool_choice: Any = None,
-    dropped: set[str] | frozenset[str] = frozenset(),
+    *,
+    sampling: Mapping[str, float] | None = None,
+    thinking: Mapping[str, Any] | None = None,
     prompt_cache: bool = False,
+    cache_min_tokens: int | None = None,
 ) -> dict[str, Any]:
-    """Keyword arguments for ``client.messages.create`` (``seed`` has no equivalent: ignored);
-    ``prompt_cache``: with ``cache_control`` breakpoints (``add_cache_breakpoints``)."""
+    """Keyword arguments for ``client.messages.create``: exactly the ``sampling`` parameters and the
+    ``thinking`` object given (the backend decides them from the model's facts; ``seed`` has no
+    equivalent), both in ``extra_body`` (anthropic >= 1.0 has no ``temperature`` argument).
+    ``prompt_cache``: with ``cache_control`` breakpoints (``add_cache_breakpoints``) on prefixes of
+    at least ``cache_min_tokens`` (default: the model's, from the facts table; unknown: every one)."""
     system, converted = to_anthropic_messages(messages)
     kwargs: dict[str, Any] = {"model": model, "max_tokens": params.max_tokens, "messages": converted}
     if system:
@@ -276,21 +327,28 @@ def to_anthropic_request(
         if choice is not None:
             kwargs["tool_choice"] = choice
     if prompt_cache:
-        add_cache_breakpoints(kwargs, min_cacheable_tokens(model))
-    extra: dict[str, Any] = {}
-    if "temperature" not in dropped:
-        extra["temperature"] = params.temperature
-    if params.top_p != 1.0 and "top_p" not in dropped:
-        extra["top_p"] = params.top_p
+        if cache_min_tokens is None:
+            cache_min_tokens = min_cacheable_tokens(model) or 0
+        add_cache_breakpoints(kwargs, cache_min_tokens)
+    extra: dict[str, Any] = dict(sampling or {})
+    if thinking:
+        extra["thinking"] = dict(thinking)
     if extra:
         kwargs["extra_body"] = extra
     return kwargs
 
 
+def wire_body(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON body ``client.messages.create(**kwargs)`` sends: ``extra_body`` merged in."""
+    return {**{k: v for k, v in kwargs.items() if k != "extra_body"}, **kwargs.get("extra_body", {})}
+
+
 def from_anthropic_message(message: Any, where: str = "Anthropic API") -> ModelResponse:
     """An Anthropic ``Message`` (the parsed JSON, or an SDK object) -> ``ModelResponse``. A reply that
     is not one (no content list, a block of the wrong type) is a ``TransientModelError`` naming the
-    field: retried, never passed off as an (empty) answer."""
+    field: retried, never passed off as an (empty) answer. ``thinking`` / ``redacted_thinking``
+    blocks are kept whole in ``reasoning_items`` (sent back unchanged in a tool loop), the thinking
+    text in ``reasoning``."""
     if hasattr(message, "model_dump"):
         message = message.model_dump()
 
@@ -307,7 +365,7 @@ def from_anthropic_message(message: Any, where: str = "Anthropic API") -> ModelR
 
     if not isinstance(message, dict):
         raise fault(f"reply is {json_kind(message)}, not a message object")
-    texts, calls = [], []
+    texts, calls, thoughts, items = [], [], [], []
     for i, block in enumerate(get(message, "content", "reply", list, "a list of blocks", optional=False)):
         path = f"content[{i}]"
         if not isinstance(block, dict):
@@ -323,15 +381,35 @@ def from_anthropic_message(message: Any, where: str = "Anthropic API") -> ModelR
                     arguments=json.dumps(get(block, "input", path, dict, "an object") or {}),
                 )
             )
+        elif kind == "thinking":
+            get(block, "signature", path, str, "text", optional=False)  # without it the block cannot go back
+            thought = get(block, "thinking", path, str, "text") or ""
+            if thought:
+                thoughts.append(thought)
+            items.append(block)
+        elif kind == "redacted_thinking":
+            get(block, "data", path, str, "text", optional=False)
+            items.append(block)
     usage = get(message, "usage", "reply", dict, "an object") or {}
     counts = {}
     for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens"):
         counts[key] = get(usage, key, "usage", int, "a whole number") or 0
         if counts[key] < 0:
             raise fault(f"usage.{key} is {counts[key]}, not a count")
+    details = get(usage, "output_tokens_details", "usage", dict, "an object") or {}
+    thinking_tokens = get(details, "thinking_tokens", "usage.output_tokens_details", int, "a whole number") or 0
+    if not 0 <= thinking_tokens <= counts["output_tokens"]:
+        raise fault(f"usage.output_tokens_details.thinking_tokens is {thinking_tokens}, not a part of output_tokens")
     reason = get(message, "stop_reason", "reply", str, "text")
+    text = "".join(texts) if texts else None
+    refusal = None
+    if reason == "refusal":
+        # the classifier's explanation where the reply has one, else what was said before the cut
+        stop = message.get("stop_details") if isinstance(message.get("stop_details"), dict) else {}
+        explanation = stop.get("explanation") if isinstance(stop.get("explanation"), str) else None
+        refusal = explanation or text or "declined (stop_reason refusal)"
     return ModelResponse(
-        content="".join(texts) if texts else None,
+        content=text,
         tool_calls=calls,
         finish_reason=STOP_REASONS.get(reason, reason),
         usage=Usage(
@@ -341,9 +419,25 @@ def from_anthropic_message(message: Any, where: str = "Anthropic API") -> ModelR
             completion_tokens=counts["output_tokens"],
             cache_read_tokens=counts["cache_read_input_tokens"],
             cache_write_tokens=counts["cache_creation_input_tokens"],
+            reasoning_tokens=thinking_tokens,
         ),
         model=get(message, "model", "reply", str, "text"),
+        reasoning="\n\n".join(thoughts) if thoughts else None,
+        reasoning_items=items,
+        refusal=refusal,
     )
+
+
+def refused_param(message: str, sent: Mapping[str, Any]) -> str | None:
+    """The sampling parameter a 400's ``message`` says the model does not take, of those ``sent``
+    (the recorded wordings, ``REFUSED_PARAM`` / ``REFUSED_TOGETHER``); None for any other 400."""
+    text = message.lower()
+    if "top_p" in sent and "temperature" in sent and REFUSED_TOGETHER.lower() in text:
+        return "top_p"  # "cannot both be specified": keep the temperature
+    for param in sent:
+        if REFUSED_PARAM.format(param=param).lower() in text:
+            return param
+    return None
 
 
 # --------------------------------------------------------------------------- backend
@@ -353,11 +447,16 @@ class AnthropicBackend(ModelBackend):
         super().__init__(model, options)
         self._clients: dict[int, tuple[Any, Any]] = {}
         self._sync_client: Any = None
-        self.dropped_params: set[str] = set()
         self._token_cache: dict[str, int] = {}
+        self._probe_locks: dict[int, tuple[Any, asyncio.Lock]] = {}
         # The SDK itself falls back to ANTHROPIC_BASE_URL: read here, so it is sent, recorded and keyed alike.
         self.env_base_url = None if options.base_url else env_base_url(BASE_URL_ENV, API_KEY_ENV)
         self.base_url = options.base_url or self.env_base_url
+        self.api_version = ANTHROPIC_VERSION
+        # None: the table does not know the model; its sampling parameters are probed (start())
+        self.facts: ModelFacts | None = facts_for("anthropic", model)
+        self.probed: dict[str, bool] = {}  # sampling parameter -> taken (unknown models)
+        self.probe_log: list[dict[str, Any]] = []
 
     # setup ---------------------------------------------------------------------
     def api_key(self) -> str:
@@ -374,17 +473,17 @@ class AnthropicBackend(ModelBackend):
         return anthropic
 
     def where(self) -> str:
-        return (
-            f"Anthropic API at {strip_credentials(self.base_url)}" if self.base_url else "Anthropic API"
-        )
+        return f"Anthropic API at {strip_credentials(self.base_url)}" if self.base_url else "Anthropic API"
 
     def http_transport(self) -> str:
         """``--http-client`` resolved: aiohttp or httpx."""
         return resolve_http_client(self.options.http_client)
 
-    def client(self) -> Any:
-        import asyncio
+    def default_headers(self) -> dict[str, str]:
+        """Sent with every SDK request: the pinned API version, not the installed SDK's."""
+        return {"anthropic-version": self.api_version}
 
+    def client(self) -> Any:
         loop = asyncio.get_running_loop()
         entry = self._clients.get(id(loop))
         if entry is not None and entry[0] is loop:
@@ -396,6 +495,7 @@ class AnthropicBackend(ModelBackend):
             base_url=self.base_url,
             max_retries=0,  # retries are ours
             timeout=self.options.request_timeout,  # per read; within_deadline bounds the whole request
+            default_headers=self.default_headers(),
             http_client=capped_sdk_http_client(anthropic, self.options.max_response_bytes, self.http_transport()),
         )
         self._clients[id(loop)] = (loop, client)
@@ -407,6 +507,12 @@ class AnthropicBackend(ModelBackend):
         from harness.models.openai_compat import check_reachable
 
         await check_reachable((self.base_url or DEFAULT_BASE_URL).rstrip("/") + "/v1")
+        if self.facts is None:  # before any sample: what the model refuses is known, not met
+            from harness.models.retry import retrying
+
+            await retrying(
+                lambda: self.ensure_probed(GenerationParams()), self.options.max_attempts, self.options.retry_max_wait
+            )
 
     async def close(self) -> None:
         clients, self._clients = self._clients, {}
@@ -418,57 +524,181 @@ class AnthropicBackend(ModelBackend):
             except Exception:
                 pass
 
+    # what a request carries ------------------------------------------------------
+    def thinking_mode(self) -> str:
+        """never / optional / always from the facts; ``unknown`` for a model the table lacks."""
+        return self.facts.thinking if self.facts is not None else "unknown"
+
+    def check_params(self, params: GenerationParams) -> None:
+        """The thinking budget against the model's facts, one line (``ModelError``) before any request."""
+        budget, mode, name = params.thinking_budget, self.thinking_mode(), f"anthropic/{self.model}"
+        if budget is None:
+            return
+        if mode == "never":
+            raise ModelError(
+                f"--thinking-budget {budget}: {name} does not think (thinking: never in "
+                "harness/models/model_facts.yaml); drop --thinking-budget"
+            )
+        if mode == "always":
+            raise ModelError(
+                f"--thinking-budget {budget}: {name} always thinks, adaptively (the API refuses a budget for it); "
+                "drop --thinking-budget"
+            )
+        least = (self.facts.min_thinking_budget if self.facts is not None else None) or MIN_THINKING_BUDGET
+        if budget < least:
+            raise ModelError(f"--thinking-budget {budget}: {name} takes a thinking budget of at least {least} tokens")
+        if budget >= params.max_tokens:
+            raise ModelError(
+                f"--thinking-budget {budget} must be below --max-tokens {params.max_tokens}: the thinking is "
+                "part of the answer's token budget"
+            )
+
+    def thinking(self, params: GenerationParams) -> dict[str, Any] | None:
+        """The ``thinking`` object of a request (None: none sent)."""
+        if self.thinking_mode() == "always":
+            return dict(ADAPTIVE_THINKING)
+        if params.thinking_budget is not None:
+            return {"type": "enabled", "budget_tokens": params.thinking_budget}
+        return None
+
+    def wanted_sampling(self, params: GenerationParams) -> dict[str, float]:
+        """The sampling parameters a request with ``params`` would carry where the model takes them:
+        the temperature, top_p when not 1.0; with thinking on only a top_p from 0.95 up."""
+        if self.thinking(params) is not None:
+            top_p = params.top_p
+            return {"top_p": top_p} if THINKING_TOP_P_FLOOR <= top_p < 1.0 else {}
+        wanted = {"temperature": params.temperature}
+        if params.top_p != 1.0:
+            wanted["top_p"] = params.top_p
+        return wanted
+
+    def takes(self, param: str) -> bool | None:
+        """Whether the model takes ``param``: its facts, else what the probe found (None: not probed)."""
+        if self.facts is not None:
+            return self.facts.takes(param)
+        return self.probed.get(param)
+
+    def sampling(self, params: GenerationParams) -> dict[str, float]:
+        wanted = self.wanted_sampling(params)
+        unprobed = [p for p in wanted if self.takes(p) is None]
+        if unprobed:  # the batch path builds requests without a chance to probe first
+            raise ModelError(
+                f"anthropic/{self.model} is not in harness/models/model_facts.yaml and was not probed for "
+                f"{', '.join(unprobed)}: add it to the table, or run without --batch"
+            )
+        return {p: v for p, v in wanted.items() if self.takes(p)}
+
+    def request_kwargs(
+        self, messages, params: GenerationParams, tools=None, tool_choice=None, prompt_cache: bool | None = None
+    ) -> dict[str, Any]:
+        """The ``messages.create`` arguments for one request (``prompt_cache``: default the option)."""
+        self.check_params(params)
+        facts = self.facts
+        return to_anthropic_request(
+            self.model,
+            messages,
+            params,
+            tools,
+            tool_choice,
+            sampling=self.sampling(params),
+            thinking=self.thinking(params),
+            prompt_cache=self.options.prompt_cache if prompt_cache is None else prompt_cache,
+            cache_min_tokens=(facts.cache_min_tokens if facts is not None else None) or 0,
+        )
+
+    # the pre-flight probe (models the table does not know) ----------------------
+    def _probe_lock(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        held = self._probe_locks.get(id(loop))
+        if held is None or held[0] is not loop:
+            held = (loop, asyncio.Lock())
+            self._probe_locks = {id(loop): held}
+        return held[1]
+
+    async def ensure_probed(self, params: GenerationParams) -> None:
+        """For a model the table does not know: the sampling parameters ``params`` would send that
+        have not been tried yet, tried in tiny requests of their own (``max_tokens`` 1) until none is
+        refused. Found once; recorded in ``probe_log``. Any other error is the request's own
+        (a 404 for a model that does not exist: one line, before any sample)."""
+        if self.facts is not None:
+            return
+        if all(p in self.probed for p in self.wanted_sampling(params)):
+            return
+        async with self._probe_lock():
+            wanted = self.wanted_sampling(params)
+            if all(p in self.probed for p in wanted):
+                return
+            anthropic, client, where = self._sdk(), self.client(), self.where()
+            send = {p: v for p, v in wanted.items() if self.probed.get(p, True)}
+            while send:
+                try:
+                    await within_deadline(
+                        client.messages.with_raw_response.create(
+                            model=self.model, max_tokens=1, messages=PROBE_MESSAGES, extra_body=send
+                        ),
+                        self.options.request_timeout,
+                        where,
+                    )
+                except anthropic.APIError as exc:
+                    from harness.models.openai_compat import error_message
+
+                    refused = (
+                        refused_param(error_message(exc), send) if getattr(exc, "status_code", None) == 400 else None
+                    )
+                    if refused is None:
+                        raise map_api_error(exc, anthropic, where, self.model) from exc
+                    self.probed[refused] = False
+                    self.probe_log.append(
+                        {"sent": dict(send), "status": 400, "refused": refused, "error": error_message(exc)}
+                    )
+                    del send[refused]
+                    if all(p in self.probed for p in send):
+                        break  # what is left was taken before
+                    continue
+                self.probed.update({p: True for p in send})
+                self.probe_log.append({"sent": dict(send), "status": 200})
+                break
+
+    def probe_facts(self) -> dict[str, Any] | None:
+        if self.facts is not None or not self.probe_log:
+            return None
+        return {
+            "why": f"anthropic/{self.model} is not in harness/models/model_facts.yaml",
+            "takes": sorted(p for p, ok in self.probed.items() if ok),
+            "refuses": sorted(p for p, ok in self.probed.items() if not ok),
+            "requests": [dict(x) for x in self.probe_log],
+        }
+
     # generation ----------------------------------------------------------------
     async def _generate(self, messages, params: GenerationParams, tools=None, tool_choice=None) -> ModelResponse:
+        self.check_params(params)
+        await self.ensure_probed(params)
         anthropic = self._sdk()
         client = self.client()
-        for _ in range(3):  # at most: drop temperature, then top_p
-            kwargs = to_anthropic_request(
-                self.model, messages, params, tools, tool_choice, self.dropped_params, self.options.prompt_cache
+        kwargs = self.request_kwargs(messages, params, tools, tool_choice)
+        where = self.where()
+        try:
+            raw = await within_deadline(
+                client.messages.with_raw_response.create(**kwargs), self.options.request_timeout, where
             )
-            where = self.where()
-            try:
-                raw = await within_deadline(
-                    client.messages.with_raw_response.create(**kwargs), self.options.request_timeout, where
-                )
-            except ReplyRejected as exc:  # the body was over the cap or unreadable
-                raise type(exc)(f"{where}: {exc}") from exc
-            except anthropic.APIError as exc:
-                unreadable = caused_by(exc, ReplyRejected)  # older SDKs wrap what the body stream raised
-                if unreadable is not None:
-                    raise type(unreadable)(f"{where}: {unreadable}") from unreadable
-                rejected = self._rejected_param(exc, kwargs)
-                if rejected:
-                    self.dropped_params.add(rejected)
-                    continue
-                raise map_api_error(exc, anthropic, where, self.model) from exc
-            # parsed here, not by the SDK: its lenient models turn a malformed reply into an empty answer
-            return from_anthropic_message(reply_json(raw.http_response, where), where)
-        raise ModelError(f"{self.where()} rejected the sampling parameters of {self.model}")
-
-    @staticmethod
-    def _rejected_param(exc: Exception, kwargs: dict[str, Any]) -> str | None:
-        """``temperature``/``top_p`` when a 400 says the model does not take it (and we sent it)."""
-        if getattr(exc, "status_code", None) != 400:
-            return None
-        from harness.models.openai_compat import error_message
-
-        message, sent = error_message(exc), kwargs.get("extra_body", {})
-        if "top_p" in sent and "temperature" in message and "top_p" in message and "both" in message:
-            return "top_p"  # "temperature and top_p cannot both be specified": keep the temperature
-        match = _SAMPLING_REJECTED.search(message)
-        if match and match.group(1).lower() in sent:
-            return match.group(1).lower()
-        return None
+        except ReplyRejected as exc:  # the body was over the cap or unreadable
+            raise type(exc)(f"{where}: {exc}") from exc
+        except anthropic.APIError as exc:
+            unreadable = caused_by(exc, ReplyRejected)  # older SDKs wrap what the body stream raised
+            if unreadable is not None:
+                raise type(unreadable)(f"{where}: {unreadable}") from unreadable
+            raise map_api_error(exc, anthropic, where, self.model) from exc
+        # parsed here, not by the SDK: its lenient models turn a malformed reply into an empty answer
+        return from_anthropic_message(reply_json(raw.http_response, where), where)
 
     # facts ---------------------------------------------------------------------
     def context_size(self) -> int | None:
         if self.options.context_size:
             return self.options.context_size
-        return DEFAULT_CONTEXT if self.model.startswith("claude") else None
+        return self.facts.input_limit if self.facts is not None else None
 
     def max_context_size(self) -> int | None:
-        return DEFAULT_CONTEXT if self.model.startswith("claude") else None
+        return self.facts.context_window if self.facts is not None else None
 
     def count_tokens(self, text: str) -> int:
         """Input tokens of one user message holding ``text`` (``/v1/messages/count_tokens``)."""
@@ -481,7 +711,11 @@ class AnthropicBackend(ModelBackend):
         anthropic = self._sdk()
         if self._sync_client is None:
             self._sync_client = anthropic.Anthropic(
-                api_key=self.api_key(), base_url=self.base_url, max_retries=2, timeout=60.0
+                api_key=self.api_key(),
+                base_url=self.base_url,
+                max_retries=2,
+                timeout=60.0,
+                default_headers=self.default_headers(),
             )
         try:
             result = self._sync_client.messages.count_tokens(
@@ -501,30 +735,47 @@ class AnthropicBackend(ModelBackend):
         return strip_credentials(self.base_url or DEFAULT_BASE_URL)
 
     def identity_facts(self) -> dict[str, Any]:
-        return endpoint_fact(self.env_base_url, DEFAULT_BASE_URL)
+        facts = endpoint_fact(self.env_base_url, DEFAULT_BASE_URL)
+        if self.api_version != NEUTRAL_ANTHROPIC_VERSION:  # another API version may answer otherwise
+            facts["anthropic_version"] = self.api_version
+        return facts
 
     def usage_facts(self) -> dict[str, Any]:
-        # found while the run went (describe() is read before the first request)
-        return {"dropped_params": sorted(self.dropped_params)} if self.dropped_params else {}
+        # a probe made after describe() was read (a top_p first seen in a request)
+        probe = self.probe_facts()
+        return {"probe": probe} if probe else {}
 
     def describe(self) -> dict[str, Any]:
         info = super().describe()
+        info["anthropic_version"] = self.api_version
         info["ignored_params"] = ["seed"]
         info["http_client"] = self.http_transport()
-        info["prompt_cache"] = {"enabled": self.options.prompt_cache, "min_tokens": min_cacheable_tokens(self.model)}
-        if self.dropped_params:
-            info["dropped_params"] = sorted(self.dropped_params)
+        info["facts"] = self.facts.describe() if self.facts is not None else None
+        info["thinking"] = self.thinking_mode()
+        if self.facts is None:
+            info["facts_note"] = (
+                f"anthropic/{self.model} is not in harness/models/model_facts.yaml: its context window is "
+                "unknown (--context-size sets one) and its sampling parameters were probed"
+            )
+        cache_min = self.facts.cache_min_tokens if self.facts is not None else None
+        info["prompt_cache"] = {"enabled": self.options.prompt_cache, "min_tokens": cache_min}
+        probe = self.probe_facts()
+        if probe:
+            info["probe"] = probe
         return info
 
 
 __all__ = [
+    "ANTHROPIC_VERSION",
     "API_KEY_ENV",
     "AnthropicBackend",
     "add_cache_breakpoints",
     "from_anthropic_message",
     "min_cacheable_tokens",
+    "refused_param",
     "to_anthropic_messages",
     "to_anthropic_request",
     "to_anthropic_tool_choice",
     "to_anthropic_tools",
+    "wire_body",
 ]

@@ -532,15 +532,15 @@ class AnthropicBatchAPI(HttpBatchAPI):
         return f"message batches API at {strip_credentials(self.base)}"
 
     def headers(self) -> dict[str, str]:
-        return {"x-api-key": self.backend.api_key(), "anthropic-version": "2023-06-01"}
+        # the API version the backend pins for its own requests (anthropic_api.ANTHROPIC_VERSION)
+        return {"x-api-key": self.backend.api_key(), "anthropic-version": self.backend.api_version}
 
     def body(self, messages, params, tools, tool_choice) -> dict[str, Any]:
-        from harness.models.anthropic_api import to_anthropic_request
+        """The request as the backend builds it one at a time (sampling and thinking from the model's
+        facts or its probe), ``extra_body`` merged in; without cache breakpoints, as before."""
+        from harness.models.anthropic_api import wire_body
 
-        kwargs = to_anthropic_request(
-            self.backend.model, messages, params, tools, tool_choice, self.backend.dropped_params
-        )
-        return {**{k: v for k, v in kwargs.items() if k != "extra_body"}, **kwargs.get("extra_body", {})}
+        return wire_body(self.backend.request_kwargs(messages, params, tools, tool_choice, prompt_cache=False))
 
     def line(self, custom_id: str, body: dict[str, Any]) -> dict[str, Any]:
         return {"custom_id": custom_id, "params": body}
@@ -549,21 +549,6 @@ class AnthropicBatchAPI(HttpBatchAPI):
         from harness.models.anthropic_api import from_anthropic_message
 
         return from_anthropic_message(body, where)
-
-    def drop_rejected(self, message: str, body: dict[str, Any]) -> bool:
-        """A 400 saying the model takes no ``temperature``/``top_p`` that was sent: dropped for the
-        rest of the run (``dropped_params``, as without --batch), True."""
-        from harness.models.anthropic_api import _SAMPLING_REJECTED
-
-        if "top_p" in body and "temperature" in message and "top_p" in message and "both" in message:
-            param = "top_p"  # "cannot both be specified": keep the temperature
-        else:
-            match = _SAMPLING_REJECTED.search(message)
-            param = match.group(1).lower() if match and match.group(1).lower() in body else None
-        if param is None:
-            return False
-        self.backend.dropped_params.add(param)
-        return True
 
     async def upload(self, key: str, lines: list[dict[str, Any]]) -> str:
         return ""  # the requests travel in the create call
