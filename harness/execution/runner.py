@@ -144,6 +144,8 @@ class Run:
         self.backend = create_backend(config.model, config.backend)
         # a native tool strategy: vllm/ launches its server with a tool-call parser (refused here without one)
         self.backend.native_tools = self.agent.protocol == "native"
+        # the decoding knobs against the model's facts (a thinking budget a model refuses): before any request
+        self.backend.check_params(config.generation)
         self.snapshot = self._open_snapshot()
         info = self.dataset.info
         self.hash_extra = {

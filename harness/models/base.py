@@ -317,6 +317,10 @@ class ModelBackend(ABC):
     async def close(self) -> None:
         """Release the model or stop a launched server. Must be safe to call twice."""
 
+    def check_params(self, params: GenerationParams) -> None:
+        """Refuse (``ModelError``, one line) decoding knobs this model cannot take, before anything is
+        sent: the runner calls it once the backend is made, before ``start()``."""
+
     # generation ----------------------------------------------------------------
     @abstractmethod
     async def _generate(
