@@ -23,12 +23,18 @@ class TransientModelError(Exception):
     """A request failed in a way worth retrying (429, 5xx, timeout, dropped connection).
 
     ``retry_after`` carries the server's Retry-After hint in seconds, when it sent one.
+    ``should_retry`` False: the server said this request is not worth sending again
+    (``x-should-retry: false``, or a wait past ``--retry-max-wait``): it fails at once, as this
+    sample's failure, and a rerun sends it again.
     """
 
-    def __init__(self, message: str, retry_after: float | None = None, status: int | None = None):
+    def __init__(
+        self, message: str, retry_after: float | None = None, status: int | None = None, should_retry: bool = True
+    ):
         super().__init__(message)
         self.retry_after = retry_after
         self.status = status
+        self.should_retry = should_retry
 
 
 class ProcessDiedError(ModelError):

@@ -2,7 +2,8 @@
 next fault of a script, then by ``default``. Bounded: hangs sleep a fixed time, the server stops
 with the test.
 
-Faults: ``ok`` (a normal answer), ``slow`` (the same after ``hang_s`` seconds), ``429`` (with ``Retry-After``), ``500``, ``503``, ``hang`` (no
+Faults: ``ok`` (a normal answer), ``slow`` (the same after ``hang_s`` seconds), ``429`` (with ``Retry-After``), ``500``, ``503``
+(these three with ``error_headers`` too: ``x-should-retry``), ``hang`` (no
 answer for ``hang_s`` seconds, then the connection closes), ``drop`` (the connection closes with
 no response), ``invalid-json`` (200 whose body is not JSON), ``no-choices`` (200 with an empty
 ``choices``), ``bad-tool-args`` (a tool call whose arguments are not JSON), ``huge`` (a
@@ -68,7 +69,9 @@ class FaultServer(LoopbackServer):
         trickle_s: float = 0.05,
         bomb_bytes: int = 256 * 2**20,
         usage: tuple[int, int, int, int] = (10, 2, 0, 0),  # prompt, completion, cache read, cache write
+        error_headers: dict[str, str] | None = None,
     ):
+        self.error_headers = dict(error_headers or {})
         self.script = list(script or [])
         self.default = default
         self.answer = answer
@@ -184,9 +187,9 @@ class FaultServer(LoopbackServer):
             time.sleep(self.hang_s)
             h._send(200, self.completion(body, self.answer))
         elif fault == "429":
-            error(429, "Rate limit reached", {"Retry-After": self.retry_after})
+            error(429, "Rate limit reached", {"Retry-After": self.retry_after, **self.error_headers})
         elif fault in ("500", "503"):
-            error(int(fault), "The server had an error")
+            error(int(fault), "The server had an error", self.error_headers)
         elif fault == "hang":
             time.sleep(self.hang_s)
             h.close_connection = True

@@ -46,3 +46,45 @@ def test_config_file_drives_a_real_run(tmp_path):
     assert sample["id"] == "2120afba8009bad3"
     assert "Current date: 12-31-2025." in sample["messages"][0]["content"]
     assert sample["usage"]["completion_tokens"] <= 6
+
+
+# ---- the answer budget where --max-tokens does not say, and where it came from -----------------------
+REASONING_GUIDE = "https://platform.openai.com/docs/guides/reasoning"
+
+
+@pytest.mark.parametrize(
+    "model, tokens, source",
+    [
+        ("openai/o3", 25000, f"model facts openai/o3: {REASONING_GUIDE}"),
+        ("openai/gpt-5-2025-08-07", 25000, f"model facts openai/gpt-5: {REASONING_GUIDE}"),  # a snapshot of it
+        ("openai/gpt-4o", 512, "default 512"),  # listed, not reasoning: no default of its own
+        ("openai/gpt-5.7", 512, "default 512"),  # unknown: never a neighbour's number
+        ("vllm/Qwen/Qwen2.5-7B-Instruct", 512, "default 512"),
+        ("local/smollm2", 128, "embedded default model, measured (README)"),
+        ("nonsense", 512, "default 512"),  # refused by the backend later, in its own words
+    ],
+)
+def test_the_default_answer_budget_comes_from_the_model_facts(model, tokens, source):
+    config = build_config({"model": model})
+    assert config.generation.max_tokens == tokens
+    assert config.max_tokens_source.startswith(source), config.max_tokens_source
+    given = build_config({"model": model, "max_tokens": 300})
+    assert given.generation.max_tokens == 300 and given.max_tokens_source == "--max-tokens"
+
+
+def test_the_budget_is_hashed_by_its_value_not_by_where_it_came_from():
+    default = build_config({"model": "openai/o3"})
+    assert default.config_hash() == build_config({"model": "openai/o3", "max_tokens": 25000}).config_hash()
+    assert default.config_hash() != build_config({"model": "openai/o3", "max_tokens": 512}).config_hash()
+
+
+def test_a_facts_table_entry_of_a_family_sets_the_budget(tmp_path, monkeypatch):
+    table = tmp_path / "facts.yaml"
+    table.write_text(
+        "models:\n  hf/Thinker: {thinking: always, default_max_tokens: 3000, "
+        "default_max_tokens_source: 'measured: 3000 fits its thinking', source: test, retrieved: '2026-01-01'}\n"
+    )
+    monkeypatch.setenv("HARNESS_MODEL_FACTS", str(table))
+    config = build_config({"model": "vllm/org/Thinker-8B"})
+    assert config.generation.max_tokens == 3000
+    assert config.max_tokens_source == "model facts hf/Thinker: measured: 3000 fits its thinking"

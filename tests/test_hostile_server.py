@@ -124,6 +124,27 @@ def test_retry_after_is_honoured(tmp_path, transport):
     assert waited >= 1.0  # the server's Retry-After, not the 0.05 s back-off floor
 
 
+@pytest.mark.parametrize(
+    "fault, options, said",
+    [
+        ("429", {"retry_after": "600"}, "the server asked to wait 600 s before retrying, longer than --retry-max-wait 5 s"),
+        ("503", {"error_headers": {"x-should-retry": "false"}}, "answered 503 and said not to retry it (x-should-retry: false)"),
+    ],
+)
+def test_a_server_that_says_not_to_retry_fails_the_sample_at_once(tmp_path, transport, fault, options, said, capsys):
+    """Neither a silent 10-minute sleep nor a wait cut short and retried into another 429: the sample
+    fails at once as model_unavailable saying why, the run goes on, and a rerun retries it."""
+    with FaultServer(default=fault, **options) as server:
+        started = time.monotonic()
+        code = run(server.url, tmp_path / "run", "--retry-max-wait", "5", transport=transport)
+        took = time.monotonic() - started
+    assert code == 4 and server.served == [fault] and took < 5
+    (failure,) = records(tmp_path / "run" / "failures.jsonl")
+    assert failure["error_type"] == "model_unavailable"
+    assert failure["error"].startswith("not retried: ") and said in failure["error"], failure["error"]
+    assert "rerun the same command to retry them" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_a_3mb_answer_is_scored_without_crashing_and_flagged(tmp_path, capsys, transport):
     out = tmp_path / "run"

@@ -99,7 +99,8 @@ def assert_equals_whole(merged: Path, whole: Path, ignore=TIMING):
     assert rows(merged, "failures.jsonl", ignore) == rows(whole, "failures.jsonl", ignore)
     m, w = results(merged), results(whole)
     assert m["scores"] == w["scores"]  # every number, every interval, the raw rows and breakdowns
-    for key in ("counts", "tokens", "model_calls", "sample_ids", "outcomes", "run_id", "config_hash", "dataset"):
+    for key in ("counts", "tokens", "model_calls", "sample_ids", "outcomes", "run_id", "config_hash", "dataset",
+                "max_tokens_source"):  # as the shards recorded it, not as their config reads back
         assert m[key] == w[key], key
     return m, w
 
@@ -136,6 +137,7 @@ def test_merged_shards_equal_the_whole_run(runs, capsys):
     assert {i: files_of(runs / f"s{i}") for i in (1, 2, 3)} == before  # the shards are only read
     merged, w = assert_equals_whole(runs / "merged", whole)
     assert merged["status"] == "complete" and merged["counts"]["finished"] == 40
+    assert merged["max_tokens_source"] == "default 512"  # read back, its config has max_tokens set
     assert merged["counts"] == {"selected": 40, "questions": 20, "epochs": 2, "finished": 40, "failed": 0,
                                 "pending": 0, "truncated_output": 0}  # fmt: skip
     assert merged["config"]["shard"] is None and merged["config"]["out"] == str(runs / "merged")

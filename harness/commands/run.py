@@ -139,7 +139,13 @@ def add_run_options(p) -> None:
     g = p.add_argument_group("generation (greedy by default)")
     g.add_argument("--temperature", type=float, help="default 0")
     g.add_argument("--top-p", type=float, help="default 1")
-    g.add_argument("--max-tokens", type=int, help="answer length limit in tokens (default 512; 128 for the embedded default model, measured in the README)")
+    g.add_argument(
+        "--max-tokens",
+        type=int,
+        help="answer length limit in tokens, reasoning included (default 512; a model whose facts entry gives "
+        "default_max_tokens, that: 25000 for OpenAI's reasoning models; 128 for the embedded default model, "
+        "measured in the README); where it came from: results.json max_tokens_source",
+    )
     g.add_argument("--seed", type=int, help="default 0")
     g.add_argument(
         "--reasoning-effort",
@@ -427,6 +433,7 @@ def oversized_line(scores: dict[str, Any]) -> str | None:
 NOT_RETRYABLE = {
     "missing_evidence": "evidence pages missing from the snapshot: rebuild it with those pages",
     "no_evidence_packed": "no evidence fits the prompt: pass a larger --context-size",
+    "truncated": "the reply stopped at --max-tokens before any answer: raise --max-tokens or lower --reasoning-effort",
 }
 
 

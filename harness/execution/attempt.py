@@ -191,7 +191,9 @@ class SampleAttempts:
             error_type, error = "missing_evidence", str(exc)
             missing_titles = exc.titles
         except TransientModelError as exc:
-            error_type, error = "model_unavailable", f"gave up after retries: {exc}"
+            # not retried (x-should-retry: false, a Retry-After past --retry-max-wait): it says why
+            said = "gave up after retries" if getattr(exc, "should_retry", True) else "not retried"
+            error_type, error = "model_unavailable", f"{said}: {exc}"
         except BudgetExhausted as exc:
             error_type, error = "budget_exhausted", str(exc)
         except SampleFailure as exc:  # a strategy's own verdict (no_evidence_packed): recorded, not answered

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from harness.errors import ConfigError
-from harness.models import DEFAULT_MODEL, DEFAULT_MODEL_MAX_TOKENS
+from harness.errors import ConfigError, HarnessError
+from harness.models import DEFAULT_MODEL, DEFAULT_MODEL_MAX_TOKENS, parse_model
 from harness.models.base import WEEK_S, BackendOptions, GenerationParams
 
 # Fields that do not change what the model is asked or how it answers: a run can be
@@ -162,14 +162,38 @@ class RunConfig(BaseModel):
     generation: GenerationParams = Field(default_factory=GenerationParams)
     backend: BackendOptions = Field(default_factory=BackendOptions)
 
+    # where generation.max_tokens came from (results.json max_tokens_source); set by the validator below
+    _max_tokens_source: str = PrivateAttr("")
+
     @model_validator(mode="after")
     def _default_answer_length(self) -> RunConfig:
-        """The embedded default model answers in DEFAULT_MODEL_MAX_TOKENS unless --max-tokens says
-        otherwise: measured on 20 FanOutQA closed-book questions, its scores at 128, 256 and 512
-        tokens are equal (its longer answers are repetition) while the wall doubles (README)."""
-        if self.model == DEFAULT_MODEL and "max_tokens" not in self.generation.model_fields_set:
-            self.generation = self.generation.model_copy(update={"max_tokens": DEFAULT_MODEL_MAX_TOKENS})
+        """The answer budget where --max-tokens does not say: the embedded default model's
+        DEFAULT_MODEL_MAX_TOKENS (measured on 20 FanOutQA closed-book questions, its scores at 128,
+        256 and 512 tokens are equal, its longer answers are repetition, while the wall doubles:
+        README); a model whose facts entry (harness/models/model_facts.yaml) gives
+        ``default_max_tokens`` (reasoning or thinking shares the budget with the answer: 512 leaves
+        a reasoning model an empty reply) that number; else GenerationParams' 512. A config read
+        back from a run's files has max_tokens set: its source is the one the run recorded."""
+        if "max_tokens" in self.generation.model_fields_set:
+            self._max_tokens_source = "--max-tokens"
+            return self
+        if self.model == DEFAULT_MODEL:
+            number, source = DEFAULT_MODEL_MAX_TOKENS, "embedded default model, measured (README)"
+        else:
+            facts = _model_facts(self.model)
+            if facts is not None and facts.default_max_tokens:
+                number = facts.default_max_tokens
+                source = f"model facts {facts.entry}: {facts.default_max_tokens_source or facts.source}"
+            else:
+                number, source = None, f"default {self.generation.max_tokens}"
+        if number is not None:
+            self.generation = self.generation.model_copy(update={"max_tokens": number})
+        self._max_tokens_source = source
         return self
+
+    @property
+    def max_tokens_source(self) -> str:
+        return self._max_tokens_source
 
     @field_validator("shard", mode="before")
     @classmethod
@@ -222,6 +246,17 @@ class RunConfig(BaseModel):
         """``extra`` adds resolved facts (dataset version and sha256, prompt sha256)."""
         canonical = json.dumps(self.identity(extra), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _model_facts(model: str):
+    """The facts table's entry for ``--model`` (None: unknown, or a spec the backend will refuse)."""
+    from harness.models.facts import facts_for
+
+    try:
+        prefix, name = parse_model(model)
+    except HarnessError:
+        return None
+    return facts_for(prefix, name)
 
 
 SHARD_FORM = "expected I/K, shard I of K with 1 <= I <= K (e.g. --shard 2/3)"

@@ -291,6 +291,10 @@ def _write_merged(shards: list[Shard], tmp: Path, out: Path) -> RunResults:
         scores=scores,
         scoring_note=scoring_note,
     )
+    # as the shards recorded it: their config, read back, has max_tokens set whatever set it
+    record.max_tokens_source = next(
+        (s.results.max_tokens_source for s in shards if s.results is not None and s.results.max_tokens_source), None
+    )
     record.snapshot = next(  # the snapshot the shards read, as they recorded it (its hash is in their key)
         (s.results.snapshot for s in shards if s.results is not None and s.results.snapshot is not None), None
     )

@@ -228,6 +228,11 @@ class RunResults(BaseModel):
     agent: AgentRecord | None = None
     model: ModelRecord | None = None
     generation: dict[str, Any] = {}
+    max_tokens_source: str | None = Field(
+        None,
+        description="where generation.max_tokens came from: '--max-tokens', 'model facts ENTRY: SOURCE' "
+        "(the facts table's default_max_tokens), 'embedded default model, measured (README)', 'default 512'",
+    )
     config: RunConfig
     legacy_config: dict[str, Any] = Field(
         {}, description="fields of a format 1/2 file's config that this harness no longer has (kept, unused)"

@@ -110,6 +110,7 @@ def build_results(
         "agent": agent.describe(),
         "model": model_info,
         "generation": config.generation.model_dump(),
+        "max_tokens_source": config.max_tokens_source or None,
         "config": config.model_dump(mode="json"),
         "started_at": started_at,
         "ended_at": now_iso(),

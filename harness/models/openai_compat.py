@@ -9,6 +9,8 @@ SDK shapes its errors, ``StatusReply``):
 
 * 429 (except OpenAI's ``insufficient_quota``), 408, 409, 5xx, timeouts, dropped connections
   -> ``TransientModelError`` (with ``retry_after`` from ``retry-after-ms`` / ``Retry-After``);
+  the server's ``x-should-retry: false`` makes it one that is not retried, ``x-should-retry: true``
+  makes any other status transient (as the SDKs obey it: see ``map_status_error``);
 * a 400/413/422 saying the prompt exceeds the context -> ``ContextOverflowError``;
 * 401/403/404/other 4xx -> ``ModelError`` with a one-line message;
 * a reply over ``--max-response-bytes`` (counted as it is read, decompressed), a request past
@@ -83,8 +85,18 @@ _OVERFLOW_RE = re.compile(
 
 
 # --------------------------------------------------------------------------- errors
+# How the official SDKs decide, read in openai 3.57.0 and anthropic 2.14.0 (``_base_client.py``,
+# ``_parse_retry_after_header``, ``_should_retry``, ``_calculate_retry_timeout``; Apache-2.0):
+# ``retry-after-ms`` first, then ``Retry-After`` as seconds (floats allowed) or an HTTP date; a
+# delay that is not above 0 means "use your own back-off"; ``x-should-retry: true`` / ``false``
+# overrides the status-based decision (408, 409, 429, 5xx retried). Their bound on a long delay
+# differs: openai does not retry past ``MAX_RETRY_AFTER_DELAY`` (120 s), anthropic waits whatever it
+# is told. Ours is ``--retry-max-wait`` (default 120 s, openai's number): past it the request is
+# not retried (``harness.models.retry``).
 def parse_retry_after(headers: Mapping[str, str] | None, now: float | None = None) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date)."""
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date); a date
+    in the past is 0; a number too large for a float is ``inf`` (a wait too long, never a short one);
+    None where neither header says anything readable."""
     if not headers:
         return None
     try:
@@ -92,25 +104,47 @@ def parse_retry_after(headers: Mapping[str, str] | None, now: float | None = Non
     except Exception:  # pragma: no cover - exotic header containers
         ms = None
     if ms:
-        try:
-            return max(float(ms) / 1000.0, 0.0)
-        except ValueError:
-            pass
+        seconds = _seconds(ms, 1000.0)
+        if seconds is not None:
+            return seconds
     value = headers.get("retry-after")
     if not value:
         return None
     value = value.strip()
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
+    seconds = _seconds(value, 1.0)
+    if seconds is not None:
+        return seconds
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when is None:
         return None
     return max(when.timestamp() - (time.time() if now is None else now), 0.0)
+
+
+def _seconds(text: str, divisor: float) -> float | None:
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    if number != number:  # nan says nothing
+        return None
+    return max(number / divisor, 0.0)
+
+
+def should_retry_header(headers: Any) -> bool | None:
+    """The server's own verdict, ``x-should-retry: true`` / ``false`` (not a standard header: the
+    SDKs obey it over the status; they compare it exactly, we forgive case and spaces); None where it
+    is absent or says something else."""
+    if not headers:
+        return None
+    try:
+        said = headers.get("x-should-retry")
+    except Exception:  # pragma: no cover - exotic header containers
+        return None
+    said = said.strip().lower() if isinstance(said, str) else None
+    return True if said == "true" else False if said == "false" else None
 
 
 def _one_line(text: Any, limit: int = 500) -> str:
@@ -179,17 +213,28 @@ def map_api_error(exc: Exception, sdk: Any, where: str, model: str | None = None
 
 def map_status_error(exc: Exception, status: int, headers: Any, where: str, model: str | None = None) -> Exception:
     """A reply of status ``status`` (not 2xx) as our error; ``exc`` carries its ``body``, ``message``
-    and ``code`` as the SDKs' status errors do (``StatusReply`` for the replies read without one)."""
+    and ``code`` as the SDKs' status errors do (``StatusReply`` for the replies read without one).
+    ``headers`` are the reply's (aiohttp's or httpx's: both read case-insensitively): its
+    ``Retry-After`` and ``x-should-retry``. ``x-should-retry: false`` on a status we would retry
+    fails the request at once as a ``TransientModelError`` that is not retried: the server judged
+    this request, not the backend, so the sample fails (``model_unavailable``, a rerun sends it again)
+    and the run goes on. ``x-should-retry: true`` on any other status makes it transient (retried)."""
     msg = error_message(exc)
-    if status == 429:
-        if _error_code(exc) == "insufficient_quota":
-            return ModelError(f"{where}: quota exceeded (429 insufficient_quota): {msg}")
+    verdict = should_retry_header(headers)
+    wait = parse_retry_after(headers)
+    if status == 429 and _error_code(exc) == "insufficient_quota":  # the account, not the request
+        return ModelError(f"{where}: quota exceeded (429 insufficient_quota): {msg}")
+    if status in (408, 409, 429) or status >= 500:
+        said = f"{where} rate limited the request (429)" if status == 429 else f"{where} answered {status}"
+        if verdict is False:
+            return TransientModelError(
+                f"{said} and said not to retry it (x-should-retry: false): {msg}",
+                retry_after=wait, status=status, should_retry=False,
+            )
+        return TransientModelError(f"{said}: {msg}", retry_after=wait, status=status)
+    if verdict is True:
         return TransientModelError(
-            f"{where} rate limited the request (429): {msg}", retry_after=parse_retry_after(headers), status=429
-        )
-    if status in (408, 409) or status >= 500:
-        return TransientModelError(
-            f"{where} answered {status}: {msg}", retry_after=parse_retry_after(headers), status=status
+            f"{where} answered {status} and said to retry it (x-should-retry: true): {msg}", retry_after=wait, status=status
         )
     if status in (400, 413, 422) and is_context_overflow(exc):
         return ContextOverflowError(f"prompt exceeds the context of {model or 'the model'} ({status}): {msg}")
@@ -726,5 +771,6 @@ __all__ = [
     "map_api_error",
     "map_status_error",
     "parse_retry_after",
+    "should_retry_header",
     "response_from_completion",
 ]

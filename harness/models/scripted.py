@@ -13,7 +13,9 @@ A script is ``fn(messages, tools, tool_choice, params)``, plain or async, and re
 - a str: the reply;
 - a dict with ``content`` and/or ``tool_calls`` (each ``{"name", "arguments", "id"?}``, arguments a
   dict or JSON text), optionally ``finish_reason`` and ``usage`` (``{"prompt_tokens", "completion_tokens"}``, and the
-  prompt-cache counts ``cache_read_tokens``, ``cache_write_tokens``);
+  prompt-cache counts ``cache_read_tokens``, ``cache_write_tokens``, and ``reasoning_tokens``, the hidden
+  part of the completion: an empty ``content`` with ``finish_reason: "length"`` is a reasoning model
+  that spent ``max_tokens`` thinking);
 - a ``ModelResponse``, used as it is (its usage counted as below unless set);
 or raises, and the request raises that (a ``TransientModelError`` is retried as for any backend).
 
