@@ -72,6 +72,17 @@ def test_the_default_answer_budget_comes_from_the_model_facts(model, tokens, sou
     assert given.generation.max_tokens == 300 and given.max_tokens_source == "--max-tokens"
 
 
+def test_a_claude_that_thinks_only_when_asked_keeps_512_without_a_thinking_budget():
+    # anthropic/ entries carry a thinking default (16000); it applies only where thinking is on this run
+    plain = build_config({"model": "anthropic/claude-sonnet-4-5"})
+    assert plain.generation.max_tokens == 512 and plain.max_tokens_source == "default 512"
+    thinking = build_config({"model": "anthropic/claude-sonnet-4-5", "thinking_budget": 2048})
+    assert thinking.generation.max_tokens == 16000
+    assert thinking.max_tokens_source.startswith("model facts anthropic/claude-sonnet-4-5: ")
+    never = build_config({"model": "anthropic/claude-3-5-haiku", "thinking_budget": 2048})
+    assert never.generation.max_tokens == 512  # refused later by check_params, in its own words
+
+
 def test_the_budget_is_hashed_by_its_value_not_by_where_it_came_from():
     default = build_config({"model": "openai/o3"})
     assert default.config_hash() == build_config({"model": "openai/o3", "max_tokens": 25000}).config_hash()

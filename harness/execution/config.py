@@ -181,7 +181,14 @@ class RunConfig(BaseModel):
             number, source = DEFAULT_MODEL_MAX_TOKENS, "embedded default model, measured (README)"
         else:
             facts = _model_facts(self.model)
-            if facts is not None and facts.default_max_tokens:
+            # only where reasoning or thinking shares the budget in this run: a Claude that thinks only
+            # when given --thinking-budget keeps 512 without one
+            thinks = facts is not None and (
+                facts.reasoning
+                or facts.thinking == "always"
+                or (facts.thinking == "optional" and self.generation.thinking_budget is not None)
+            )
+            if thinks and facts.default_max_tokens:
                 number = facts.default_max_tokens
                 source = f"model facts {facts.entry}: {facts.default_max_tokens_source or facts.source}"
             else:
