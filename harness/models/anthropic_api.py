@@ -349,6 +349,8 @@ def from_anthropic_message(message: Any, where: str = "Anthropic API") -> ModelR
 # --------------------------------------------------------------------------- backend
 @register_backend("anthropic")
 class AnthropicBackend(ModelBackend):
+    bills_per_token = True
+
     def __init__(self, model, options):
         super().__init__(model, options)
         self._clients: dict[int, tuple[Any, Any]] = {}
