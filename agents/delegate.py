@@ -211,7 +211,9 @@ class _Tree:
         response = await self.ctx.generate(clean(node.messages), tools=tools, tool_choice=tool_choice)
         for key, value in response.usage.model_dump().items():
             node.tokens[key] += value
-        node.rec["cost"] = self.agent.pricing.usage_cost(node.tokens) if self.agent.pricing else None
+        pricing = self.agent.pricing  # each reply priced on its own (a price may change with its prompt size)
+        if pricing is not None and pricing.priced:
+            node.rec["cost"] = (node.rec["cost"] or 0.0) + pricing.request_cost(response.usage)
         return response
 
     async def run(self, node: _Node) -> None:
@@ -398,7 +400,8 @@ class Delegate(Agent):
 
         model_name = getattr(self.config, "model", None)
         if model_name:
-            self.pricing = pricing_for(model_name, load_price_table(getattr(self.config, "price_table", None)))
+            table = load_price_table(getattr(self.config, "price_table", None))
+            self.pricing = pricing_for(model_name, table, backend=model)
 
     def sub_prompt(self, instructions: str) -> str:
         return self.sub_template.format(instructions=instructions, current_date=self.config.current_date)

@@ -105,7 +105,14 @@ class SampleResult:
 class AgentContext:
     """What a strategy may use for one sample; tallies what it spent."""
 
-    def __init__(self, model: ModelBackend, params: GenerationParams, cache: ResponseCache | None, budget: Any = None):
+    def __init__(
+        self,
+        model: ModelBackend,
+        params: GenerationParams,
+        cache: ResponseCache | None,
+        budget: Any = None,
+        pricing: Any = None,
+    ):
         self.model = model
         self.params = params
         self.cache = cache
@@ -114,6 +121,11 @@ class AgentContext:
         self.cache_hits = 0
         self.usage = Usage()
         self.sent_usage = Usage()  # tokens of the requests actually sent: what is billed
+        # harness.execution.cost.Pricing: each reply priced as it is recorded (a price may change with
+        # the prompt size of each request); None where unpriced
+        self.pricing = pricing
+        self.cost_usd: float | None = 0.0 if pricing is not None and pricing.priced else None
+        self.spent_usd: float | None = self.cost_usd
         self.finish_reasons: list[str | None] = []
         self.servers: dict[str, int] = {}  # requests sent to each of several servers
         # What a failed sample leaves behind (failures.jsonl): the last request's messages and the
@@ -153,6 +165,8 @@ class AgentContext:
             if hold is not None:
                 self.budget.settle(hold, response.usage if response is not None else None)
         self.sent_usage.add(response.usage)
+        if self.spent_usd is not None:
+            self.spent_usd += self.pricing.request_cost(response.usage)
         if response.server is not None:
             self.servers[response.server] = self.servers.get(response.server, 0) + 1
         if key is not None:
@@ -163,6 +177,8 @@ class AgentContext:
     def _tally(self, response: ModelResponse) -> None:
         self.last_reply = response.as_message()
         self.usage.add(response.usage)
+        if self.cost_usd is not None:
+            self.cost_usd += self.pricing.request_cost(response.usage)
         self.finish_reasons.append(response.finish_reason)
 
 

@@ -342,9 +342,9 @@ def test_cost_is_the_batch_price_and_recorded(tmp_path, prices):
 
 
 def test_the_default_price_table_has_half_price_batches():
-    from harness.execution.cost import load_price_table, pricing_for
+    from harness.execution.cost import DEFAULT_PRICE_TABLE, load_price_table, pricing_for
 
-    table = load_price_table()
+    table = load_price_table(DEFAULT_PRICE_TABLE)
     assert table.batch_discount == {"openai": 0.5, "anthropic": 0.5}
     full, half = pricing_for("openai/gpt-4o", table), pricing_for("openai/gpt-4o", table, batch=True)
     assert (half.input_per_mtok, half.output_per_mtok) == (full.input_per_mtok / 2, full.output_per_mtok / 2)

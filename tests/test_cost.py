@@ -11,7 +11,7 @@ from conftest import run_harness
 from test_api_backends import FakeServer
 
 from harness.cli import main
-from harness.execution.cost import Budget, BudgetExhausted, load_price_table, pricing_for
+from harness.execution.cost import DEFAULT_PRICE_TABLE, Budget, BudgetExhausted, load_price_table, pricing_for
 from harness.errors import ConfigError
 from harness.models.base import GenerationParams
 from harness.models.scripted import register_script, unregister_script
@@ -201,7 +201,7 @@ def test_price_table_errors_are_one_line(server, tmp_path):
 
 
 def test_shipped_price_table_and_lookup():
-    table = load_price_table()
+    table = load_price_table(DEFAULT_PRICE_TABLE)
     assert table.source and table.retrieved and table.sha256
     assert pricing_for("openai/gpt-4o", table).input_per_mtok == 2.5
     # a dated snapshot falls back to its undated entry, unless it has its own
@@ -220,7 +220,7 @@ class _Counter:
 
 
 def test_budget_waits_for_requests_in_flight_and_refuses_only_when_none_is():
-    table = load_price_table()
+    table = load_price_table(DEFAULT_PRICE_TABLE)
     pricing = pricing_for("openai/gpt-4o", table)  # 2.5 / 10 USD per 1M
     params = GenerationParams(max_tokens=40)  # worst output 0.0004
     messages = [{"role": "user", "content": "one two three"}]  # 3 + 8 + 3 = 14 tokens, 0.000035
@@ -355,3 +355,207 @@ def test_max_cost_at_64_connections_spends_nearly_all_of_it(tmp_path, priced_scr
     assert failures and all(f["error_type"] == "budget_exhausted" and f["model_calls"] == 0 for f in failures)
     assert counts["finished"] + counts["failed"] + counts["pending"] == 100
     assert spent == pytest.approx(sum(s["spent_usd"] for s in lines(tmp_path / "run" / "samples.jsonl")))
+
+
+# --------------------------------------------------------------------------- prompt-size tiers
+TIERED = (
+    "models:\n"
+    "  scripted/cost-tiered:\n"
+    "    {input: 1.0, cached_input: 0.1, output: 2.0, source: test,\n"
+    "     tiers: [{above: 100000, input: 5.0, cached_input: 0.5, output: 10.0}]}\n"
+)
+
+
+def test_a_tiered_price_bills_each_request_by_its_own_prompt(tmp_path):
+    """Haiku 5.5: every token of a request whose prompt is above 100,000 tokens at 5x, output included."""
+    haiku = pricing_for("anthropic/claude-haiku-5-5", load_price_table(DEFAULT_PRICE_TABLE))
+    assert haiku.tiered and [t.above for t in haiku.tiers] == [100000]
+    assert haiku.cost(100_000, 1000) == pytest.approx((100_000 * 0.10 + 1000 * 0.50) / 1e6)
+    assert haiku.cost(100_001, 1000) == pytest.approx((100_001 * 0.50 + 1000 * 2.50) / 1e6)
+    # cache reads count in the prompt that picks the tier, and take that tier's cache rate
+    assert haiku.cost(100_001, 0, cache_read=100_000) == pytest.approx((1 * 0.50 + 100_000 * 0.05) / 1e6)
+    # summed usage has lost each request's prompt size: unpriced, never priced at one tier
+    assert haiku.usage_cost({"prompt_tokens": 150_000, "completion_tokens": 10}) is None
+    assert haiku.request_cost({"prompt_tokens": 50_000, "completion_tokens": 10}) == pytest.approx(
+        (50_000 * 0.10 + 10 * 0.50) / 1e6
+    )
+    # the budget's worst case takes the dearest tier: the estimated prompt does not pick it
+    assert haiku.worst_cost(1000, 100) == pytest.approx((1000 * 0.625 + 100 * 2.50) / 1e6)
+    described = haiku.describe()
+    assert described["tiers"][0]["above"] == 100000 and "per request" in described["tiered_note"]
+    path = tmp_path / "p.yaml"
+    path.write_text("models:\n  openai/m: {input: 1, output: 1, tiers: [{above: 9, input: 2, output: 2}, {above: 5, input: 3, output: 3}]}\n")
+    with pytest.raises(ConfigError, match="smallest first"):
+        load_price_table(path)
+
+
+class _Replies:
+    """A backend stand-in answering with fixed usage."""
+
+    def __init__(self, usages):
+        self.usages = list(usages)
+
+    async def generate(self, messages, params, tools=None, tool_choice=None):
+        from harness.models.base import ModelResponse, Usage
+
+        return ModelResponse(content="x", usage=Usage(**self.usages.pop(0)))
+
+
+def test_a_samples_cost_is_priced_reply_by_reply(tmp_path):
+    """Two replies of 60,000 prompt tokens each: each below the 100,000 tier, their sum above it."""
+    from harness.execution.cost import run_cost
+    from harness.strategy import AgentContext
+
+    path = tmp_path / "prices.yaml"
+    path.write_text(TIERED)
+    table = load_price_table(path)
+    pricing = pricing_for("scripted/cost-tiered", table)
+    one = {"prompt_tokens": 60_000, "completion_tokens": 10}
+    ctx = AgentContext(_Replies([one, one]), GenerationParams(), None, None, pricing)
+
+    async def two():
+        await ctx.generate([{"role": "user", "content": "q"}])
+        await ctx.generate([{"role": "user", "content": "q"}])
+
+    asyncio.run(two())
+    each = (60_000 * 1.0 + 10 * 2.0) / 1e6
+    assert ctx.cost_usd == pytest.approx(2 * each) and ctx.spent_usd == pytest.approx(2 * each)
+    assert pricing.usage_cost(ctx.usage) is None  # 120,000 summed: would have been billed at 5x
+    rows = [{"usage": ctx.usage.model_dump(), "cost_usd": ctx.cost_usd}] * 3
+    cost = run_cost(pricing, table, rows, rows, None, None, None)
+    assert cost["model_usd"] == pytest.approx(6 * each) and cost["price"]["price_source"].startswith("price table")
+    assert cost["price"]["tiers"] and "each request priced at its own tier" in cost["definitions"]["model_usd"]
+    # a row without a price (written unpriced) leaves the total unknown, never 0
+    assert run_cost(pricing, table, [*rows, {"usage": {}, "cost_usd": None}], rows, None, None, None)["model_usd"] is None
+    # no pricing given: nothing is priced
+    assert AgentContext(_Replies([]), GenerationParams(), None).cost_usd is None
+
+
+def test_a_tiered_run_records_per_request_prices(tmp_path):
+    """End to end through the runner: each sample's one request is below the tier, the run's sum above."""
+    from harness.execution.config import build_config
+    from harness.execution.runner import Run
+
+    register_script("cost-tiered", lambda m, t, c, p: {"content": "Paris", "usage": {"prompt_tokens": 60_000, "completion_tokens": 10}})
+    try:
+        path = tmp_path / "prices.yaml"
+        path.write_text(TIERED)
+        config = build_config(
+            {"model": "scripted/cost-tiered", "dataset": "hotpotqa:dev", "out": str(tmp_path / "run"), "cache": False,
+             "limit": 3, "price_table": str(path), "max_cost": 5.0, "metrics": ["em-f1"]}
+        )  # fmt: skip
+        results = asyncio.run(Run(config, show_progress=False).execute())
+    finally:
+        unregister_script("cost-tiered")
+    rows = lines(tmp_path / "run" / "samples.jsonl")
+    each = (60_000 * 1.0 + 10 * 2.0) / 1e6
+    assert len(rows) == 3 and all(r["cost_usd"] == pytest.approx(each) for r in rows)
+    cost = results.cost if hasattr(results, "cost") else read(tmp_path / "run" / "results.json")["cost"]
+    assert cost["model_usd"] == pytest.approx(3 * each) and cost["spent_usd"] == pytest.approx(3 * each)
+    assert cost["price"]["price_source"] == f"price table {path} sha256:{load_price_table(path).sha256[:12]}"
+
+
+# --------------------------------------------------------------------------- who bills per token
+def test_whether_an_unpriced_model_is_free_is_its_backends():
+    from harness.models.base import BACKENDS, ModelBackend
+
+    flags = {name: BACKENDS.resolve(name).obj.bills_per_token for name in BACKENDS.names() if BACKENDS.resolve(name).source == "builtin"}
+    assert flags == {"local": False, "llamacpp-server": False, "vllm": False, "openai": True, "anthropic": True,
+                     "scripted": False}  # fmt: skip
+    table = load_price_table(DEFAULT_PRICE_TABLE)
+
+    class Metered(ModelBackend):  # a plugin backend says nothing: it bills
+        async def _generate(self, *a, **k): ...
+
+    class OnPrem(Metered):
+        bills_per_token = False
+
+    metered = pricing_for("metered/model-x", table, backend=Metered)
+    assert not metered.priced and metered.cost(10, 10) is None and "not in the price table" in metered.reason
+    with pytest.raises(ConfigError, match="--max-cost needs a price"):
+        Budget(1.0, metered)
+    assert pricing_for("onprem/model-x", table, backend=OnPrem).free
+    # without a backend: resolved from the prefix; one that cannot be resolved is taken to bill
+    assert pricing_for("local/smollm2", table).free and not pricing_for("nosuchbackend/m", table).priced
+    # a price-table entry prices any backend's model
+    assert pricing_for("openai/gpt-4o", table, backend=OnPrem).input_per_mtok == 2.5
+
+
+@pytest.mark.slow
+def test_a_plugin_backend_that_bills_is_never_priced_as_free(tmp_path):
+    plugin = tmp_path / "metered.py"
+    plugin.write_text(
+        "from harness.models.scripted import ScriptedBackend\n\n\n"
+        "class Metered(ScriptedBackend):\n    bills_per_token = True  # a hosted service behind the script\n"
+    )
+    model = f"{plugin}:Metered/answer=Paris"
+    out = tmp_path / "run"
+    proc = run_harness("run", "--model", model, "--limit", "1", "--max-cost", "1", "--out", str(out))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "--max-cost needs a price for" in proc.stderr and not out.exists()
+    proc = run_harness("run", "--model", model, "--limit", "1", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert lines(out / "samples.jsonl")[0]["cost_usd"] is None
+    cost = read(out / "results.json")["cost"]
+    assert cost["model_usd"] is None and "not in the price table" in cost["price"]["reason"]
+
+
+# --------------------------------------------------------------------------- the default source: genai-prices
+def test_without_genai_prices_the_shipped_table_prices_alone(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "genai_prices", None)  # as if not installed: its import fails
+    table = load_price_table()
+    assert table.describe()["role"] == "the price source (genai-prices is not installed)"
+    price = pricing_for("openai/gpt-5.5", table)
+    assert price.price_source.startswith(f"price table {DEFAULT_PRICE_TABLE}") and price.tiers[0].above == 272000
+
+
+def test_genai_prices_is_the_default_source_and_the_shipped_table_its_fallback():
+    genai_prices = pytest.importorskip("genai_prices")
+    table = load_price_table()
+    label = f"genai-prices {genai_prices.__version__}"
+    assert table.describe()["default_source"]["version"] == genai_prices.__version__
+    gpt = pricing_for("openai/gpt-5.5-2026-04-23", table)
+    assert gpt.entry == "openai/gpt-5.5" and gpt.price_source.startswith(label)
+    assert gpt.cached_input_per_mtok == pytest.approx(gpt.input_per_mtok / 10)  # GPT-5+: cached input at 10%
+    assert [t.above for t in gpt.tiers] == [272000] and gpt.tiers[0].input == 2 * gpt.input_per_mtok
+    haiku = pricing_for("anthropic/claude-haiku-5-5", table)
+    assert [t.above for t in haiku.tiers] == [100000] and haiku.tiers[0].input == pytest.approx(5 * haiku.input_per_mtok)
+    for name in ("anthropic/claude-sonnet-5-5", "anthropic/claude-opus-5-5"):  # cache reads at 5%
+        p = pricing_for(name, table)
+        assert p.cached_input_per_mtok == pytest.approx(p.input_per_mtok / 20), name
+    # what the package lacks, the shipped table prices; what neither knows is unpriced, never 0
+    mythos = pricing_for("anthropic/claude-mythos-5", table)
+    assert mythos.priced and mythos.price_source.startswith("price table")
+    unknown = pricing_for("openai/gpt-5.7", table)
+    assert not unknown.priced and label in unknown.reason
+    # --batch: the package's own batch price; a model it has none for is refused, not billed at list price
+    batch = pricing_for("anthropic/claude-haiku-5-5", table, batch=True)
+    assert batch.input_per_mtok == pytest.approx(haiku.input_per_mtok / 2) and batch.tiers[0].above == 100000
+    with pytest.raises(ConfigError, match="no batch price for anthropic/claude-opus-4-1"):
+        pricing_for("anthropic/claude-opus-4-1", table, batch=True)
+    # --price-table FILE: that file alone
+    assert pricing_for("openai/gpt-5.5", load_price_table(DEFAULT_PRICE_TABLE)).price_source.startswith("price table")
+
+
+def test_the_shipped_table_agrees_with_genai_prices():
+    """The offline table and the default source give the same figures wherever both price a model;
+    a newer genai-prices (a deliberate bump of its pin) that changes a price fails here until the
+    table is refreshed."""
+    pytest.importorskip("genai_prices")
+    both, shipped = load_price_table(), load_price_table(DEFAULT_PRICE_TABLE)
+    compared, differ = 0, []
+    for name in shipped.models:
+        hit = both.lookup(name)
+        if hit is None or hit.from_table:
+            continue
+        compared += 1
+        ours, theirs = pricing_for(name, shipped), pricing_for(name, both)
+        for attr in ("input_per_mtok", "output_per_mtok", "cached_input_per_mtok", "cache_write_per_mtok"):
+            if getattr(ours, attr) != pytest.approx(getattr(theirs, attr)):
+                if not (attr == "cache_write_per_mtok" and name.startswith("openai/")):  # OpenAI lists no writes before 5.6
+                    differ.append((name, attr, getattr(ours, attr), getattr(theirs, attr)))
+        if [(t.above, t.input, t.output) for t in ours.tiers] != [(t.above, t.input, t.output) for t in theirs.tiers]:
+            differ.append((name, "tiers", ours.tiers, theirs.tiers))
+    assert compared > 50 and differ == []

@@ -18,8 +18,8 @@ from fault_server import FaultServer, run_args
 
 from harness.cli import main
 from harness.datasets.base import Sample
-from harness.errors import TransientModelError
-from harness.execution.cost import Budget, judge_cost, load_price_table, pricing_for
+from harness.errors import ConfigError, TransientModelError
+from harness.execution.cost import DEFAULT_PRICE_TABLE, Budget, judge_cost, load_price_table, pricing_for
 from harness.models import BackendOptions, GenerationParams, create_backend
 from harness.models.anthropic_api import min_cacheable_tokens, to_anthropic_request
 from harness.models.openai_compat import response_from_completion
@@ -50,40 +50,60 @@ def marks(kwargs: dict) -> list[tuple]:
 
 
 # --------------------------------------------------------------------------- prices
-def test_cached_rates_from_the_table_or_the_provider_default(tmp_path):
-    table = load_price_table()
+def test_cached_rates_from_the_entry_or_the_tables_cache_defaults(tmp_path):
+    table = load_price_table(DEFAULT_PRICE_TABLE)
     gpt4o = pricing_for("openai/gpt-4o-2024-08-06", table)  # OpenAI's documented cached rate
     assert (gpt4o.input_per_mtok, gpt4o.cached_input_per_mtok) == (2.5, 1.25)
     assert gpt4o.cost(1_000_000, 0, cache_read=400_000) == pytest.approx(0.6 * 2.5 + 0.4 * 1.25)
     sonnet = pricing_for("anthropic/claude-sonnet-4-5", table)
     assert (sonnet.cached_input_per_mtok, sonnet.cache_write_per_mtok) == (0.30, 3.75)
-    # every OpenAI and Anthropic entry names its cache rates; Anthropic's follow its 10% / 125% rule
+    # every OpenAI entry names its cached rate (OpenAI's discount differs by model); no cache read
+    # costs more than the input price
     for name, price in table.models.items():
-        assert price.cached_input is not None and price.cached_input <= price.input, name
-        if name.startswith("anthropic/"):
-            assert price.cached_input == pytest.approx(price.input / 10, abs=0.006), name
-            assert price.cache_write_input == pytest.approx(price.input * 1.25, abs=0.02), name
+        if name.startswith("openai/"):
+            assert price.cached_input is not None, name
+        assert price.cached_input is None or price.cached_input <= price.input, name
+    # the 5.5 models read the cache at 5% (Fable/Mythos 5.1 at 2.5%), not Anthropic's usual 10%
+    assert pricing_for("anthropic/claude-opus-5-5", table).cached_input_per_mtok == pytest.approx(0.05 * 4.0)
+    assert pricing_for("anthropic/claude-sonnet-5-5", table).cached_input_per_mtok == pytest.approx(0.05 * 2.0)
+    assert pricing_for("anthropic/claude-fable-5-1", table).cached_input_per_mtok == pytest.approx(0.025 * 10.0)
+    # GPT-5 and later: cached input at 10% of input (5% on gpt-6.1)
+    for name in ("openai/gpt-5", "openai/gpt-5.2", "openai/gpt-5.5", "openai/gpt-5.6-sol", "openai/gpt-6-sol"):
+        p = pricing_for(name, table)
+        assert p.cached_input_per_mtok == pytest.approx(p.input_per_mtok / 10), name
 
     path = tmp_path / "prices.yaml"
-    path.write_text(
+    body = (
         "models:\n  openai/m: {input: 2.0, output: 8.0}\n  anthropic/m: {input: 4.0, output: 20.0}\n"
         "  scripted/m: {input: 1.0, output: 1.0}\n  anthropic/w: {input: 4.0, cached_input: 1.0, output: 20.0}\n"
     )
+    path.write_text(body)
+    bare = load_price_table(path)
+    # no cache rate in the entry and no cache_defaults: the input price, read or written, and it says so
+    for model in ("openai/m", "anthropic/m"):
+        p = pricing_for(model, bare)
+        assert (p.cached_input_per_mtok, p.cache_write_per_mtok) == (p.input_per_mtok, p.input_per_mtok)
+        assert p.describe()["cache_rates"]["cached_input"] == "none given: the input price"
+
+    path.write_text(
+        body + "cache_defaults:\n  anthropic: {cached_input: 0.1, cache_write_input: 1.25, source: the provider's page}\n"
+    )
     table = load_price_table(path)
     openai, anthropic = pricing_for("openai/m", table), pricing_for("anthropic/m", table)
-    assert (openai.cached_input_per_mtok, openai.cache_write_per_mtok) == (1.0, 2.0)
+    assert (openai.cached_input_per_mtok, openai.cache_write_per_mtok) == (2.0, 2.0)  # no rule for openai/
     assert (anthropic.cached_input_per_mtok, anthropic.cache_write_per_mtok) == (0.4, 5.0)
-    assert anthropic.describe()["cache_rates"]["cached_input"] == "default: 0.1 x input (anthropic)"
+    rates = anthropic.describe()["cache_rates"]
+    assert rates["cached_input"] == "0.1 x input (anthropic cache_defaults: the provider's page)"
     # no discount known for another prefix: the input price
     assert pricing_for("scripted/m", table).cost(100, 0, cache_read=60, cache_write=40) == pytest.approx(100e-6)
     mixed = pricing_for("anthropic/w", table)
     assert (mixed.cached_input_per_mtok, mixed.cache_write_per_mtok) == (1.0, 5.0)
-    assert mixed.describe()["cache_rates"] == {
-        "cached_input": "price table",
-        "cache_write_input": "default: 1.25 x input (anthropic)",
-    }
+    assert mixed.describe()["cache_rates"]["cached_input"] == "price table"
     # 100 uncached + 300 read + 600 written + 10 out
     assert anthropic.cost(1000, 10, 300, 600) == pytest.approx((100 * 4 + 300 * 0.4 + 600 * 5 + 10 * 20) / 1e6)
+    path.write_text(body + "cache_defaults:\n  anthropic: {source: nothing}\n")
+    with pytest.raises(ConfigError, match="cache_defaults.anthropic"):
+        load_price_table(path)
 
 
 class _Words:
@@ -94,15 +114,17 @@ class _Words:
 def test_budget_reserves_prompts_at_the_dearest_input_rate():
     """A cache write costs 125% of Anthropic's input price: the worst case reserves that, so the
     budget still holds when a request writes its whole prompt to the cache."""
-    table = load_price_table()
+    table = load_price_table(DEFAULT_PRICE_TABLE)
     messages = [{"role": "user", "content": "one two three"}]  # 3 + 8 + 3 = 14 tokens estimated
     params = GenerationParams(max_tokens=10)
 
     async def worst(model):
         return await Budget(1.0, pricing_for(model, table)).reserve(_Words(), messages, None, params)
 
-    assert asyncio.run(worst("anthropic/claude-sonnet-4-5")) == pytest.approx((14 * 3.75 + 10 * 15) / 1e6)
+    assert asyncio.run(worst("anthropic/claude-sonnet-4-6")) == pytest.approx((14 * 3.75 + 10 * 15) / 1e6)
     assert asyncio.run(worst("openai/gpt-4o")) == pytest.approx((14 * 2.5 + 10 * 10) / 1e6)  # the full input price
+    # under prompt-size tiers the estimate does not pick the tier: the dearest one (Sonnet 4.5 above 200K)
+    assert asyncio.run(worst("anthropic/claude-sonnet-4-5")) == pytest.approx((14 * 7.5 + 10 * 22.5) / 1e6)
 
     budget = Budget(1.0, pricing_for("anthropic/claude-sonnet-4-5", table))
     held = asyncio.run(budget.reserve(_Words(), messages, None, params))
@@ -111,11 +133,15 @@ def test_budget_reserves_prompts_at_the_dearest_input_rate():
 
 
 def test_judge_cost_prices_its_cache_counts():
-    info = {"judge": "anthropic/claude-sonnet-4-5", "judge_prompt_tokens": 1000, "judge_completion_tokens": 10,
+    info = {"judge": "anthropic/claude-sonnet-4-6", "judge_prompt_tokens": 1000, "judge_completion_tokens": 10,
             "judge_cache_read_tokens": 800, "judge_cache_write_tokens": 100}  # fmt: skip
-    cost = judge_cost({"meta": {"metric_info": {"llm-judge": info}}}, load_price_table())
+    table = load_price_table(DEFAULT_PRICE_TABLE)
+    cost = judge_cost({"meta": {"metric_info": {"llm-judge": info}}}, table)
     assert cost["cache_read_tokens"] == 800 and cost["cache_write_tokens"] == 100
     assert cost["usd"] == pytest.approx((100 * 3 + 800 * 0.3 + 100 * 3.75 + 10 * 15) / 1e6)
+    # a judge whose price has prompt-size tiers: its tokens are summed, so it is left unpriced, saying why
+    tiered = judge_cost({"meta": {"metric_info": {"llm-judge": dict(info, judge="anthropic/claude-sonnet-4-5")}}}, table)
+    assert tiered["usd"] is None and "prompt size of each request" in tiered["note"]
 
 
 def test_the_judge_records_its_cache_counts(tmp_path):

@@ -160,7 +160,7 @@ class SampleAttempts:
     async def attempt(self, sample: Sample, cache: ResponseCache | None, epoch: int, params: GenerationParams) -> dict[str, Any]:
         """Solve ``sample`` once: its row (``status`` ok or error). A ModelError (a backend that fails
         every sample) propagates; a process that died is this sample's failure and is kept in ``died``."""
-        ctx = AgentContext(self.backend, params, cache, self.budget)
+        ctx = AgentContext(self.backend, params, cache, self.budget, self.pricing)
         started = time.monotonic()
         started_at = now_iso()
         self.invocation["attempted"] += 1
@@ -235,8 +235,9 @@ class SampleAttempts:
             **({"servers": ctx.servers} if ctx.servers else {}),
             "usage": ctx.usage.model_dump(),
             # list price of the sample's tokens, and money actually spent (requests sent); None: unpriced
-            "cost_usd": self.pricing.usage_cost(ctx.usage),
-            "spent_usd": self.pricing.usage_cost(ctx.sent_usage),
+            # (each reply priced as it was recorded: a price may change with each request's prompt size)
+            "cost_usd": ctx.cost_usd,
+            "spent_usd": ctx.spent_usd,
         }
         if error_type is None:
             last_finish = ctx.finish_reasons[-1] if ctx.finish_reasons else None

@@ -1,13 +1,22 @@
-"""Cost: an editable price table (``harness/prices.yaml`` or ``--price-table FILE``), the price of
-a model, and the ``--max-cost`` budget that holds a request back while it could overrun.
+"""Cost: the price of a model, and the ``--max-cost`` budget that holds a request back while it
+could overrun.
+
+Where prices come from (``load_price_table``): ``--price-table FILE`` when given, that file alone;
+otherwise the ``genai-prices`` package's bundled data for ``openai/`` and ``anthropic/`` models
+(``harness.execution.genai_source``: maintained monthly, with cached-input rates, prompt-size tiers
+and batch prices), and ``harness/prices.yaml`` for every model it lacks, or for all of them where
+the package is not installed. ``results.json`` ``cost.price.price_source`` names what priced the run.
 
 Two figures are kept apart on purpose: the list-price cost of the tokens a sample used (cache hits
 included: what reproducing the run would cost) and the money actually spent (requests sent; a cache
 hit costs nothing). The budget counts the money spent, over every invocation of the run.
 
-Prompt tokens served from the provider's prompt cache, and those written to it (Anthropic), are
-priced at their own rates (``cached_input``, ``cache_write_input`` in the table; provider defaults
-where it gives none): both figures use the counts each reply reported.
+Prompt tokens served from the provider's prompt cache, and those written to it, are priced at their
+own rates (``cached_input``, ``cache_write_input``: per entry, or the table's ``cache_defaults`` for
+the provider, each with its source; without either, the input price). A price with prompt-size
+tiers (``tiers``: every token of a request whose prompt is above N tokens at other rates) is priced
+one request at a time, when its reply is recorded: summed usage cannot be priced under tiers, and is
+left unpriced (None, with the reason) rather than priced wrong.
 """
 
 from __future__ import annotations
@@ -17,27 +26,38 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from harness.errors import ConfigError
+from harness.errors import ConfigError, HarnessError
 from harness.models.base import WAIT_CLOCK
 
 DEFAULT_PRICE_TABLE = Path(__file__).resolve().parents[1] / "prices.yaml"
-# Backends that bill per token; every other prefix runs on the user's hardware.
-API_PREFIXES = frozenset({"openai", "anthropic"})
 LOCAL_NOTE = "runs on your own hardware: compute is not priced (cost 0)"
+TIERED_NOTE = (
+    "its price changes with the prompt size of each request: priced per request as replies are "
+    "recorded; summed usage cannot be priced"
+)
 PER_MESSAGE_OVERHEAD = 8  # role and separator tokens of chat templates (as agents._search.ContextGuard)
 _SNAPSHOT_SUFFIX = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|latest)$")
-# Prompt-cache rates where an entry gives none, as fractions of its input price (read, write):
-# OpenAI bills cache hits at half (or less: its per-model figures are in prices.yaml) and writes at
-# the input price; Anthropic bills hits at 10% and 5-minute cache writes at 125%. Other prefixes:
-# no discount known, the input price.
-CACHE_DEFAULTS = {"openai": (0.5, 1.0), "anthropic": (0.1, 1.25)}
+CACHE_RATES = ("cached_input", "cache_write_input")
+
+
+class Tier(BaseModel):
+    """Rates for every token of a request whose prompt (cache reads and writes included) is above
+    ``above`` tokens: the providers bill the whole request at the higher rate, not the excess."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    above: int = Field(ge=0, description="prompt tokens of one request")
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cached_input: float | None = Field(None, ge=0)
+    cache_write_input: float | None = Field(None, ge=0)
 
 
 class Price(BaseModel):
@@ -47,8 +67,43 @@ class Price(BaseModel):
     output: float = Field(ge=0, description="USD per 1M completion tokens")
     cached_input: float | None = Field(None, ge=0, description="USD per 1M prompt tokens read from the prompt cache")
     cache_write_input: float | None = Field(
-        None, ge=0, description="USD per 1M prompt tokens written to the prompt cache (Anthropic)"
+        None, ge=0, description="USD per 1M prompt tokens written to the prompt cache"
     )
+    tiers: list[Tier] = Field(default_factory=list, description="higher rates for requests with larger prompts")
+    source: str | None = None  # where this entry's figures were read (URL or package, and date)
+
+    @field_validator("tiers")
+    @classmethod
+    def _ascending(cls, value: list[Tier]) -> list[Tier]:
+        starts = [t.above for t in value]
+        if starts != sorted(set(starts)):
+            raise ValueError("tiers must be listed by 'above', smallest first, each threshold once")
+        return value
+
+
+class CacheDefault(BaseModel):
+    """A provider's prompt-cache rule, as shares of each entry's input price, with its source."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    cached_input: float | None = Field(None, ge=0)
+    cache_write_input: float | None = Field(None, ge=0)
+    source: str
+
+    @model_validator(mode="after")
+    def _some(self) -> CacheDefault:
+        if self.cached_input is None and self.cache_write_input is None:
+            raise ValueError("give cached_input and/or cache_write_input (shares of the input price)")
+        return self
+
+
+@dataclass
+class PriceHit:
+    key: str  # the entry used
+    price: Price
+    batch: Price | None  # the provider's batch price from the source itself (genai-prices), if any
+    source: str  # what priced it
+    from_table: bool  # a price-table entry (its batch price follows the table's batch_discount)
 
 
 class PriceTable(BaseModel):
@@ -57,11 +112,16 @@ class PriceTable(BaseModel):
     models: dict[str, Price]
     # --batch: the share taken off each provider's prices for its batch interface (0.5: half price)
     batch_discount: dict[str, float] = Field(default_factory=dict)
+    # prefix -> the provider's cache rule, where an entry names no cache rate of its own
+    cache_defaults: dict[str, CacheDefault] = Field(default_factory=dict)
     source: Any = None
     retrieved: Any = None
     currency: str = "USD"
     path: str = ""
     sha256: str = ""
+    # the default source before this table (genai-prices), or why there is none
+    _primary: Any = PrivateAttr(default=None)
+    _primary_note: str | None = PrivateAttr(default=None)
 
     @field_validator("batch_discount")
     @classmethod
@@ -71,22 +131,55 @@ class PriceTable(BaseModel):
                 raise ValueError(f"{provider}: the share taken off, at least 0 and below 1 (0.5: half price)")
         return value
 
-    def lookup(self, model: str) -> tuple[str, Price] | None:
-        """Exact name first, then the name without a snapshot date or ``-latest``."""
-        if model in self.models:
-            return model, self.models[model]
-        base = _SNAPSHOT_SUFFIX.sub("", model)
-        if base != model and base in self.models:
-            return base, self.models[base]
+    @property
+    def label(self) -> str:
+        return f"price table {self.path} sha256:{self.sha256[:12]}"
+
+    def lookup(self, model: str) -> PriceHit | None:
+        """The default source first (genai-prices), then this table: the exact name, then the name
+        without a snapshot date or ``-latest``."""
+        if self._primary is not None:
+            hit = self._primary.lookup(model)
+            if hit is not None:
+                key, price, batch, source = hit
+                return PriceHit(key, Price(**price), Price(**batch) if batch else None, source, from_table=False)
+        for key in (model, _SNAPSHOT_SUFFIX.sub("", model)):
+            if key in self.models:
+                return PriceHit(key, self.models[key], None, self.label, from_table=True)
         return None
 
     def describe(self) -> dict[str, Any]:
-        out = {"path": self.path, "sha256": self.sha256, "source": self.source, "retrieved": self.retrieved}
+        out: dict[str, Any] = {
+            "path": self.path,
+            "sha256": self.sha256,
+            "source": self.source,
+            "retrieved": self.retrieved,
+        }
+        if self._primary is not None:
+            out["default_source"] = self._primary.describe()
+            out["role"] = f"fallback for models {self._primary.label} does not price"
+        elif self._primary_note:
+            out["default_source"] = None
+            out["role"] = f"the price source ({self._primary_note})"
         return out | ({"batch_discount": self.batch_discount} if self.batch_discount else {})
 
 
 def load_price_table(path: str | Path | None = None) -> PriceTable:
-    path = Path(path) if path else DEFAULT_PRICE_TABLE
+    """``--price-table FILE``: that file alone. None: genai-prices (when installed) before the
+    shipped ``harness/prices.yaml``."""
+    table = _read_table(Path(path) if path else DEFAULT_PRICE_TABLE)
+    if path is None:
+        from harness.execution.genai_source import load_genai_prices
+
+        primary = load_genai_prices()
+        if isinstance(primary, str):
+            table._primary_note = primary
+        else:
+            table._primary = primary
+    return table
+
+
+def _read_table(path: Path) -> PriceTable:
     from harness.records import MAX_SMALL_BYTES, read_input
 
     raw = read_input(path, "--price-table", ConfigError, MAX_SMALL_BYTES)
@@ -109,6 +202,24 @@ def load_price_table(path: str | Path | None = None) -> PriceTable:
     return table
 
 
+@dataclass(frozen=True)
+class Rates:
+    """One tier's USD per 1M tokens, cache rates resolved."""
+
+    above: int  # prompt tokens above which these apply (0: the base rates)
+    input: float
+    output: float
+    cached_input: float
+    cache_write_input: float
+
+    @property
+    def dearest_input(self) -> float:
+        return max(self.input, self.cached_input, self.cache_write_input)
+
+    def scaled(self, keep: float) -> Rates:
+        return Rates(self.above, *(r * keep for r in (self.input, self.output, self.cached_input, self.cache_write_input)))
+
+
 @dataclass
 class Pricing:
     """The price of one model, or why it has none (then every cost is None, never 0)."""
@@ -124,6 +235,8 @@ class Pricing:
     cache_write_per_mtok: float | None = None
     cache_rates: dict[str, str] | None = None
     batch_discount: float | None = None  # --batch: the share taken off the table's prices (already applied)
+    tiers: list[Rates] = field(default_factory=list)  # above the base rates, smallest threshold first
+    price_source: str | None = None  # what priced it: "genai-prices 0.2.3 model ...", "price table PATH sha256:..."
 
     @property
     def priced(self) -> bool:
@@ -131,35 +244,60 @@ class Pricing:
 
     @property
     def free(self) -> bool:
-        return self.input_per_mtok == 0 and self.output_per_mtok == 0
+        return self.input_per_mtok == 0 and self.output_per_mtok == 0 and not self.tiers
+
+    @property
+    def tiered(self) -> bool:
+        return bool(self.tiers)
 
     def _rate(self, rate: float | None) -> float:
         return self.input_per_mtok if rate is None else rate
 
+    @property
+    def base(self) -> Rates:
+        return Rates(
+            0,
+            self.input_per_mtok,
+            self.output_per_mtok,
+            self._rate(self.cached_input_per_mtok),
+            self._rate(self.cache_write_per_mtok),
+        )
+
+    def rates_for(self, prompt_tokens: int) -> Rates:
+        """The rates one request is billed at: the highest tier its prompt is above."""
+        chosen = self.base
+        for tier in self.tiers:
+            if prompt_tokens > tier.above:
+                chosen = tier
+        return chosen
+
     def cost(
         self, prompt_tokens: int, completion_tokens: int, cache_read: int = 0, cache_write: int = 0
     ) -> float | None:
-        """``cache_read`` and ``cache_write`` are parts of ``prompt_tokens``, at their own rates."""
+        """One request's cost. ``cache_read`` and ``cache_write`` are parts of ``prompt_tokens``, at
+        their own rates; the tier is chosen by ``prompt_tokens``."""
         if not self.priced:
             return None
+        r = self.rates_for(prompt_tokens)
         uncached = max(prompt_tokens - cache_read - cache_write, 0)
         return (
-            uncached * self.input_per_mtok
-            + cache_read * self._rate(self.cached_input_per_mtok)
-            + cache_write * self._rate(self.cache_write_per_mtok)
-            + completion_tokens * self.output_per_mtok
+            uncached * r.input
+            + cache_read * r.cached_input
+            + cache_write * r.cache_write_input
+            + completion_tokens * r.output
         ) / 1_000_000
 
     def worst_cost(self, prompt_tokens: int, completion_tokens: int) -> float | None:
         """A request's most: every prompt token at the dearest input rate (a cache write costs more
-        than the input price), every completion token sent."""
+        than the input price), every completion token sent, at the dearest tier (the prompt count is
+        an estimate, so it does not pick the tier)."""
         if not self.priced:
             return None
-        rate = max(self.input_per_mtok, self._rate(self.cached_input_per_mtok), self._rate(self.cache_write_per_mtok))
-        return (prompt_tokens * rate + completion_tokens * self.output_per_mtok) / 1_000_000
+        tiers = [self.base, *self.tiers]
+        return max(prompt_tokens * r.dearest_input + completion_tokens * r.output for r in tiers) / 1_000_000
 
-    def usage_cost(self, usage: Any) -> float | None:
-        """Cost of a Usage model or a {"prompt_tokens", "completion_tokens", "cache_*_tokens"} dict."""
+    def request_cost(self, usage: Any) -> float | None:
+        """The cost of one reply's usage (a Usage model or its dict)."""
         if usage is None:
             return None
         if not isinstance(usage, dict):
@@ -171,15 +309,24 @@ class Pricing:
             usage.get("cache_write_tokens", 0),
         )
 
+    def usage_cost(self, usage: Any) -> float | None:
+        """The cost of usage summed over requests; None under prompt-size tiers (the prompt size of
+        each request is gone from a sum: see ``request_cost``)."""
+        if self.tiered:
+            return None
+        return self.request_cost(usage)
+
     def describe(self) -> dict[str, Any]:
         return {
             "model": self.model,
             "priced": self.priced,
+            "price_source": self.price_source,
             "input_usd_per_mtok": self.input_per_mtok,
             "output_usd_per_mtok": self.output_per_mtok,
             "cached_input_usd_per_mtok": self.cached_input_per_mtok if self.priced else None,
             "cache_write_input_usd_per_mtok": self.cache_write_per_mtok if self.priced else None,
             "cache_rates": self.cache_rates,
+            **({"tiers": [t.__dict__ for t in self.tiers], "tiered_note": TIERED_NOTE} if self.tiers else {}),
             "entry": self.entry,
             "note": self.note,
             "reason": self.reason,
@@ -187,44 +334,92 @@ class Pricing:
         }
 
 
-def pricing_for(model: str, table: PriceTable, batch: bool = False) -> Pricing:
-    """The price of ``model``; with ``batch``, its provider's batch price (``batch_discount`` off the
-    table's prices: a priced API model whose provider has none is refused, never billed at list price)."""
-    prefix = model.split("/", 1)[0]
-    found = table.lookup(model)
-    if found:
-        key, price = found
-        provider = prefix if prefix in CACHE_DEFAULTS else "no discount known"
-        rates = {}
-        for name, share in zip(("cached_input", "cache_write_input"), CACHE_DEFAULTS.get(prefix, (1.0, 1.0))):
-            given = getattr(price, name)
+def bills_per_token(model: str, backend: Any = None) -> bool:
+    """Whether the model's backend bills per token (``ModelBackend.bills_per_token``): an unpriced
+    model of such a backend costs None, never 0. ``backend``: its class or instance; without one it
+    is resolved from the model's prefix, and a backend that cannot be resolved is taken to bill."""
+    if backend is None:
+        from harness.models import resolve_backend
+
+        try:
+            backend = resolve_backend(model)[0].obj
+        except HarnessError:
+            return True
+    return bool(getattr(backend, "bills_per_token", True))
+
+
+def _resolve_rates(prefix: str, price: Price, table: PriceTable, from_table: bool, source: str):
+    """(base Rates, tier Rates, where each cache rate came from) for one entry."""
+    default = table.cache_defaults.get(prefix) if from_table else None
+    origins: dict[str, str] = {}
+
+    def resolve(rates: Tier | Price) -> dict[str, float]:
+        out = {}
+        for name in CACHE_RATES:
+            given = getattr(rates, name)
+            share = getattr(default, name) if default is not None else None
             if given is not None:
-                rates[name] = (given, "price table")
+                out[name], origins[name] = given, "price table" if from_table else source
+            elif share is not None:
+                out[name] = rates.input * share
+                origins[name] = f"{share:g} x input ({prefix} cache_defaults: {default.source})"
             else:
-                rates[name] = (price.input * share, f"default: {share:g} x input ({provider})")
-        keep, discount = 1.0, None
+                out[name], origins[name] = rates.input, "none given: the input price"
+        return out
+
+    base = resolve(price)
+    tiers = []
+    for t in price.tiers:
+        cache = resolve(t)
+        tiers.append(Rates(t.above, t.input, t.output, cache["cached_input"], cache["cache_write_input"]))
+    return base, tiers, origins
+
+
+def pricing_for(model: str, table: PriceTable, batch: bool = False, backend: Any = None) -> Pricing:
+    """The price of ``model``; with ``batch``, its provider's batch price (a priced API model with
+    none is refused, never billed at list price). ``backend`` (its class or instance) says whether an
+    unpriced model is free (its own hardware) or unknown (cost None): see ``bills_per_token``."""
+    prefix = model.split("/", 1)[0]
+    hit = table.lookup(model)
+    if hit is not None:
+        price, keep, discount = hit.price, 1.0, None
         if batch and not (price.input == 0 and price.output == 0):
-            discount = table.batch_discount.get(prefix)
-            if discount is None:
+            if hit.from_table:
+                discount = table.batch_discount.get(prefix)
+                if discount is None:
+                    raise ConfigError(
+                        f"--batch: the price table {table.path} has no batch discount for {prefix}/ models: add "
+                        f"'batch_discount: {{{prefix}: 0.5}}' (the share taken off), or drop --batch"
+                    )
+                keep = 1.0 - discount  # off every rate: input, output and the prompt-cache rates alike
+            elif hit.batch is None:
                 raise ConfigError(
-                    f"--batch: the price table {table.path} has no batch discount for {prefix}/ models: add "
-                    f"'batch_discount: {{{prefix}: 0.5}}' (the share taken off), or drop --batch"
+                    f"--batch: {table._primary.label} has no batch price for {model}: pass "
+                    f"--price-table {DEFAULT_PRICE_TABLE} (its batch_discount applies) or drop --batch"
                 )
-            keep = 1.0 - discount  # off every rate: input, output and the prompt-cache rates alike
+            else:
+                price = hit.batch
+        base, tiers, origins = _resolve_rates(prefix, price, table, hit.from_table, hit.source)
         return Pricing(
             model,
             price.input * keep,
             price.output * keep,
-            entry=key,
-            cached_input_per_mtok=rates["cached_input"][0] * keep,
-            cache_write_per_mtok=rates["cache_write_input"][0] * keep,
-            cache_rates={name: source for name, (_, source) in rates.items()},
+            entry=hit.key,
+            cached_input_per_mtok=base["cached_input"] * keep,
+            cache_write_per_mtok=base["cache_write_input"] * keep,
+            cache_rates=origins,
             batch_discount=discount,
+            tiers=[t.scaled(keep) for t in tiers],
+            price_source=hit.source + (" (its batch price)" if batch and hit.batch is not None and not hit.from_table else ""),
         )
-    if prefix not in API_PREFIXES:
-        return Pricing(model, 0.0, 0.0, note=LOCAL_NOTE, cached_input_per_mtok=0.0, cache_write_per_mtok=0.0)
+    if not bills_per_token(model, backend):
+        return Pricing(
+            model, 0.0, 0.0, note=LOCAL_NOTE, cached_input_per_mtok=0.0, cache_write_per_mtok=0.0,
+            price_source="not priced: its backend does not bill per token",
+        )  # fmt: skip
+    also = f" (nor in {table._primary.label})" if table._primary is not None else ""
     return Pricing(
-        model, None, None, reason=f"{model} is not in the price table {table.path}: add it there or pass --price-table"
+        model, None, None, reason=f"{model} is not in the price table {table.path}{also}: add it there or pass --price-table"
     )
 
 
@@ -332,7 +527,7 @@ class Budget:
             self.in_flight -= 1
             self.reserved = self.reserved - worst if self.in_flight else 0.0  # no rounding drift left
         if usage is not None:
-            self.spent += self.pricing.usage_cost(usage) or 0.0
+            self.spent += self.pricing.request_cost(usage) or 0.0  # one reply: its own tier
         self._wake()
 
     def describe(self) -> dict[str, Any]:
@@ -386,7 +581,10 @@ def judge_cost(scores: dict[str, Any] | None, table: PriceTable) -> dict[str, An
 def _one_judge_cost(info: dict[str, Any], table: PriceTable) -> dict[str, Any]:
     pricing = pricing_for(info["judge"], table)
     usage = {key: info.get(f"judge_{key}", 0) for key in USAGE_KEYS}
-    return {"model": info["judge"], **usage, "usd": pricing.usage_cost(usage), "price": pricing.describe()}
+    out = {"model": info["judge"], **usage, "usd": pricing.usage_cost(usage), "price": pricing.describe()}
+    if pricing.tiered:  # the judge's tokens are kept summed: its requests' prompt sizes are gone
+        out["note"] = f"not priced: {pricing.model} {TIERED_NOTE}"
+    return out
 
 
 def refresh_judge_cost(cost: dict[str, Any], price_table: str | None, scores: dict[str, Any] | None) -> dict[str, Any]:
@@ -410,8 +608,14 @@ def run_cost(
     budget: Budget | None,
     max_cost: float | None,
 ) -> dict[str, Any]:
-    """results.json ``cost``: list-price cost of the finished samples' tokens, money spent, judge."""
-    model_usd = pricing.usage_cost(usage_totals(finished))
+    """results.json ``cost``: list-price cost of the finished samples' tokens, money spent, judge.
+    Under prompt-size tiers the samples' own ``cost_usd`` (each priced per request as it was
+    recorded) are summed; otherwise the summed tokens are priced at the price in force now."""
+    if pricing.tiered:
+        each = [row.get("cost_usd") for row in finished]
+        model_usd = None if any(c is None for c in each) else float(sum(each))
+    else:
+        model_usd = pricing.usage_cost(usage_totals(finished))
     judge = judge_cost(scores, table)
     judge_usd = judge["usd"] if judge else 0.0
     spent = spent_in_records(attempts) if pricing.priced else None
@@ -428,7 +632,8 @@ def run_cost(
         "price_table": table.describe(),
         "definitions": {
             "model_usd": "list price of the finished samples' tokens (response-cache hits included; "
-            "prompt-cache reads and writes at their own rates)",
+            "prompt-cache reads and writes at their own rates; under prompt-size tiers, the sum of the "
+            "samples' cost_usd, each request priced at its own tier)",
             "spent_usd": "requests actually sent, every invocation, failed attempts included "
             "(response-cache hits free)",
         },

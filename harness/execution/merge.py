@@ -268,7 +268,8 @@ def _write_merged(shards: list[Shard], tmp: Path, out: Path) -> RunResults:
     started = [s.results.started_at for s in shards if s.results is not None and s.results.started_at]
     stopped_on_budget = any(s.results is not None and s.results.stopped_on_budget for s in shards)
     table = load_price_table(config.price_table)
-    pricing = pricing_for(config.model, table)
+    # as the shards priced it (their batch price under --batch); backend None: resolved from the prefix
+    pricing = pricing_for(config.model, table, batch=config.backend.batch, backend=None)
     pending = len(keys) - len(done) - len(failed)
     status = "complete" if not failed and not pending else "budget_exhausted" if stopped_on_budget else "incomplete"
     record = build_results(

@@ -177,7 +177,9 @@ class Run:
                 name += "-shard{}of{}".format(*config.shard.split("/"))
             self.run_dir = Path("results") / name
         self.price_table = load_price_table(config.price_table)
-        self.pricing = pricing_for(config.model, self.price_table, batch=config.backend.batch)
+        # whether an unpriced model is free or unknown is its backend's (bills_per_token), not --batch's wrapper's
+        billing = getattr(self.backend, "inner", self.backend)
+        self.pricing = pricing_for(config.model, self.price_table, batch=config.backend.batch, backend=billing)
         if config.max_cost is not None and not self.pricing.priced:
             raise ConfigError(f"--max-cost needs a price for {config.model}: {self.pricing.reason}")
         self.budget: Budget | None = None

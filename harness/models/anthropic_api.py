@@ -443,6 +443,8 @@ def refused_param(message: str, sent: Mapping[str, Any]) -> str | None:
 # --------------------------------------------------------------------------- backend
 @register_backend("anthropic")
 class AnthropicBackend(ModelBackend):
+    bills_per_token = True
+
     def __init__(self, model, options):
         super().__init__(model, options)
         self._clients: dict[int, tuple[Any, Any]] = {}

@@ -290,6 +290,9 @@ class ModelBackend(ABC):
     supports_auto_tool_choice: ClassVar[bool] = True
     # whether ``--base-url URL1,URL2`` (several servers, balanced) means something to this backend
     supports_server_list: ClassVar[bool] = False
+    # whether its provider bills per token: an unpriced model is then unknown (cost None, --max-cost
+    # refused) rather than free; False only for backends that run on the user's own hardware
+    bills_per_token: ClassVar[bool] = True
     # one model in this process, one request at a time: the runner runs samples one after another
     # (interleaving them only queues requests and loses the model's prompt-prefix reuse)
     one_request_at_a_time: ClassVar[bool] = False

@@ -68,6 +68,7 @@ class LlamaCppServerBackend(OpenAICompatibleBackend):
     always ours (use the ``vllm`` or ``openai`` backend with ``--base-url`` to attach elsewhere)."""
 
     supports_auto_tool_choice = False
+    bills_per_token = False  # the user's own hardware
 
     label = "llama.cpp server"
 

@@ -109,6 +109,7 @@ class LocalLlamaBackend(ModelBackend):
     time: a crash in llama.cpp's native code ends the worker, not the run, which then says what died
     (``ProcessDiedError``) with every finished sample kept."""
 
+    bills_per_token = False  # the user's own hardware
     supports_auto_tool_choice = False
     one_request_at_a_time = True
     LOG_NAME = "local-model.log"

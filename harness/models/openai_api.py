@@ -60,6 +60,7 @@ def is_reasoning_model(model: str) -> bool:
 @register_backend("openai")
 class OpenAIBackend(OpenAICompatibleBackend):
     label = "OpenAI API"
+    bills_per_token = True
 
     def __init__(self, model, options):
         super().__init__(model, options)

@@ -138,6 +138,7 @@ class ScriptedBackend(ModelBackend):
     """Answers by a script (see the module docstring); describes itself as scripted, never as a model."""
 
     prefix = "scripted"
+    bills_per_token = False  # no provider: free unless a price table prices it
 
     def __init__(self, model: str, options: BackendOptions):
         super().__init__(model, options)

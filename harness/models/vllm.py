@@ -93,6 +93,7 @@ def find_vllm_executable() -> str | None:
 @register_backend("vllm")
 class VLLMBackend(OpenAICompatibleBackend):
     label = "vLLM server"
+    bills_per_token = False  # the user's own hardware
 
     def __init__(self, model, options):
         super().__init__(model, options)
