@@ -53,6 +53,7 @@ def facts_5x(tmp_path, monkeypatch):
     models["anthropic/claude-opus-5"] = {
         "api": "messages", "thinking": "always", "sampling": [], "context_window": 1_000_000,
         "max_output_tokens": 128_000, "cache_min_tokens": 512, "default_max_tokens": 16000,
+        "reasoning_efforts": ["low", "medium", "high", "xhigh", "max"],
         "source": "test", "retrieved": "2026-11-26",
     }  # fmt: skip
     models["anthropic/claude-budget-test"] = {
@@ -208,6 +209,31 @@ def test_an_always_thinking_model_gets_the_recorded_adaptive_request(facts_5x):
     assert ours == {k: v for k, v in sent(request).items() if k != "output_config"}
     assert ours["thinking"] == {"type": "adaptive", "display": "summarized"}
     assert not set(ours) & set(SAMPLING)  # temperature 0 is not sent: thinking on, and the table says none
+
+
+def test_an_effort_asked_gives_the_recorded_request_whole(facts_5x):
+    # --reasoning-effort xhigh on claude-opus-5: byte for byte the recorded request (output_config.effort)
+    ((request, _),) = interactions("opus_5_features.yaml")
+    backend = create_backend("anthropic/claude-opus-5", BackendOptions(prompt_cache=False))
+    params = GenerationParams(max_tokens=4096, reasoning_effort="xhigh")
+    assert wire_body(backend.request_kwargs([{"role": "user", "content": "What is 2+2?"}], params)) == sent(request)
+
+
+def test_an_adaptive_only_model_thinks_when_an_effort_is_asked_and_refuses_a_budget(tmp_path, monkeypatch):
+    # the shipped table: claude-opus-4-7 thinks optionally but takes no budget (min_thinking_budget null)
+    monkeypatch.delenv(FACTS_ENV, raising=False)
+    hello = [{"role": "user", "content": "hello"}]
+    opus = create_backend("anthropic/claude-opus-4-7")
+    assert "thinking" not in opus.request_kwargs(hello, GenerationParams()).get("extra_body", {})
+    asked = opus.request_kwargs(hello, GenerationParams(reasoning_effort="high"))["extra_body"]
+    assert asked == {"thinking": {"type": "adaptive", "display": "summarized"}, "output_config": {"effort": "high"}}
+    with pytest.raises(ModelError, match="refuses a thinking budget") as info:
+        opus.check_params(GenerationParams(max_tokens=8192, thinking_budget=2048))
+    assert "\n" not in str(info.value)
+    with pytest.raises(ModelError, match="takes low, medium, high, xhigh, max"):
+        opus.check_params(GenerationParams(reasoning_effort="minimal"))
+    with pytest.raises(ModelError, match="takes no effort"):  # its facts list no efforts
+        create_backend("anthropic/claude-3-5-haiku").check_params(GenerationParams(reasoning_effort="low"))
 
 
 def test_sampling_goes_only_where_the_facts_say(facts_5x):

@@ -186,7 +186,10 @@ class RunConfig(BaseModel):
             thinks = facts is not None and (
                 facts.reasoning
                 or facts.thinking == "always"
-                or (facts.thinking == "optional" and self.generation.thinking_budget is not None)
+                or (
+                    facts.thinking == "optional"
+                    and (self.generation.thinking_budget is not None or self.generation.reasoning_effort is not None)
+                )
             )
             if thinks and facts.default_max_tokens:
                 number = facts.default_max_tokens

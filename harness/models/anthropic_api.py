@@ -309,6 +309,7 @@ def to_anthropic_request(
     *,
     sampling: Mapping[str, float] | None = None,
     thinking: Mapping[str, Any] | None = None,
+    effort: str | None = None,
     prompt_cache: bool = False,
     cache_min_tokens: int | None = None,
 ) -> dict[str, Any]:
@@ -333,6 +334,8 @@ def to_anthropic_request(
     extra: dict[str, Any] = dict(sampling or {})
     if thinking:
         extra["thinking"] = dict(thinking)
+    if effort:  # recorded: claude-opus-4-6 / claude-opus-5 requests carry output_config.effort (pydantic-ai cassettes)
+        extra["output_config"] = {"effort": effort}
     if extra:
         kwargs["extra_body"] = extra
     return kwargs
@@ -534,8 +537,22 @@ class AnthropicBackend(ModelBackend):
     def check_params(self, params: GenerationParams) -> None:
         """The thinking budget against the model's facts, one line (``ModelError``) before any request."""
         budget, mode, name = params.thinking_budget, self.thinking_mode(), f"anthropic/{self.model}"
+        effort = params.reasoning_effort
+        efforts = self.facts.reasoning_efforts if self.facts is not None else None
+        if effort is not None and self.facts is not None and not efforts:
+            raise ModelError(
+                f"--reasoning-effort {effort}: {name} takes no effort (harness/models/model_facts.yaml lists none); "
+                "drop --reasoning-effort"
+            )
+        if effort is not None and efforts and effort not in efforts:
+            raise ModelError(f"--reasoning-effort {effort}: {name} takes {', '.join(efforts)}")
         if budget is None:
             return
+        if self.adaptive_only():
+            raise ModelError(
+                f"--thinking-budget {budget}: {name} refuses a thinking budget (it thinks adaptively); "
+                "drop --thinking-budget, and pass --reasoning-effort to turn its thinking on"
+            )
         if mode == "never":
             raise ModelError(
                 f"--thinking-budget {budget}: {name} does not think (thinking: never in "
@@ -561,7 +578,15 @@ class AnthropicBackend(ModelBackend):
             return dict(ADAPTIVE_THINKING)
         if params.thinking_budget is not None:
             return {"type": "enabled", "budget_tokens": params.thinking_budget}
+        if params.reasoning_effort is not None and self.adaptive_only():
+            # a model that takes no budget thinks adaptively when an effort is asked (claude-opus-5's
+            # recorded request: thinking adaptive with output_config.effort)
+            return dict(ADAPTIVE_THINKING)
         return None
+
+    def adaptive_only(self) -> bool:
+        """Thinking is optional but the API refuses a budget (facts: min_thinking_budget null)."""
+        return self.facts is not None and self.facts.thinking == "optional" and self.facts.min_thinking_budget is None
 
     def wanted_sampling(self, params: GenerationParams) -> dict[str, float]:
         """The sampling parameters a request with ``params`` would carry where the model takes them:
@@ -604,6 +629,7 @@ class AnthropicBackend(ModelBackend):
             tool_choice,
             sampling=self.sampling(params),
             thinking=self.thinking(params),
+            effort=params.reasoning_effort,
             prompt_cache=self.options.prompt_cache if prompt_cache is None else prompt_cache,
             cache_min_tokens=(facts.cache_min_tokens if facts is not None else None) or 0,
         )
