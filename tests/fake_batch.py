@@ -1,7 +1,8 @@
 """A loopback fake of the providers' batch endpoints (and their one-request endpoints, for comparison).
 
 OpenAI: ``POST /v1/files`` (multipart, purpose batch), ``GET /v1/files/ID/content``, ``POST /v1/batches``,
-``GET /v1/batches`` (list), ``GET /v1/batches/ID``, ``POST /v1/batches/ID/cancel``, ``POST /v1/chat/completions``.
+``GET /v1/batches`` (list), ``GET /v1/batches/ID``, ``POST /v1/batches/ID/cancel``, ``POST /v1/chat/completions``,
+``POST /v1/responses`` (a batch's endpoint either of the two, every line's ``url`` the same).
 Anthropic: ``POST /v1/messages/batches``, ``GET /v1/messages/batches`` (list), ``GET /v1/messages/batches/ID``, ``GET .../ID/results``,
 ``POST .../ID/cancel``, ``POST /v1/messages``, ``POST /v1/messages/count_tokens``.
 
@@ -66,6 +67,29 @@ def completion(body: dict[str, Any], usage=USAGE) -> dict[str, Any]:
         ],
         "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1], "total_tokens": sum(usage)},
     }
+
+
+def responses_reply(body: dict[str, Any], usage=USAGE) -> dict[str, Any]:
+    """A Responses API reply (the shape of the recorded ones in tests/fixtures/recorded/openai/)."""
+    text = answer_for(last_user_text([i for i in body.get("input", []) if "role" in i]))
+    return {
+        "id": "resp_fake",
+        "object": "response",
+        "created_at": 0,
+        "status": "completed",
+        "error": None,
+        "incomplete_details": None,
+        "model": body.get("model"),
+        "output": [
+            {"id": "msg_fake", "type": "message", "role": "assistant", "status": "completed",
+             "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]},
+        ],
+        "usage": {"input_tokens": usage[0], "input_tokens_details": {"cached_tokens": 0}, "output_tokens": usage[1],
+                  "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": sum(usage)},
+    }  # fmt: skip
+
+
+OPENAI_ENDPOINTS = {"/v1/chat/completions": completion, "/v1/responses": responses_reply}
 
 
 def message(params: dict[str, Any], usage=USAGE) -> dict[str, Any]:
@@ -421,10 +445,10 @@ class FakeBatchServer:
         if path == "/v1/files":
             return self.upload(headers, raw)
         body = json.loads(raw or b"{}")
-        if path == "/v1/chat/completions":
+        if path in OPENAI_ENDPOINTS:
             with self.lock:
                 self.chat_calls += 1
-            return 200, completion(body, self.usage)
+            return 200, OPENAI_ENDPOINTS[path](body, self.usage)
         if path == "/v1/messages":
             with self.lock:
                 self.chat_calls += 1
@@ -464,10 +488,11 @@ class FakeBatchServer:
         with self.lock:
             if provider == "openai":
                 data = self.files.get(body.get("input_file_id"))
-                if data is None or body.get("completion_window") != "24h" or body.get("endpoint") != "/v1/chat/completions":
+                endpoint = body.get("endpoint")
+                if data is None or body.get("completion_window") != "24h" or endpoint not in OPENAI_ENDPOINTS:
                     return 400, {"error": {"message": "bad batch request"}}
                 lines = [json.loads(x) for x in data.decode().splitlines() if x.strip()]
-                if any(x.get("method") != "POST" or x.get("url") != "/v1/chat/completions" for x in lines):
+                if any(x.get("method") != "POST" or x.get("url") != endpoint for x in lines):
                     return 400, {"error": {"message": "bad line"}}
             else:
                 lines = body.get("requests") or []
@@ -487,6 +512,7 @@ class FakeBatchServer:
                 "outcome": outcome,
                 "metadata": body.get("metadata") or {},
                 "input_file_id": body.get("input_file_id"),
+                "endpoint": body.get("endpoint"),
             }
             self.batch_sizes.append(len(lines))
             public = self.public(self.batches[batch_id])
@@ -526,7 +552,8 @@ class FakeBatchServer:
             if failure:
                 errors.append(openai_error_line(i, cid, *failure))
             else:
-                response = {"status_code": 200, "request_id": f"q{i}", "body": completion(line["body"], self.usage)}
+                reply = OPENAI_ENDPOINTS[batch["endpoint"]](line["body"], self.usage)
+                response = {"status_code": 200, "request_id": f"q{i}", "body": reply}
                 output.append({"id": f"r{i}", "custom_id": cid, "response": response, "error": None})
         if outcome == "failed":
             batch["status"] = "failed"
@@ -570,7 +597,7 @@ class FakeBatchServer:
             return {
                 "id": batch["id"],
                 "object": "batch",
-                "endpoint": "/v1/chat/completions",
+                "endpoint": batch["endpoint"],
                 "input_file_id": batch["input_file_id"],
                 "completion_window": "24h",
                 "status": batch["status"],

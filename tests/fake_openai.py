@@ -1,13 +1,62 @@
 """A scripted model behind a local server speaking the OpenAI protocol, or Anthropic's (FakeServer
-from test_api_backends), for tests that need tool calls and exact token counts without a real model."""
+from test_api_backends), for tests that need tool calls and exact token counts without a real model;
+and OpenAI's Responses API answering with real recorded replies (``recorded_responses_model``)."""
 
 from __future__ import annotations
 
+import functools
 import json
+from pathlib import Path
 
+import yaml
 from test_api_backends import FakeServer
 
-__all__ = ["FakeServer", "anthropic_search_model", "scripted_search_model"]
+RECORDED = Path(__file__).resolve().parent / "fixtures" / "recorded" / "openai"
+
+__all__ = [
+    "RECORDED",
+    "FakeServer",
+    "anthropic_search_model",
+    "recorded",
+    "recorded_responses_model",
+    "scripted_search_model",
+]
+
+
+@functools.lru_cache(maxsize=None)
+def _cassette(name: str) -> str:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 10x faster on the long ones
+    return json.dumps(yaml.load((RECORDED / f"{name}.yaml").read_text(), Loader=loader)["interactions"])
+
+
+def recorded(name: str) -> list[dict]:
+    """The interactions of a recorded cassette (tests/fixtures/recorded/openai/NAME.yaml), a fresh copy."""
+    return json.loads(_cassette(name))
+
+
+def recorded_responses_model(interactions: list[dict], refusals: dict[str, dict] | None = None):
+    """A handler for OpenAI's Responses API that answers ``POST /v1/responses`` with the recorded
+    real reply whose recorded request carried the same ``input`` and ``instructions``: a request
+    that differs from the real one gets a 400 saying so (so a test sees the exact items sent).
+    ``refusals``: parameter -> the error object of a 400 answered while the request carries it
+    (a model that refuses ``temperature``); ``GET`` (start's reachability check) answers a list."""
+
+    def handler(method, path, headers, body):
+        if method == "GET":
+            return 200, {}, {"object": "list", "data": []}
+        if not path.endswith("/responses"):
+            return 404, {}, {"error": {"message": f"no route {path}", "type": "invalid_request_error"}}
+        for param, error in (refusals or {}).items():
+            if param in body:
+                return 400, {}, {"error": error}
+        for interaction in interactions:
+            sent = interaction["request"]["parsed_body"]
+            if sent.get("input") == body.get("input") and sent.get("instructions") == body.get("instructions"):
+                return interaction["response"]["status"]["code"], {}, interaction["response"]["parsed_body"]
+        error = {"message": "no recorded reply for this input", "type": "invalid_request_error", "param": "input"}
+        return 400, {}, {"error": error}
+
+    return handler
 
 
 def scripted_search_model(script: dict[str, tuple[str, str]], usage: tuple[int, int] = (120, 7), cached: int = 0):

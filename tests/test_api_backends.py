@@ -24,7 +24,6 @@ from harness.models.anthropic_api import (
     to_anthropic_tools,
 )
 from harness.models.launcher import free_port
-from harness.models.openai_api import is_reasoning_model, known_context_size
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -74,7 +73,8 @@ class FakeServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
     def __enter__(self):
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        # polled every 50 ms, not 500: shutdown() waits for the next poll
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return self
 
     def __exit__(self, *exc):
@@ -105,24 +105,33 @@ def test_anthropic_missing_key_names_the_variable():
 
 
 # --------------------------------------------------------------------------- OpenAI facts
-def test_openai_context_table_and_reasoning_params():
-    assert known_context_size("gpt-4o") == 128_000
-    assert known_context_size("gpt-4o-mini-2024-07-18") == 128_000
-    assert known_context_size("gpt-4") == 8_192
-    assert known_context_size("gpt-4-turbo") == 128_000
-    assert known_context_size("gpt-3.5-turbo") == 16_385
-    assert known_context_size("gpt-4.1-mini") == 1_047_576
-    assert known_context_size("o3-mini") == 200_000
-    assert known_context_size("some-local-model") is None
-    assert create_backend("openai/gpt-4o").context_size() == 128_000
-    assert create_backend("openai/x", BackendOptions(context_size=4096)).context_size() == 4096
-    assert create_backend("openai/unknown-model").context_size() is None
+def test_openai_context_sizes_and_request_fields_come_from_the_model_facts_table():
+    def size(name, **options):
+        return create_backend(f"openai/{name}", BackendOptions(**options)).context_size()
 
-    assert is_reasoning_model("o3-mini") and not is_reasoning_model("gpt-4o")
-    kwargs = create_backend("openai/o3-mini").request_kwargs(
-        [{"role": "user", "content": "hi"}], GenerationParams(max_tokens=50), None, None
+    assert size("gpt-4o") == 128_000
+    assert size("gpt-4o-mini-2024-07-18") == 128_000  # a snapshot date after a listed name
+    assert size("gpt-4") == 8_192 and size("gpt-4-turbo") == 128_000 and size("gpt-3.5-turbo") == 16_385
+    assert size("gpt-4.1-mini") == 1_047_576 and size("o3-mini") == 200_000
+    # gpt-5: a 400k window, of which at most 272k input: what packing may fill
+    assert size("gpt-5") == 272_000 and create_backend("openai/gpt-5").max_context_size() == 272_000
+    assert create_backend("openai/gpt-5").context_size_source() == "model facts openai/gpt-5 (max_input_tokens)"
+    assert size("x", context_size=4096) == 4096
+    assert size("unknown-model") is None and size("gpt-4o-mini-2") is None  # unknown: never a neighbour's size
+
+    hi = [{"role": "user", "content": "hi"}]
+    # a reasoning model on chat completions (a compatible server): max_completion_tokens, no sampling
+    kwargs = create_backend("openai/o3-mini", BackendOptions(base_url="http://127.0.0.1:9/v1")).request_kwargs(
+        hi, GenerationParams(max_tokens=50), None, None
     )
     assert kwargs["max_completion_tokens"] == 50 and "max_tokens" not in kwargs and "temperature" not in kwargs
+    assert "top_p" not in kwargs and "reasoning_effort" not in kwargs
+    # on OpenAI's endpoint it goes to the Responses API
+    body = create_backend("openai/o3-mini").request_kwargs(hi, GenerationParams(max_tokens=50), None, None)
+    assert body["max_output_tokens"] == 50 and "messages" not in body and "temperature" not in body
+    # a chat model keeps its sampling and max_tokens
+    kwargs = create_backend("openai/gpt-4o").request_kwargs(hi, GenerationParams(max_tokens=50), None, None)
+    assert kwargs["max_tokens"] == 50 and kwargs["temperature"] == 0.0 and kwargs["top_p"] == 1.0
 
 
 def test_tiktoken_counts_offline(tmp_path):

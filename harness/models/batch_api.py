@@ -1,7 +1,8 @@
 """The providers' batch interfaces, one class each, behind one shape (``harness.models.batch`` drives them):
 
 * ``OpenAIBatchAPI``: OpenAI's Batch API, or any compatible base URL: a JSONL of ``{"custom_id",
-  "method": "POST", "url": "/v1/chat/completions", "body"}`` uploaded to ``/files`` (purpose
+  "method": "POST", "url": "/v1/chat/completions" (or "/v1/responses" for a model the backend sends
+  to the Responses API), "body"}`` uploaded to ``/files`` (purpose
   ``batch``), created at ``/batches`` (completion window 24h, ``metadata.harness_key`` naming our
   record), polled, then the output and error files downloaded from ``/files/ID/content``;
 * ``AnthropicBatchAPI``: Message Batches (``/v1/messages/batches``: ``requests`` of ``{custom_id,
@@ -425,7 +426,6 @@ async def _error_head(resp: Any, limit: int = 64 * 1024) -> str:
 class OpenAIBatchAPI(HttpBatchAPI):
     name = "openai"
     list_path = "/batches"
-    url_path = "/v1/chat/completions"
     max_requests = 50_000
     max_bytes = 190 * 2**20  # the API takes input files up to 200 MB
 
@@ -438,16 +438,34 @@ class OpenAIBatchAPI(HttpBatchAPI):
     def where(self) -> str:
         return f"batch API at {strip_credentials(self.base)}"
 
+    @property
+    def url_path(self) -> str:
+        """The endpoint of every line of a batch (one per batch): the Responses API for a model sent
+        there (the batch API takes ``/v1/responses``: ``BatchCreateParams.endpoint`` in the openai SDK)."""
+        return "/v1/responses" if self.api() == "responses" else "/v1/chat/completions"
+
+    def api(self) -> str:
+        batch_api = getattr(self.backend, "batch_api", None)
+        return batch_api() if batch_api is not None else "chat"
+
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.backend.api_key()}"}
+        # the environment's organization, project and OPENAI_CUSTOM_HEADERS, as on every request
+        extra = getattr(self.backend, "sdk_env_headers", dict)()
+        return {"Authorization": f"Bearer {self.backend.api_key()}", **extra}
 
     def body(self, messages, params, tools, tool_choice) -> dict[str, Any]:
+        if hasattr(self.backend, "batch_api"):
+            return self.backend.request_kwargs(messages, params, tools, tool_choice, api=self.api())
         return self.backend.request_kwargs(messages, params, tools, tool_choice)
 
     def line(self, custom_id: str, body: dict[str, Any]) -> dict[str, Any]:
         return {"custom_id": custom_id, "method": "POST", "url": self.url_path, "body": body}
 
     def parse(self, body: Any, where: str):
+        if self.api() == "responses":
+            from harness.models.openai_responses import response_from_responses
+
+            return response_from_responses(body, where)
         from harness.models.openai_compat import response_from_completion
 
         return response_from_completion(body, where)

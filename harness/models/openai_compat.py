@@ -19,7 +19,10 @@ SDK shapes its errors, ``StatusReply``):
   (``harness.models.http_reply``), never a finished answer.
 
 The automatic prompt cache's hits (``usage.prompt_tokens_details.cached_tokens``) are read into
-``Usage.cache_read_tokens``, priced at the cached-input rate.
+``Usage.cache_read_tokens``, priced at the cached-input rate; what newer OpenAI models report written
+to it (``cache_write_tokens``) into ``Usage.cache_write_tokens``; a reasoning model's hidden
+reasoning (``completion_tokens_details.reasoning_tokens``) into ``Usage.reasoning_tokens``, and a
+``message.refusal`` into ``ModelResponse.refusal``.
 
 The SDK is imported lazily, only where it sends the requests (httpx).
 """
@@ -460,17 +463,29 @@ def response_from_completion(completion: Any, where: str = "server") -> ModelRes
     # saying more than the whole prompt is read as all of it
     details = shape.get(usage, "prompt_tokens_details", "usage", (dict,), "an object") or {}
     cached = min(shape.count(details, "cached_tokens", "usage.prompt_tokens_details"), prompt_tokens)
+    # written to the prompt cache (OpenAI reports it on newer models; part of prompt_tokens)
+    written = min(shape.count(details, "cache_write_tokens", "usage.prompt_tokens_details"), prompt_tokens - cached)
+    completion_tokens = shape.count(usage, "completion_tokens")
+    # a reasoning model's hidden reasoning, part of completion_tokens (OpenAI; vLLM sends none)
+    out_details = shape.get(usage, "completion_tokens_details", "usage", (dict,), "an object") or {}
+    reasoning_tokens = min(
+        shape.count(out_details, "reasoning_tokens", "usage.completion_tokens_details"), completion_tokens
+    )
     return ModelResponse(
         content=content,
         tool_calls=calls,
         finish_reason=shape.get(choice, "finish_reason", "choices[0]", (str,), "text"),
         usage=Usage(
             prompt_tokens=prompt_tokens,
-            completion_tokens=shape.count(usage, "completion_tokens"),
+            completion_tokens=completion_tokens,
             cache_read_tokens=cached,
+            cache_write_tokens=written,
+            reasoning_tokens=reasoning_tokens,
         ),
         model=shape.get(completion, "model", "reply", (str,), "text"),
         reasoning=reasoning,
+        # the model declined (OpenAI's message.refusal, null otherwise); read leniently like the reasoning
+        refusal=refusal if isinstance(refusal := message.get("refusal"), str) and refusal else None,
     )
 
 
@@ -494,7 +509,8 @@ class OpenAICompatibleBackend(ModelBackend):
         self._clients: dict[tuple[int, str | None], tuple[asyncio.AbstractEventLoop, Any]] = {}
         # --http-client aiohttp: requests go out on aiohttp directly (``_request_direct``)
         self._sessions = AiohttpSessions(options.request_timeout)
-        self._targets: dict[str | None, tuple[str, dict[str, Any]]] = {}  # per server: URL, headers, proxy
+        # per (server, path): URL, headers, proxy
+        self._targets: dict[tuple[str | None, str], tuple[str, dict[str, Any]]] = {}
         self._labels: dict[str | None, str] = {}
 
     def use_servers(self, urls: list[str]) -> None:
@@ -573,6 +589,14 @@ class OpenAICompatibleBackend(ModelBackend):
             **chat_request_kwargs(clean_messages(messages), params, tools, tool_choice),
         }
 
+    def request_path(self, kwargs: dict[str, Any]) -> str:
+        """The endpoint (under the API base) a request body built by ``request_kwargs`` goes to."""
+        return "/chat/completions"
+
+    def parse_reply(self, kwargs: dict[str, Any], reply: Any, where: str) -> ModelResponse:
+        """The 2xx reply (parsed JSON) to the request ``kwargs`` as a ``ModelResponse``."""
+        return response_from_completion(reply, where)
+
     # client --------------------------------------------------------------------
     def client(self, base_url: str | None = None) -> Any:
         """An ``AsyncOpenAI`` for the running event loop (an httpx client cannot cross loops) and
@@ -581,7 +605,7 @@ class OpenAICompatibleBackend(ModelBackend):
             import openai
         except ImportError:
             raise ModelError(f"the {self.prefix} backend needs the openai package: pip install openai") from None
-        base_url = base_url or self.base_url
+        base_url = base_url or self.base_url or self.default_base_url()  # the same server as the aiohttp path
         loop = asyncio.get_running_loop()
         entry = self._clients.get((id(loop), base_url))
         if entry is not None and entry[0] is loop:
@@ -661,13 +685,14 @@ class OpenAICompatibleBackend(ModelBackend):
         # not through chat.completions.create: its typed-params transform walked every message
         # (the loop's top cost at many connections) and left these plain fields as they were.
         client = self.client(base_url)
+        path = self.request_path(kwargs)
 
         def create(**body: Any) -> Any:
-            return client.post("/chat/completions", body=body, cast_to=object, options=_RAW_REPLY)
+            return client.post(path, body=body, cast_to=object, options=_RAW_REPLY)
 
         reply = await within_deadline(self._send(create, kwargs, label), self.options.request_timeout, label)
         # parsed here, not by the SDK: its lenient models turn a malformed reply into an empty answer
-        return response_from_completion(reply_json(reply, label), label)
+        return self.parse_reply(kwargs, reply_json(reply, label), label)
 
     async def _request_direct(self, base_url: str | None, kwargs: dict[str, Any], label: str) -> ModelResponse:
         """The request on aiohttp itself, past the SDK (not even imported: 0.5 s of CPU): its request
@@ -675,7 +700,7 @@ class OpenAICompatibleBackend(ModelBackend):
         ~80 % of a request's CPU. The same URL and body as the SDK's, its headers but its telemetry
         (``request_headers``), and a reply read as on the SDK's transports: the same byte cap,
         deadline, reply checks and error messages (a status error shaped as the SDK shapes it)."""
-        url, sent = self._direct_target(base_url)
+        url, sent = self._direct_target(base_url, self.request_path(kwargs))
         body = json.dumps(kwargs, ensure_ascii=False, separators=(",", ":")).encode()
         status, reply_headers, content = await within_deadline(
             self._post(url, body, sent, label), self.options.request_timeout, label
@@ -683,17 +708,18 @@ class OpenAICompatibleBackend(ModelBackend):
         if not 200 <= status < 300:
             reply = StatusReply(status, reply_headers, content)
             raise map_status_error(reply, status, reply_headers, label, self.model) from reply
-        return response_from_completion(body_json(status, reply_headers, content, label), label)
+        return self.parse_reply(kwargs, body_json(status, reply_headers, content, label), label)
 
-    def _direct_target(self, base_url: str | None) -> tuple[str, dict[str, Any]]:
-        """(chat URL, aiohttp keywords: headers, proxy) for a server (``base_url``, default ``self.base_url``)."""
+    def _direct_target(self, base_url: str | None, path: str = "/chat/completions") -> tuple[str, dict[str, Any]]:
+        """(URL of ``path``, aiohttp keywords: headers, proxy) for a server (``base_url``, default
+        ``self.base_url``)."""
         base = base_url or self.base_url or self.default_base_url()
-        entry = self._targets.get(base)
+        entry = self._targets.get((base, path))
         if entry is None:
             if not base:
                 raise ModelError(f"{self.prefix}/{self.model}: no server to send requests to (pass --base-url)")
-            url = base.rstrip("/") + "/chat/completions"
-            entry = self._targets[base] = (url, {"headers": self.request_headers(), **env_proxy(url)})
+            url = base.rstrip("/") + path
+            entry = self._targets[(base, path)] = (url, {"headers": self.request_headers(), **env_proxy(url)})
         return entry
 
     async def _post(self, url: str, body: bytes, sent: dict[str, Any], label: str) -> tuple[int, Any, bytes]:
