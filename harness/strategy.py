@@ -80,6 +80,8 @@ def keyed_values(model: BaseModel, dumped: dict[str, Any] | None = None) -> dict
     dumped = model.model_dump(mode="json") if dumped is None else dumped
     out: dict[str, Any] = {}
     for name, info in type(model).model_fields.items():
+        if name not in dumped:  # left out by the model's own serializer (an unset knob)
+            continue
         value = getattr(model, name)
         extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
         if "neutral" in extra and dumped[name] == _json(extra["neutral"]):

@@ -285,7 +285,7 @@ def test_budget_stops_mid_tree_and_the_tree_holds_what_was_spent(script, hotpot_
     assert [n["id"] for n in nodes] == ["0", "0.1", "0.2"]
     assert [n["outcome"] for n in nodes] == ["budget_exhausted", "answered", "answered"]
     assert row["model_calls"] == 3  # the root's first request and one per sub-agent
-    assert row["usage"] == {"prompt_tokens": 0, "completion_tokens": 3, "cache_read_tokens": 0, "cache_write_tokens": 0}
+    assert row["usage"] == {"prompt_tokens": 0, "completion_tokens": 3, "cache_read_tokens": 0, "cache_write_tokens": 0, "reasoning_tokens": 0}
     assert sum(n["tokens"]["completion_tokens"] for n in nodes) == 3
     assert row["spent_usd"] == pytest.approx(3.0) == sum(n["cost"] for n in nodes)
     assert results["status"] == "budget_exhausted" and results["cost"]["budget"]["spent_usd"] == pytest.approx(3.0)
@@ -430,7 +430,10 @@ def test_delegate_real_local_model(hotpot_snapshot, tmp_path):
         assert delegated == len(nodes) - 1 + root["malformed_tool_calls"]
         for sub in nodes[1:]:
             assert sub["parent"] == "0" and sub["depth"] == 1 and sub["tools"] == ["search"] and sub["instructions"]
-            assert sub["messages"][1]["tool_calls"][0]["function"]["name"] == "search" and sub["searches"] >= 1
+            assert sub["messages"][1]["tool_calls"][0]["function"]["name"] == "search"
+            # the forced first call searched, or was malformed and answered with an error the model reads
+            # (SmolLM2 cut at 48 tokens writes unfinished JSON on some CPUs: greedy output differs by CPU)
+            assert sub["searches"] + sub["malformed_tool_calls"] >= 1
             assert sub["outcome"] in ("answered", "max_rounds", "context_full") and sub["rounds"] <= 2
         assert len(extra["searches"]) == sum(n["searches"] for n in nodes)
         assert {s["node"] for s in extra["searches"]} <= {n["id"] for n in nodes[1:]}

@@ -269,9 +269,10 @@ def test_openai_cache_hits_are_recorded_and_priced(tmp_path, monkeypatch):
     rows, results = read_run(tmp_path / "a")
     for row in rows:
         assert row["usage"] == {"prompt_tokens": 1000, "completion_tokens": 10, "cache_read_tokens": 600,
-                                "cache_write_tokens": 0}  # fmt: skip
+                                "cache_write_tokens": 0, "reasoning_tokens": 0}  # fmt: skip
         assert row["cost_usd"] == pytest.approx(per_sample) and row["spent_usd"] == pytest.approx(per_sample)
-    assert results["tokens"] == {"prompt": 2000, "completion": 20, "total": 2020, "cache_read": 1200, "cache_write": 0}
+    assert results["tokens"] == {"prompt": 2000, "completion": 20, "total": 2020, "cache_read": 1200, "cache_write": 0,
+                                 "reasoning": 0, "reasoning_failed": 0}  # fmt: skip
     cost = results["cost"]
     assert cost["model_usd"] == pytest.approx(2 * per_sample) and cost["spent_usd"] == pytest.approx(2 * per_sample)
     assert cost["price"]["cached_input_usd_per_mtok"] == 0.5
@@ -288,7 +289,11 @@ def test_anthropic_loop_caches_its_conversation_and_prices_reads_and_writes(tmp_
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
     monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
     prices = tmp_path / "prices.yaml"
-    prices.write_text("models:\n  anthropic/claude-sonnet-4-5: {input: 3.0, output: 15.0}\n")  # default cache rates
+    # no cache rates of its own: the provider's rule from the table's cache_defaults
+    prices.write_text(
+        "cache_defaults:\n  anthropic: {cached_input: 0.1, cache_write_input: 1.25, source: test}\n"
+        "models:\n  anthropic/claude-sonnet-4-5: {input: 3.0, output: 15.0}\n"
+    )
     script = {"Scott Derrickson": ("Scott Derrickson", "yes")}
 
     def run(out, *extra):

@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator, ClassVar, Literal
 
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_serializer
 
 from harness.errors import ModelError, TransientModelError
 from harness.redact import register_url_credentials, split_urls, strip_credentials, url_credential_problem
@@ -103,6 +103,16 @@ class GenerationParams(BaseModel):
     )
     # Anthropic extended thinking where it is optional: budget_tokens (None: thinking off); part of max_tokens
     thinking_budget: int | None = Field(None, ge=1024, le=10_000_000, json_schema_extra={"neutral": None})
+
+    @model_serializer(mode="wrap")
+    def _without_unset_reasoning(self, handler: Any) -> dict[str, Any]:
+        # the reasoning knobs appear only when set: every response-cache key, judge record and run key
+        # made before they existed stays the same
+        data = handler(self)
+        for name in ("reasoning_effort", "thinking_budget"):
+            if data.get(name) is None:
+                data.pop(name, None)
+        return data
 
 
 class BackendOptions(BaseModel):
