@@ -119,3 +119,34 @@ def test_leaderboard_bad_input(tmp_path):
     assert proc.returncode == 2 and proc.stderr.strip() == f"error: not a folder: {tmp_path / 'missing'}"
     proc = run_harness("leaderboard", str(tmp_path))
     assert proc.returncode == 2 and "no runs" in proc.stderr
+
+
+def test_the_decoding_conditions_go_with_the_numbers(tmp_path):
+    """A reasoning model's answer budget (from its facts entry), the effort it ran at and the facts entry
+    are shown beside its numbers: in the leaderboard's JSON and markdown and in results.json."""
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("models:\n  openai/gpt-5: {input: 1.25, output: 10.0}\n")
+    with FakeServer(scripted_search_model({})) as server:
+        for name, extra in (("default", []), ("low", ["--reasoning-effort", "low", "--max-tokens", "4000"])):
+            proc = run_harness(
+                "run", "--model", "openai/gpt-5", "--base-url", server.url + "/v1", "--price-table", str(prices),
+                "--limit", "1", "--out", str(tmp_path / "runs" / name), *extra,
+            )  # fmt: skip
+            assert proc.returncode == 0, proc.stderr
+        bodies = [body for _, path, _, body in server.requests if path.endswith("/chat/completions")]
+    # behind --base-url: chat completions, the facts' length field, no sampling, effort only when asked
+    assert bodies[0]["max_completion_tokens"] == 25000 and "reasoning_effort" not in bodies[0]
+    assert bodies[1]["max_completion_tokens"] == 4000 and bodies[1]["reasoning_effort"] == "low"
+    assert not {"temperature", "top_p", "max_tokens"} & (set(bodies[0]) | set(bodies[1]))
+    out = tmp_path / "board.json"
+    proc = run_harness("leaderboard", str(tmp_path / "runs"), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    rows = {Path(r["path"]).name: r for r in json.loads(out.read_text())["rows"]}
+    default, low = rows["default"]["decoding"], rows["low"]["decoding"]
+    assert default["max_tokens"] == 25000 and default["max_tokens_source"].startswith("model facts openai/gpt-5: ")
+    assert default["reasoning_effort"] is None and default["provider_default_effort"] == "medium"
+    assert default["facts"] == "openai/gpt-5" and default["api"] == "chat" and default["sampling_sent"] == []
+    assert low["max_tokens"] == 4000 and low["max_tokens_source"] == "--max-tokens" and low["reasoning_effort"] == "low"
+    markdown = out.with_suffix(".md").read_text() if out.with_suffix(".md").exists() else proc.stdout
+    assert "max 25000 (model facts), effort medium (provider default), api chat" in markdown
+    assert "max 4000 (--max-tokens), effort low, api chat" in markdown

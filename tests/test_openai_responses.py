@@ -402,7 +402,7 @@ def test_an_unknown_model_is_probed_once_and_runs_without_what_it_refused(openai
     assert posts[3][3]["include"] == ["reasoning.encrypted_content"] and posts[3][3]["store"] is False
     assert reply.content == "42"
     info = backend.describe()
-    assert info["facts"] == "probed" and info["api"] == "responses"
+    assert info["facts"] is None and info["probe"] and info["api"] == "responses"
     assert info["probe"]["refused"] == ["temperature", "top_p"] and info["probe"]["endpoint"] == "/v1/responses"
 
 

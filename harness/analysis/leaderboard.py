@@ -16,7 +16,7 @@ from typing import Any
 from harness.analysis.runs import Skipped, find_runs
 from harness.errors import HarnessError
 from harness.execution.config import BACKEND_NOT_HASHED, NOT_HASHED, RunConfig
-from harness.execution.record import CostRecord, RunResults, read_results
+from harness.execution.record import CostRecord, Decoding, RunResults, read_results
 from harness.records import RESULTS_FILE
 from harness.redact import strip_credentials
 from harness.scoring.display import display_name
@@ -155,6 +155,8 @@ def row_of(results: RunResults, run_dir: Path) -> dict[str, Any]:
         "cost_note": price.get("reason") or price.get("note"),
         "context_size": results.context_size,
         "native_tool_calling": results.native_tool_calling,
+        # the conditions of the numbers on the model side: budget and its source, effort, API, facts
+        "decoding": results.decoding().model_dump(mode="json"),
         "backend": results.backend,
         "path": str(run_dir),
         "config_hash": results.config_hash,
@@ -277,7 +279,7 @@ def format_markdown(board: dict[str, Any]) -> str:
     by_key = column_labels(metrics, board.get("scales") or {})
     labels = [by_key[m] for m in metrics]
     head = ["model", "dataset", "setting", "agent", "knobs", "n", "failed", "status", *labels]
-    head += ["tokens", "cost USD", "USD/sample", "context", "native tools", "path"]
+    head += ["tokens", "cost USD", "USD/sample", "context", "native tools", "decoding", "path"]
     numeric = {*labels, "n", "failed"}
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" if h in numeric else "---" for h in head) + "|"]
     for r in board["rows"]:
@@ -298,6 +300,7 @@ def format_markdown(board: dict[str, Any]) -> str:
             _cell(r["cost_per_sample_usd"], 6) if r["cost_per_sample_usd"] is not None else "—",
             r["context_size"],
             r["native_tool_calling"],
+            Decoding.model_validate(r["decoding"]).label() if r.get("decoding") else "—",
             r["path"],
         ]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")

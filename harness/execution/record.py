@@ -97,6 +97,49 @@ class ModelRecord(_Open):
     endpoint: str | None = Field(None, description="the server's URL, credentials stripped (API backends)")
 
 
+# max_tokens_source's forms (harness.execution.config) shortened for a table cell
+_BUDGET_SOURCES = (
+    ("--max-tokens", "--max-tokens"),
+    ("model facts", "model facts"),
+    ("embedded default model", "measured"),
+    ("default", "default"),
+)
+
+
+class Decoding(_Closed):
+    """The model-side conditions of a run's numbers, read from what the run recorded: the answer budget
+    and where it came from, the reasoning effort and thinking budget sent (None: the provider's
+    default), the API used, the sampling parameters sent, and the model facts entry (or a probe)."""
+
+    max_tokens: int | None = None
+    max_tokens_source: str | None = None
+    reasoning_effort: str | None = Field(None, description="sent; None: not sent, the provider's default")
+    provider_default_effort: str | None = Field(None, description="the facts' default_reasoning_effort")
+    thinking_budget: int | None = None
+    api: str | None = Field(None, description="openai/: responses or chat")
+    sampling_sent: list[str] | None = None
+    facts: str | None = Field(None, description="the model facts entry used; 'probed' where the table lacks it")
+
+    def label(self) -> str:
+        """One cell: ``max 25000 (model facts), effort medium (provider default), api responses``."""
+        parts = []
+        if self.max_tokens is not None:
+            source = self.max_tokens_source or ""
+            short = next((label for prefix, label in _BUDGET_SOURCES if source.startswith(prefix)), None)
+            parts.append(f"max {self.max_tokens}" + (f" ({short})" if short else ""))
+        if self.reasoning_effort:
+            parts.append(f"effort {self.reasoning_effort}")
+        elif self.provider_default_effort:
+            parts.append(f"effort {self.provider_default_effort} (provider default)")
+        if self.thinking_budget:
+            parts.append(f"thinking {self.thinking_budget}")
+        if self.api:
+            parts.append(f"api {self.api}")
+        if self.facts == "probed":
+            parts.append("facts probed")
+        return ", ".join(parts)
+
+
 class Counts(_Open):
     selected: int = Field(ge=0, description="samples selected: questions x epochs")
     questions: int | None = Field(None, ge=0, description="with --epochs: the questions")
@@ -293,6 +336,23 @@ class RunResults(BaseModel):
     @property
     def backend(self) -> str | None:
         return self.model.backend if self.model is not None else None
+
+    def decoding(self) -> Decoding:
+        """What the model was asked under (``Decoding``), for every consumer that shows a number."""
+        generation = self.config.generation
+        model = self.model.model_dump() if self.model is not None else {}
+        facts = model.get("facts") if isinstance(model.get("facts"), dict) else None
+        sent = model.get("sent") if isinstance(model.get("sent"), dict) else {}
+        return Decoding(
+            max_tokens=generation.max_tokens,
+            max_tokens_source=self.max_tokens_source,
+            reasoning_effort=generation.reasoning_effort,
+            provider_default_effort=(facts or {}).get("default_reasoning_effort") if facts and facts.get("reasoning") else None,
+            thinking_budget=generation.thinking_budget,
+            api=model.get("api") if isinstance(model.get("api"), str) else None,
+            sampling_sent=sent.get("sampling") if isinstance(sent.get("sampling"), list) else None,
+            facts=(facts or {}).get("entry") or ("probed" if model.get("probe") else None),
+        )
 
     def scores_dict(self) -> dict[str, Any] | None:
         """The scores in the shape the scoring functions read (format 2/3 namespaces)."""

@@ -387,16 +387,11 @@ class OpenAIBackend(OpenAICompatibleBackend):
             "output_tokens_param": self.chat_output_param() if info["api"] == "chat" else "max_output_tokens",
         }
         facts = self.facts
-        if facts is not None:
-            info["facts"] = {"entry": facts.entry, "source": facts.source, "retrieved": facts.retrieved}
-            if facts.reasoning:
-                # what a run without --reasoning-effort gets: the provider's default (nothing is sent)
-                info["facts"]["default_reasoning_effort"] = facts.default_reasoning_effort
-        elif self.probe is not None:
-            info["facts"] = "probed"
+        # the whole entry (every backend records it alike; a run without --reasoning-effort gets the
+        # provider's default_reasoning_effort: nothing is sent); a model the table lacks: None and its probe
+        info["facts"] = facts.describe() if facts is not None else None
+        if facts is None and self.probe is not None:
             info["probe"] = self.probe
-        else:
-            info["facts"] = None
         return info
 
 
