@@ -406,6 +406,24 @@ def test_an_unknown_model_is_probed_once_and_runs_without_what_it_refused(openai
     assert info["probe"]["refused"] == ["temperature", "top_p"] and info["probe"]["endpoint"] == "/v1/responses"
 
 
+def test_the_probe_sends_what_the_run_will_send(openai_at):
+    # the runner hands the run's knobs over before start(): the probe asks with the run's effort
+    answer = recorded(STATUS_NONE)[1]
+
+    def handler(method, path, headers, body):
+        return 200, {}, answer["response"]["parsed_body"]
+
+    with FakeServer(handler) as server:
+        openai_at(server)
+        backend = create_backend("openai/gpt-9", BackendOptions(retry_max_wait=0.01))
+        backend.run_params = GenerationParams(reasoning_effort="low", temperature=0.7)
+        asyncio.run(backend.start())
+        asyncio.run(backend.close())
+    (probe,) = [body for method, _, _, body in server.requests if method == "POST"]
+    assert probe["reasoning"] == {"effort": "low"} and probe["temperature"] == 0.7
+    assert probe["max_output_tokens"] == 16
+
+
 def test_a_sample_400_is_never_read_as_a_refusal(openai_at):
     refusals = {"temperature": TEMPERATURE_REFUSED}
     with FakeServer(recorded_responses_model(recorded(STATUS_NONE), refusals)) as server:

@@ -146,6 +146,7 @@ class Run:
         self.backend.native_tools = self.agent.protocol == "native"
         # the decoding knobs against the model's facts (a thinking budget a model refuses): before any request
         self.backend.check_params(config.generation)
+        self.backend.run_params = config.generation
         self.snapshot = self._open_snapshot()
         info = self.dataset.info
         self.hash_extra = {

@@ -516,7 +516,9 @@ class AnthropicBackend(ModelBackend):
             from harness.models.retry import retrying
 
             await retrying(
-                lambda: self.ensure_probed(GenerationParams()), self.options.max_attempts, self.options.retry_max_wait
+                lambda: self.ensure_probed(self.run_params or GenerationParams()),
+                self.options.max_attempts,
+                self.options.retry_max_wait,
             )
 
     async def close(self) -> None:

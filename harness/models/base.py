@@ -314,6 +314,9 @@ class ModelBackend(ABC):
         # requests in flight, adapted to 429s (harness.models.concurrency.AdaptiveLimit); the runner
         # sets it, None means no limit beyond the caller's own
         self.limiter: Any = None
+        # the run's decoding knobs, set by the runner before start(): a pre-flight probe sends what the
+        # run will (None outside a run: the defaults)
+        self.run_params: GenerationParams | None = None
         # where the logs of processes it starts (a model worker, a server) are kept; the runner
         # points it into the run directory, else they go to a temporary folder
         self.log_dir: Path | None = None

@@ -290,7 +290,8 @@ class OpenAIBackend(OpenAICompatibleBackend):
         from harness.models.retry import retrying
 
         messages = [{"role": "user", "content": PROBE_PROMPT}]
-        params = GenerationParams(max_tokens=PROBE_MAX_TOKENS)
+        # what the run will send (its temperature, top_p, effort), in a reply of a few tokens
+        params = (self.run_params or GenerationParams()).model_copy(update={"max_tokens": PROBE_MAX_TOKENS})
         refused: list[str] = []
         failures: list[str] = []
         for api in (UNKNOWN_MODEL_API, "chat"):
