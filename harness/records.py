@@ -253,6 +253,24 @@ def read_input(
     return data
 
 
+def read_yaml_table(
+    path: str | Path, option: str, error: type[HarnessError], shape: str
+) -> tuple[bytes, dict[str, Any]]:
+    """A YAML table of ``models`` (the price table, the model facts): its bytes (for the sha256 a run
+    records) and its mapping; unreadable, not YAML or without a ``models`` mapping: one line, ``shape``
+    saying what an entry looks like."""
+    import yaml
+
+    raw = read_input(path, option, error, MAX_SMALL_BYTES)
+    try:
+        data = yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise error(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("models"), dict):
+        raise error(f"{path}: expected a mapping with 'models: {{{shape}}}'")
+    return raw, data
+
+
 def read_input_text(
     path: str | Path, option: str = "", error: type[HarnessError] = HarnessError, max_bytes: int = MAX_DATA_BYTES
 ) -> str:

@@ -169,7 +169,7 @@ def test_a_user_file_replaces_the_table(tmp_path, monkeypatch):
         assert facts_for("openai", "gpt-5") is None  # replaced, not merged
         missing = tmp_path / "absent.yaml"
         monkeypatch.setenv(FACTS_ENV, str(missing))
-        with pytest.raises(ConfigError, match="cannot read it"):
+        with pytest.raises(ConfigError, match="HARNESS_MODEL_FACTS.*absent.yaml: file not found"):
             facts_for("openai", "gpt-5")
     finally:
         facts_module._cached.cache_clear()

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from harness.errors import ConfigError, HarnessError
@@ -180,15 +179,9 @@ def load_price_table(path: str | Path | None = None) -> PriceTable:
 
 
 def _read_table(path: Path) -> PriceTable:
-    from harness.records import MAX_SMALL_BYTES, read_input
+    from harness.records import read_yaml_table
 
-    raw = read_input(path, "--price-table", ConfigError, MAX_SMALL_BYTES)
-    try:
-        data = yaml.safe_load(raw)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("models"), dict):
-        raise ConfigError(f"{path}: expected a mapping with 'models: {{NAME: {{input: USD, output: USD}}}}'")
+    raw, data = read_yaml_table(path, "--price-table", ConfigError, "NAME: {input: USD, output: USD}")
     if data.get("currency", "USD") != "USD":
         raise ConfigError(f"{path}: only USD prices are supported")
     try:

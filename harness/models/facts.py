@@ -30,7 +30,6 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.errors import ConfigError
@@ -132,16 +131,9 @@ class FactsTable(BaseModel):
 def load_facts(path: str | Path | None = None) -> FactsTable:
     """The facts table at ``path`` (default: ``$HARNESS_MODEL_FACTS`` or the shipped one)."""
     path = Path(path or os.environ.get(FACTS_ENV) or DEFAULT_FACTS_PATH)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"model facts {path}: cannot read it ({exc.strerror or exc})") from None
-    try:
-        data = yaml.safe_load(raw)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"model facts {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("models"), dict):
-        raise ConfigError(f"model facts {path}: expected a mapping with 'models: {{PREFIX/NAME: {{...}}}}'")
+    from harness.records import read_yaml_table
+
+    raw, data = read_yaml_table(path, f"model facts ({FACTS_ENV})", ConfigError, "PREFIX/NAME: {...}")
     models = {k: v for k, v in data["models"].items() if not str(k).startswith(".")}  # .anchors: templates
     try:
         table = FactsTable(models=models)

@@ -62,6 +62,23 @@ def vllm_facts() -> dict[str, Any]:
     return _vllm_section(default_table().path)
 
 
+def _chosen_parser(
+    args: list[str], flag: str, option: str | None, option_name: str, from_facts: str | None, entry: str | None
+) -> dict[str, Any] | None:
+    """A parser as given in --server-arg, by the option (``none``: none), or by the facts entry; None
+    where nothing names one."""
+    given = _named_flag(args, flag)
+    if isinstance(given, str):
+        return {"name": given, "source": "--server-arg"}
+    if option == "none":
+        return {"name": None, "source": f"{option_name} none"}
+    if option:
+        return {"name": option, "source": option_name}
+    if from_facts:
+        return {"name": from_facts, "source": entry}
+    return None
+
+
 def _named_flag(args: list[str], flag: str) -> str | bool | None:
     """``flag``'s value in ``args`` (``--flag V`` or ``--flag=V``; vLLM's argument parser also reads
     ``--flag_name`` as ``--flag-name``), True for a flag given bare, None where it is absent."""
@@ -129,19 +146,14 @@ class VLLMBackend(OpenAICompatibleBackend):
         entry = f"model facts {self.facts.entry}" if self.facts else None
         out: dict[str, dict[str, Any]] = {}
 
-        given = _named_flag(args, TOOL_FLAGS[1])
-        option = self.options.tool_parser
-        if isinstance(given, str):
-            tool = {"name": given, "source": "--server-arg"}
-        elif option == "none":
-            tool = {"name": None, "source": "--tool-parser none"}
-        elif option:
-            tool = {"name": option, "source": "--tool-parser"}
-        elif self.native_tools and self.facts and self.facts.tool_parser:
-            tool = {"name": self.facts.tool_parser, "source": entry}
-        elif self.native_tools and strict:
-            raise ModelError(self._no_tool_parser())
-        else:
+        facts = self.facts
+        tool = _chosen_parser(
+            args, TOOL_FLAGS[1], self.options.tool_parser, "--tool-parser",
+            facts.tool_parser if self.native_tools and facts else None, entry,
+        )  # fmt: skip
+        if tool is None:
+            if self.native_tools and strict:
+                raise ModelError(self._no_tool_parser())
             tool = {"name": None, "source": None}
         tool["flags"] = []
         if tool["name"] is not None:
@@ -151,18 +163,11 @@ class VLLMBackend(OpenAICompatibleBackend):
                 tool["flags"] += [TOOL_FLAGS[1], tool["name"]]
         out["tool_parser"] = tool
 
-        given = _named_flag(args, REASONING_FLAG)
-        option = self.options.reasoning_parser
-        if isinstance(given, str):
-            reasoning = {"name": given, "source": "--server-arg"}
-        elif option == "none":
-            reasoning = {"name": None, "source": "--reasoning-parser none"}
-        elif option:
-            reasoning = {"name": option, "source": "--reasoning-parser"}
-        elif self.facts and self.facts.thinking != "never" and self.facts.reasoning_parser:
-            reasoning = {"name": self.facts.reasoning_parser, "source": entry}
-        else:
-            reasoning = {"name": None, "source": None}
+        thinks = facts is not None and facts.thinking != "never"
+        reasoning = _chosen_parser(
+            args, REASONING_FLAG, self.options.reasoning_parser, "--reasoning-parser",
+            facts.reasoning_parser if thinks else None, entry,
+        ) or {"name": None, "source": None}  # fmt: skip
         add = reasoning["name"] is not None and reasoning["source"] != "--server-arg"
         reasoning["flags"] = [REASONING_FLAG, reasoning["name"]] if add else []
         out["reasoning_parser"] = reasoning
