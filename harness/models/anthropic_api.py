@@ -447,6 +447,7 @@ def refused_param(message: str, sent: Mapping[str, Any]) -> str | None:
 @register_backend("anthropic")
 class AnthropicBackend(ModelBackend):
     bills_per_token = True
+    reasoning_knobs = frozenset({"reasoning_effort", "thinking_budget"})
 
     def __init__(self, model, options):
         super().__init__(model, options)
@@ -538,6 +539,7 @@ class AnthropicBackend(ModelBackend):
 
     def check_params(self, params: GenerationParams) -> None:
         """The thinking budget against the model's facts, one line (``ModelError``) before any request."""
+        super().check_params(params)
         budget, mode, name = params.thinking_budget, self.thinking_mode(), f"anthropic/{self.model}"
         effort = params.reasoning_effort
         efforts = self.facts.reasoning_efforts if self.facts is not None else None

@@ -306,6 +306,9 @@ class ModelBackend(ABC):
     # one model in this process, one request at a time: the runner runs samples one after another
     # (interleaving them only queues requests and loses the model's prompt-prefix reuse)
     one_request_at_a_time: ClassVar[bool] = False
+    # the reasoning knobs (GenerationParams fields) this backend sends; one it does not send is refused
+    # before anything runs (check_params), never ignored
+    reasoning_knobs: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, model: str, options: BackendOptions):
         self.model = model
@@ -335,7 +338,12 @@ class ModelBackend(ABC):
 
     def check_params(self, params: GenerationParams) -> None:
         """Refuse (``ModelError``, one line) decoding knobs this model cannot take, before anything is
-        sent: the runner calls it once the backend is made, before ``start()``."""
+        sent: the runner calls it once the backend is made, before ``start()``. Here: the reasoning
+        knobs this backend does not send (``reasoning_knobs``)."""
+        name = f"{getattr(self, 'prefix', type(self).__name__)}/{self.model}"
+        for knob, flag, takers in REASONING_KNOBS:
+            if getattr(params, knob) is not None and knob not in self.reasoning_knobs:
+                raise ModelError(f"{flag}: {name} does not send it ({takers}); drop {flag}")
 
     # generation ----------------------------------------------------------------
     @abstractmethod
@@ -442,6 +450,13 @@ class ModelBackend(ABC):
         return info
 
 
+# (GenerationParams field, its flag, who sends it) for check_params' one line
+REASONING_KNOBS = (
+    ("reasoning_effort", "--reasoning-effort", "it is sent by openai/, vllm/ and anthropic/"),
+    ("thinking_budget", "--thinking-budget", "it is Anthropic's extended thinking: anthropic/ only"),
+)
+
+
 def chat_request_kwargs(
     messages: list[dict[str, Any]], params: GenerationParams, tools: list[dict[str, Any]] | None, tool_choice: Any
 ) -> dict[str, Any]:
@@ -454,6 +469,8 @@ def chat_request_kwargs(
     }
     if params.seed is not None:
         kwargs["seed"] = params.seed
+    if params.reasoning_effort is not None:  # chat completions' field (OpenAI, vLLM)
+        kwargs["reasoning_effort"] = params.reasoning_effort
     if tools:
         kwargs["tools"] = tools
         if tool_choice is not None:

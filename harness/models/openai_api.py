@@ -247,9 +247,23 @@ class OpenAIBackend(OpenAICompatibleBackend):
         output = self.chat_output_param()
         if output != "max_tokens":
             kwargs[output] = kwargs.pop("max_tokens")
-        if params.reasoning_effort is not None:
-            kwargs["reasoning_effort"] = params.reasoning_effort
         return kwargs
+
+    def check_params(self, params: GenerationParams) -> None:
+        """Beside the base's: an effort this model's facts do not list (a model that does not reason
+        takes none). An unknown model is sent what is asked: its probe shows what it refuses."""
+        super().check_params(params)
+        effort, facts = params.reasoning_effort, self.facts
+        if effort is None or facts is None or not self.on_openai_endpoint():
+            return
+        name = f"openai/{self.model}"
+        if not facts.reasoning or not facts.reasoning_efforts:
+            raise ModelError(
+                f"--reasoning-effort {effort}: {name} takes no effort ({facts.entry} in harness/models/model_facts.yaml "
+                "does not reason); drop --reasoning-effort"
+            )
+        if effort not in facts.reasoning_efforts:
+            raise ModelError(f"--reasoning-effort {effort}: {name} takes {', '.join(facts.reasoning_efforts)}")
 
     def request_path(self, kwargs: dict[str, Any]) -> str:
         return RESPONSES_PATH if "input" in kwargs else CHAT_PATH

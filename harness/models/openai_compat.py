@@ -500,6 +500,7 @@ class OpenAICompatibleBackend(ModelBackend):
     api_key_env: ClassVar[str | None] = None  # checked by api_key() when set
     label: ClassVar[str] = "server"  # used in messages: "<label> at <url>"
     supports_server_list = True
+    reasoning_knobs = frozenset({"reasoning_effort"})
 
     def __init__(self, model, options):
         super().__init__(model, options)
