@@ -42,3 +42,15 @@ def test_vllm_and_compatible_servers_are_sent_the_effort():
     assert "reasoning_effort" not in vllm.request_kwargs(hello, GenerationParams(), None, None)
     # an unknown model on OpenAI's endpoint is sent what is asked (its probe shows what it refuses)
     create_backend("openai/gpt-9", BackendOptions()).check_params(params)
+
+
+@pytest.mark.parametrize(
+    "url, api", [("https://api.openai.com/v1/", "responses"), ("http://127.0.0.1:9/v1", "chat"), (None, "responses")]
+)
+def test_openai_base_url_naming_openais_own_endpoint_keeps_the_responses_api(url, api, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    if url:
+        monkeypatch.setenv("OPENAI_BASE_URL", url)
+    else:
+        monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    assert create_backend("openai/gpt-5", BackendOptions()).describe()["api"] == api

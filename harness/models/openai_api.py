@@ -147,7 +147,9 @@ class OpenAIBackend(OpenAICompatibleBackend):
 
     def on_openai_endpoint(self) -> bool:
         """Requests go to OpenAI's own API (not a compatible server named by --base-url or OPENAI_BASE_URL)."""
-        return not self.options.base_url and not self.env_base_url
+        named = self.options.base_url or self.env_base_url
+        # OPENAI_BASE_URL=https://api.openai.com/v1 (set by some tools) is OpenAI's endpoint all the same
+        return not named or strip_credentials(named).rstrip("/") == DEFAULT_BASE_URL.rstrip("/")
 
     def identity_facts(self) -> dict[str, Any]:
         facts = endpoint_fact(self.env_base_url, DEFAULT_BASE_URL)
