@@ -108,7 +108,7 @@ def test_openais_size_behind_a_silent_server_is_said_to_be_a_guess(tmp_path, cap
         code = main(args)
         return code, capsys.readouterr().err
 
-    guess = "context size 128000: OpenAI's size for gpt-4o (the server reports none)"
+    guess = "context size 128000: the model facts table's size for gpt-4o (openai/gpt-4o; the server reports none)"
     with FaultServer(context_size=None) as silent, FaultServer(context_size=4096) as vllm:
         code, err = run(silent, "a", "--setting", "evidence-provided", "--snapshot", str(hotpot_snapshot))
         assert code == 0 and guess in err

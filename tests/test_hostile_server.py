@@ -240,8 +240,11 @@ def test_max_response_bytes_and_http_client_are_recorded_not_hashed(tmp_path):
 # --------------------------------------------------------------------------- one backend, no run
 def generate(backend_name: str, server: FaultServer, **options):
     url = server.url if backend_name == "openai" else server.url[: -len("/v1")]
+    # a model the facts table knows: an unknown Anthropic model would be probed first, and the probe
+    # would meet the fault meant for the request
+    model = "fault-model" if backend_name == "openai" else "claude-sonnet-4-5"
     backend = create_backend(
-        f"{backend_name}/fault-model", BackendOptions(base_url=url, retry_max_wait=0.05, request_timeout=1, **options)
+        f"{backend_name}/{model}", BackendOptions(base_url=url, retry_max_wait=0.05, request_timeout=1, **options)
     )
 
     async def go():
