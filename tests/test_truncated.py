@@ -25,7 +25,7 @@ def rows(path):
 
 
 def test_an_empty_reply_at_the_token_limit_fails_as_truncated(tmp_path, capsys):
-    thinker, rambler, answerer = load_dataset(DATASET).samples[:3]
+    thinker, rambler, answerer, caller = load_dataset(DATASET).samples[:4]
     seen = []
 
     def reply(messages, tools, tool_choice, params):
@@ -37,10 +37,13 @@ def test_an_empty_reply_at_the_token_limit_fails_as_truncated(tmp_path, capsys):
             return {"content": "", "finish_reason": "length", "usage": usage}
         if rambler.question in text:
             return "word " * 50  # cut by the scripted model at max_tokens: finish_reason length
+        if caller.question in text:  # no text, but the cut reply did say something: a (cut) tool call
+            call = {"name": "search", "arguments": '{"query": "Ed Wood'}
+            return {"content": "", "tool_calls": [call], "finish_reason": "length"}
         return str(answerer.answer)
 
-    out = scripted_run(tmp_path / "run", "truncating", reply, DATASET, 3, "--max-tokens", "16", *FAST)
-    assert seen == [16, 16, 16]
+    out = scripted_run(tmp_path / "run", "truncating", reply, DATASET, 4, "--max-tokens", "16", *FAST)
+    assert seen == [16, 16, 16, 16]
 
     (failure,) = rows(out / "failures.jsonl")
     assert failure["id"] == thinker.id and failure["error_type"] == "truncated"
@@ -49,22 +52,23 @@ def test_an_empty_reply_at_the_token_limit_fails_as_truncated(tmp_path, capsys):
     assert "raise --max-tokens" in failure["error"]
 
     finished = {row["id"]: row for row in rows(out / "samples.jsonl")}
-    assert set(finished) == {rambler.id, answerer.id}
+    # the tool-call reply answered (empty, scored as such): truncated is for a reply that showed nothing
+    assert set(finished) == {rambler.id, answerer.id, caller.id} and finished[caller.id]["answer"] == ""
     cut = finished[rambler.id]
     assert cut["status"] == "ok" and cut["truncated_output"] is True and cut["finish_reason"] == "length"
     assert cut["answer"].split() == ["word"] * 16
     assert finished[answerer.id]["truncated_output"] is False
 
     results = read(out / "results.json")
-    assert results["counts"] == {"selected": 3, "finished": 2, "failed": 1, "pending": 0, "truncated_output": 1}
+    assert results["counts"] == {"selected": 4, "finished": 3, "failed": 1, "pending": 0, "truncated_output": 2}
     assert results["failures"][thinker.id]["type"] == "truncated"
     assert results["tokens"]["reasoning_failed"] == 16 and results["tokens"]["reasoning"] == 0
     assert results["max_tokens_source"] == "--max-tokens"
     # not scored: the question has no values, and the reason is said, never a 0
     meta = results["scores"]["meta"]
-    assert meta["n_failed"] == 1 and meta["n_answered"] == 2
-    assert meta["not_scored"].startswith("1 of 3 failed: truncated (no answer: the reply stopped at the token limit")
-    assert {row["question_id"] for row in results["scores"]["raw"]} == {rambler.id, answerer.id}
+    assert meta["n_failed"] == 1
+    assert meta["not_scored"].startswith("1 of 4 failed: truncated (no answer: the reply stopped at the token limit")
+    assert {row["question_id"] for row in results["scores"]["raw"]} == {rambler.id, answerer.id, caller.id}
     # the console says a rerun of the same command cannot fix it, and what can
     err = capsys.readouterr().err
     assert "1 truncated (a rerun cannot fix: the reply stopped at --max-tokens before any answer" in err

@@ -119,9 +119,15 @@ def _empty(answer: Any) -> bool:
 def truncated_empty_answer(answer: Any, ctx: Any, params: GenerationParams) -> str | None:
     """An empty answer from a reply cut at the token limit (``finish_reason: length``; Anthropic's
     ``max_tokens``, an ``incomplete`` Responses reply) is not an answer: a reasoning model spent the
-    budget thinking. The sample fails as ``truncated`` (counted, not scored), with what it spent."""
+    budget thinking. The sample fails as ``truncated`` (counted, not scored), with what it spent. Only
+    where that last reply itself showed nothing (no text, no tool call): a strategy whose answer is
+    empty after a reply that said something cut short (a classifier's "Yes, bec", a tool call written
+    as text) answered, and is scored as it answered."""
     last = ctx.finish_reasons[-1] if ctx.finish_reasons else None
     if last != "length" or not _empty(answer):
+        return None
+    reply = ctx.last_reply or {}
+    if not _empty(reply.get("content")) or reply.get("tool_calls"):
         return None
     reasoning = ctx.usage.reasoning_tokens
     spent = f" after {reasoning} reasoning tokens" if reasoning else ""
