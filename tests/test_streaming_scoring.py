@@ -333,6 +333,7 @@ def test_a_stalled_worker_is_stopped_and_the_run_scores_at_the_end(tmp_path, hos
     from harness.scoring.streaming import StreamingScorer
 
     monkeypatch.setattr(StreamingScorer, "DEADLINE_S", 2.0)
+    monkeypatch.setattr(StreamingScorer, "PER_SAMPLE_S", 0.0)
     (tmp_path / "stuck.py").write_text(HANGING_IN_WORKER)
     results = run(tmp_path, "r", dataset="hotpotqa:dev", limit=8, metrics=f"em-f1,{tmp_path / 'stuck.py'}:stuck")
     assert results["status"] == "complete" and len(records(tmp_path / "r")) == 8

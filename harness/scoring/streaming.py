@@ -12,8 +12,8 @@ by older versions may hold such values, used on resume when the fingerprint matc
 
 The worker (``harness.scoring.worker``) is a plain child process that dies with the run, kill -9
 included (``harness.lifeline``), and leaves no multiprocessing resource tracker. One answer (a batch,
-or the warm-up) has ``DEADLINE_S``: a worker that takes longer is killed, said in one line, and the
-remaining samples are scored at the end.
+or the warm-up) has ``DEADLINE_S``, and a batch ``PER_SAMPLE_S`` more for each of its samples: a
+worker that takes longer is killed, said in one line, and the remaining samples are scored at the end.
 """
 
 from __future__ import annotations
@@ -62,6 +62,10 @@ class StreamingScorer:
     together as the next batch, so it keeps up with any request rate (one spaCy batch per call)."""
 
     DEADLINE_S = 120.0  # one batch or the warm-up; builtin metrics take well under a second a batch
+    # and each sample of a batch beside it: a 100,000-character answer (max_answer_chars) takes spaCy
+    # about a second to normalize on 2 cores, so a big batch of long answers (306 after the warm-up of
+    # a fast run) took past 120 s on a slow machine and the worker was stopped as if it hung
+    PER_SAMPLE_S = 2.0
     # samples per batch at most: the samples that finished during the warm-up (thousands on a fast
     # server) go in several, so no message pickles them all at once (tens of MB, kept as RSS)
     BATCH_MAX = 500
@@ -181,8 +185,9 @@ class StreamingScorer:
     async def _exchange(self, message: tuple | None) -> tuple:
         """Send ``message`` (None: only read the warm-up's answer) and read the answer, within DEADLINE_S."""
         call = asyncio.get_running_loop().run_in_executor(None, self._call, message)
+        deadline = self.DEADLINE_S + (self.PER_SAMPLE_S * len(message[3]) if message is not None else 0.0)
         try:
-            return await asyncio.wait_for(asyncio.shield(call), self.DEADLINE_S)
+            return await asyncio.wait_for(asyncio.shield(call), deadline)
         except asyncio.TimeoutError:
             pid = self.pid
             await asyncio.to_thread(self._kill)  # the pipes break: the call returns
@@ -190,7 +195,7 @@ class StreamingScorer:
             what = "warm-up" if message is None else f"batch of {len(message[3])} sample(s)"
             raise WorkerStalled(
                 f"the scoring worker process (pid {pid}) gave no answer to a {what} within "
-                f"{self.DEADLINE_S:g} s and was stopped"
+                f"{deadline:g} s and was stopped"
             ) from None
 
     def _call(self, message: tuple | None) -> tuple:  # in a thread: pipes block
