@@ -262,12 +262,13 @@ def read_yaml_table(
     import yaml
 
     raw = read_input(path, option, error, MAX_SMALL_BYTES)
+    where = f"{option} {path}"  # which option named the file, as read_input's own errors say
     try:
         data = yaml.safe_load(raw)
     except yaml.YAMLError as exc:
-        raise error(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        raise error(f"{where}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict) or not isinstance(data.get("models"), dict):
-        raise error(f"{path}: expected a mapping with 'models: {{{shape}}}'")
+        raise error(f"{where}: expected a mapping with 'models: {{{shape}}}'")
     return raw, data
 
 

@@ -156,7 +156,7 @@ def test_a_malformed_user_file_is_one_clear_line(tmp_path, monkeypatch, text, wh
     finally:
         facts_module._cached.cache_clear()
     message = str(err.value)
-    assert len(message.splitlines()) == 1 and str(path) in message and where in message
+    assert len(message.splitlines()) == 1 and str(path) in message and where in message and FACTS_ENV in message
 
 
 def test_a_user_file_replaces_the_table(tmp_path, monkeypatch):
