@@ -133,14 +133,15 @@ def load_facts(path: str | Path | None = None) -> FactsTable:
     path = Path(path or os.environ.get(FACTS_ENV) or DEFAULT_FACTS_PATH)
     from harness.records import read_yaml_table
 
-    raw, data = read_yaml_table(path, f"model facts ({FACTS_ENV})", ConfigError, "PREFIX/NAME: {...}")
+    option = f"model facts ({FACTS_ENV})"
+    raw, data = read_yaml_table(path, option, ConfigError, "PREFIX/NAME: {...}")
     models = {k: v for k, v in data["models"].items() if not str(k).startswith(".")}  # .anchors: templates
     try:
         table = FactsTable(models=models)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(f"model facts {path}: {where}: {first['msg']}") from None
+        raise ConfigError(f"{option} {path}: {where}: {first['msg']}") from None
     table.path, table.sha256 = str(path), hashlib.sha256(raw).hexdigest()
     return table
 
