@@ -20,6 +20,9 @@ _LAZY = {
     "stable_pageid": "wiki_snapshot.store",
     "title_key": "wiki_snapshot.store",
     "SnapshotError": "wiki_snapshot.errors",
+    "WikiBackend": "wiki_snapshot.space",
+    "open_wiki": "wiki_snapshot.space",
+    "scope_of": "wiki_snapshot.space",
 }
 
 __all__ = [*_LAZY, "build_snapshot"]

@@ -639,6 +639,11 @@ class Snapshot:
         with self._lock:
             self._con.close()
 
+    @property
+    def full_text_search(self) -> bool:
+        """True when :meth:`search` is FTS5 bm25 over page text (False: the LIKE fallback)."""
+        return self._fts
+
     def get_page(self, pageid: int) -> Page | None:
         try:
             pageid = int(pageid)

@@ -263,9 +263,9 @@ class Run:
                     "--snapshot SNAP.db (make one with: harness snapshot build --from SOURCE --out SNAP.db)"
                 )
             return None
-        from wiki_snapshot import Snapshot
+        from wiki_snapshot import open_wiki
 
-        return Snapshot.open(self.config.snapshot)
+        return open_wiki(self.config.snapshot)
 
     # run directory ---------------------------------------------------------------
     def _check_run_dir(self) -> RunResults | None:
