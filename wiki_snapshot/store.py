@@ -134,6 +134,14 @@ def _dedupe(items) -> list:
     return out
 
 
+def _starts_with(path: Path, magic: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(magic)) == magic
+    except OSError:
+        return False
+
+
 # schema ------------------------------------------------------------------------------------
 _SCHEMA = """
 CREATE TABLE metadata (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -562,6 +570,12 @@ class Snapshot:
             raise SnapshotError(f"snapshot not found: {p}")
         if not p.is_file():
             raise SnapshotError(f"{p}: not a snapshot file")
+        if _starts_with(p, b"ZIM\x04"):  # a ZIM's magic number (wiki_snapshot.space.ZIM_MAGIC)
+            raise SnapshotError(
+                f"{p} is a ZIM archive: it is read in place by open-book search and `harness snapshot info/search` "
+                f"only; passage indexes and retrieve-read need a SQLite snapshot: harness snapshot build --from {p} "
+                "--out SNAP.db"
+            )
         try:
             con = sqlite3.connect(p.resolve().as_uri() + "?mode=ro", uri=True, check_same_thread=False)
         except sqlite3.Error as exc:

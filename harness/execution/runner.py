@@ -265,7 +265,10 @@ class Run:
             return None
         from wiki_snapshot import open_wiki
 
-        return open_wiki(self.config.snapshot)
+        wiki = open_wiki(self.config.snapshot)
+        for notice in getattr(wiki, "notices", ()):  # a ZIM without a full-text index says what that changes
+            print(notice, file=sys.stderr)
+        return wiki
 
     # run directory ---------------------------------------------------------------
     def _check_run_dir(self) -> RunResults | None:
