@@ -14,7 +14,6 @@ import pytest
 
 pytest.importorskip("libzim.writer", reason="libzim is not installed (pip install libzim)")
 
-from conftest import run_harness  # noqa: E402
 from harness.cli import main  # noqa: E402
 from zim_fixtures import DATE, REDIRECTS, fixture_articles, write_zim  # noqa: E402
 
@@ -308,10 +307,15 @@ def test_cli_snapshot_info_and_search_read_a_zim(zims, capsys):
     assert code == 0 and "no full-text index" in err and "no matches" in err
 
 
-def test_cli_refuses_a_passage_index_over_a_zim_in_one_line(zims):
-    proc = run_harness("index", "build", str(zims["noindex"]), "--kind", "bm25")
-    assert proc.returncode == 2 and "is a ZIM archive" in proc.stderr and "Traceback" not in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+def test_cli_refuses_a_passage_index_over_a_zim_in_one_line(zims, tmp_path, capsys):
+    code, out, err = _cli(capsys, "index", "build", str(zims["noindex"]), "--kind", "bm25")
+    assert code == 2 and "is a ZIM archive" in err and len(err.strip().splitlines()) == 1
+    assert f"harness snapshot build --from {zims['noindex']} --out SNAP.db" in err
+    # retrieve-read reads a passage index: refused before anything runs, not "build the index" (which would fail)
+    code, out, err = _cli(capsys, "run", "--model", "scripted/echo", "--dataset", "hotpotqa:dev", "--setting",
+                          "retrieve-read", "--snapshot", str(zims["noindex"]), "--out", str(tmp_path / "rr"))  # fmt: skip
+    assert code == 2 and "is a ZIM archive" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "rr").exists()
 
 
 def test_open_book_run_over_a_zim_finishes(zims, tmp_path):
@@ -348,3 +352,11 @@ def test_open_book_run_over_a_zim_finishes(zims, tmp_path):
     assert snap["metadata"]["scope"] == "source"
     gold = samples[0].needed_titles[0]
     assert any(gold in text for text in seen_pages)  # the tool returned the page read from the ZIM
+
+
+def test_open_book_run_over_an_archive_without_full_text_index_says_so(zims, tmp_path, capsys):
+    code, out, err = _cli(capsys, "run", "--model", "scripted/answer=yes", "--dataset", "hotpotqa:dev", "--setting",
+                          "open-book", "--snapshot", str(zims["noindex"]), "--limit", "1", "--metrics", "em-f1",
+                          "--no-cache", "--out", str(tmp_path / "ob"))  # fmt: skip
+    assert code == 0, err
+    assert sum("no full-text index" in line for line in err.splitlines()) == 1

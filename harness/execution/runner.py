@@ -266,8 +266,9 @@ class Run:
         from wiki_snapshot import open_wiki
 
         wiki = open_wiki(self.config.snapshot)
-        for notice in getattr(wiki, "notices", ()):  # a ZIM without a full-text index says what that changes
-            print(notice, file=sys.stderr)
+        if self.config.setting == "open-book":  # a ZIM without a full-text index says what that changes to search
+            for notice in getattr(wiki, "notices", ()):
+                print(notice, file=sys.stderr)
         return wiki
 
     # run directory ---------------------------------------------------------------
