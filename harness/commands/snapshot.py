@@ -160,6 +160,13 @@ def _build(args: argparse.Namespace) -> int:
         + f"); {summary['output_bytes'] / 1e6:.1f} MB; revision date {meta.get('revision_date')}; "
         f"sha256 {meta['content_sha256'][:12]}"
     )
+    if meta.get("scope") in ("evidence", "dataset-contexts"):  # wiki_snapshot.space.EVIDENCE_ONLY_SCOPES
+        what = "evidence pages" if meta["scope"] == "evidence" else "context paragraphs"
+        print(
+            f"note: {summary['out']} holds only the {what} of {meta.get('scope_dataset')}: an open-book or "
+            "retrieve-read run over it needs --search-space evidence-only (every similar title is a gold page)",
+            file=sys.stderr,
+        )
     missing = (meta.get("stats") or {}).get("missing")
     if missing:
         print(f"{len(missing)} page(s) missing (see `harness snapshot info`)", file=sys.stderr)
@@ -179,6 +186,8 @@ def _open(path: str):
 def _info(args: argparse.Namespace) -> int:
     from wiki_snapshot.store import Snapshot
 
+    from wiki_snapshot.space import EVIDENCE_ONLY_SCOPES, scope_of
+
     with _open(args.snapshot) as snap:
         info = snap.metadata
         if isinstance(snap, Snapshot):
@@ -186,6 +195,9 @@ def _info(args: argparse.Namespace) -> int:
         else:  # a ZIM archive: what libzim counts without reading every entry (no redirect count)
             info["counts"] = {"pages": info.get("pages"), "redirects": info.get("redirects")}
         info["path"] = str(snap.path)
+    # what the space is made of (a snapshot from before the key: read from its builder's record)
+    info["scope"], info["scope_dataset"] = scope_of(info)
+    info["evidence_only"] = info["scope"] in EVIDENCE_ONLY_SCOPES
     print(json.dumps(info, indent=2, ensure_ascii=False))
     return 0
 

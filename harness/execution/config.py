@@ -159,6 +159,12 @@ class RunConfig(BaseModel):
     )
     price_table: str | None = Field(None, description="price table YAML (default: harness/prices.yaml)")
     snapshot: str | None = Field(None, description="wiki snapshot (SQLite) the strategies read pages from")
+    search_space: Literal["evidence-only"] | None = Field(
+        None,
+        json_schema_extra={"neutral": None},  # unset: out of the run key, so keys made before it are unchanged
+        description="evidence-only: searching a snapshot of a dataset's evidence (or contexts) is meant; "
+        "without it a searching strategy over one is refused",
+    )
     generation: GenerationParams = Field(default_factory=GenerationParams)
     backend: BackendOptions = Field(default_factory=BackendOptions)
 

@@ -35,6 +35,7 @@ from urllib.parse import urlparse
 from wiki_snapshot._version import HARNESS_VERSION
 from wiki_snapshot.builders import BUILDERS, Builder, Redirect, collect_evidence, html_to_markdown, read_small_file
 from wiki_snapshot.errors import SnapshotError
+from wiki_snapshot.space import SCOPE_EVIDENCE
 from wiki_snapshot.store import Page, normalize_title, stable_pageid
 
 log = logging.getLogger(__name__)
@@ -181,6 +182,10 @@ class MediaWikiAPIBuilder(Builder):
         return (
             f"{self.description}; {len(self.evidence)} evidence pages of {self.source or self.options.get('dataset')}"
         )
+
+    def scope(self) -> tuple[str, str | None]:
+        # a dataset's evidence list, from --dataset or the --from file named by its file name
+        return SCOPE_EVIDENCE, self.options.get("dataset") or Path(str(self.source)).name
 
     def revision_date(self) -> str | None:
         ds = self.options.get("dataset") or ""
