@@ -138,7 +138,7 @@ def refuse_zim(path: str | os.PathLike) -> None:
     """One line for a ZIM archive given where a SQLite snapshot is needed (passage indexes,
     retrieve-read, retrieval-eval): it is read in place only as an open-book search space. Making
     those work on a ZIM would mean rendering every page, which is what ``snapshot build`` does."""
-    if _starts_with(Path(path), b"ZIM\x04"):  # a ZIM's magic number (wiki_snapshot.space.ZIM_MAGIC)
+    if _starts_with(Path(path), b"ZIM\x04"):  # a ZIM's magic number (wiki_snapshot.backends.ZIM_MAGIC)
         raise SnapshotError(
             f"{path} is a ZIM archive: it is read in place by open-book search and `harness snapshot info/search` "
             f"only; passage indexes and retrieve-read need a SQLite snapshot: harness snapshot build --from {path} "
