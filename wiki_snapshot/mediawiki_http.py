@@ -154,7 +154,9 @@ class MediaWikiClient:
             raise Transient(f"API error {code}", parse_retry_after(resp.headers.get("Retry-After")) or 5.0)
         return data
 
-    def get(self, params: dict[str, Any], *, attempts: int | None = None, retry_transport: bool = True) -> dict[str, Any]:
+    def get(
+        self, params: dict[str, Any], *, attempts: int | None = None, retry_transport: bool = True
+    ) -> dict[str, Any]:
         """One API response (JSON object), retried on transient failures; never cached.
         ``retry_transport=False``: no answer at all (refused, DNS) raises :class:`Unreachable` at once."""
         from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt

@@ -32,7 +32,6 @@ from typing import Any
 
 from wiki_snapshot.errors import SnapshotError
 from wiki_snapshot.mediawiki_http import DEFAULT_API_URL, MediaWikiClient, Unreachable
-from wiki_snapshot.store import Page
 
 log = logging.getLogger(__name__)
 

@@ -139,7 +139,9 @@ def add_run_options(p) -> None:
         "(full-text search, each page at its revision as of --search-date; polite, rate-limited, cached on disk; "
         "needs the network, refused in one line without it)",
     )
-    g.add_argument("--search-api-url", help="--search mediawiki: api.php URL (default https://en.wikipedia.org/w/api.php)")
+    g.add_argument(
+        "--search-api-url", help="--search mediawiki: api.php URL (default https://en.wikipedia.org/w/api.php)"
+    )
     g.add_argument("--search-date", help="--search mediawiki: pages as of this date (default 2023-11-20, FanOutQA's)")
     g.add_argument(
         "--search-rate-limit", type=float, help="--search mediawiki: requests per second (default 1; 0 = no limit)"

@@ -6,7 +6,8 @@ every evidence page of ``--dataset``, default ``fanoutqa:dev``):
 ``GET api.php?format=json&action=parse&oldid=REVID&prop=text``, then the HTML rendered to
 markdown with FanOutQA's markdownify options (see ``fanoutqa.wiki.wiki_content``).
 
-Polite by default: a User-Agent naming the harness, at most ``rate_limit`` requests per second
+Polite by default (``wiki_snapshot.mediawiki_http.MediaWikiClient``, shared with the live search):
+a User-Agent naming the harness, at most ``rate_limit`` requests per second
 (default 1; 0 = no limit), retries with back-off on 429/5xx/``maxlag``/``ratelimited`` and
 dropped connections that wait at least what ``Retry-After`` asks, and an on-disk cache of the raw
 API responses (``--cache-dir``, default ``$HARNESS_CACHE_DIR/wiki-api/HOST`` or
@@ -30,13 +31,7 @@ from typing import Any, Iterable, Iterator
 
 from wiki_snapshot.builders import BUILDERS, Builder, Redirect, collect_evidence, html_to_markdown, read_small_file
 from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.mediawiki_http import (  # noqa: F401  (parse_retry_after, default_cache_dir: older imports)
-    DEFAULT_API_URL,
-    USER_AGENT,
-    MediaWikiClient,
-    default_cache_dir,
-    parse_retry_after,
-)
+from wiki_snapshot.mediawiki_http import MediaWikiClient
 from wiki_snapshot.store import Page, normalize_title, stable_pageid
 
 log = logging.getLogger(__name__)
