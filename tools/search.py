@@ -218,7 +218,8 @@ class SearchTool:
         title_query = query.strip()
         rule, matched = self.hit_rule, None
         if rule == "search-results":
-            results = [t for t, _ in self.snapshot.search(title_query, self.config.search_results)] if title_query else []
+            hits = self.snapshot.search(title_query, self.config.search_results) if title_query else []
+            results = [t for t, _ in hits]
             key = title_query.lower()  # the reference compares str.lower() of both, not casefold()
             matched = next((t for t in results if t.lower() == key), None)
             page = self.snapshot.resolve_title(matched) if matched is not None else None
@@ -228,7 +229,8 @@ class SearchTool:
             similar = None
         if page is None:
             if similar is None:
-                similar = list(self.snapshot.similar_titles(title_query, self.config.max_similar)) if title_query else []
+                similar = self.snapshot.similar_titles(title_query, self.config.max_similar) if title_query else []
+                similar = list(similar)
             similar = similar[: self.config.max_similar]
             text = not_found_message(similar, self.config.style)
             return SearchResult(

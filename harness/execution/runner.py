@@ -258,6 +258,8 @@ class Run:
         return {"samples_at_a_time": 1}
 
     def _open_snapshot(self):
+        if self.config.search == "mediawiki":
+            return self._open_live_search()
         if not self.config.snapshot:
             if self.agent.needs_snapshot:
                 raise ConfigError(
@@ -300,6 +302,31 @@ class Run:
                 "ZIM (--snapshot wikipedia_en_all_nopic_YYYY-MM.zim, or one built from a dump), or pass "
                 "--search-space evidence-only to mean it (recorded, in the run key)"
             )
+
+    def _open_live_search(self):
+        """``--search mediawiki``: the live API, checked with one request before any model call."""
+        config = self.config
+        if config.snapshot:
+            raise ConfigError(
+                "--search mediawiki asks the live API; --snapshot would not be read: give one or the other"
+            )
+        if config.setting != "open-book":
+            raise ConfigError(
+                f"--search mediawiki is the open-book search; --setting {config.setting} reads pages from --snapshot"
+            )
+        from wiki_snapshot.errors import SnapshotError
+        from wiki_snapshot.mediawiki_live import FANOUTQA_EPOCH, MediaWikiLive
+
+        try:
+            live = MediaWikiLive(
+                config.search_api_url,
+                as_of=config.search_date or FANOUTQA_EPOCH,
+                rate_limit=config.search_rate_limit,
+            )
+            live.check()
+        except SnapshotError as exc:
+            raise ConfigError(str(exc)) from None
+        return live
 
     # run directory ---------------------------------------------------------------
     def _check_run_dir(self) -> RunResults | None:
