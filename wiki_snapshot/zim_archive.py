@@ -288,7 +288,8 @@ class ZimWiki:
         return entry
 
     def _find_entry(self, title: str):
-        variants = [title, _upper_first(title), _upper_first(title.lower()), " ".join(_upper_first(w) for w in title.split(" "))]
+        words = " ".join(_upper_first(w) for w in title.split(" "))
+        variants = [title, _upper_first(title), _upper_first(title.lower()), words]
         for v in dict.fromkeys(variants):
             entry = self._exact(v)
             if entry is not None:
@@ -313,7 +314,7 @@ class ZimWiki:
 
     @staticmethod
     def _title_of(entry) -> str:
-        # as the zim builder names a page (entry.title, or its path when it has none), normalized as a snapshot stores it
+        # as the zim builder names a page (entry.title, else its path), normalized as a snapshot stores it
         return normalize_title(entry.title or entry.path)
 
     @staticmethod
