@@ -121,7 +121,7 @@ def test_full_text_search_finds_a_page_by_a_word_only_in_its_body(wiki):
     checked = 0
     for word, title in _only_in_one_body(articles)[::41][:8]:
         hits = wiki.search(word, 10)
-        # Xapian stems English words ("abbreviation" also matches "abbreviated"): the page is a hit, not always the first
+        # Xapian stems English words ("abbreviation" also matches "abbreviated"): a hit, not always the first
         assert title in [t for t, _ in hits], (word, title, hits)
         checked += 1
     assert checked == 8
@@ -297,7 +297,8 @@ def test_cli_snapshot_info_and_search_read_a_zim(zims, capsys):
     assert info["format"] == "zim" and info["counts"] == {"pages": PAGES + len(REDIRECTS), "redirects": None}
     code, out, err = _cli(capsys, "snapshot", "search", science, "a. einstein", "--json")
     resolved = json.loads(out)["resolved"]
-    assert code == 0 and resolved["title"] == "Albert Einstein" and resolved["pageid"] == stable_pageid("Albert Einstein")
+    assert code == 0 and resolved["title"] == "Albert Einstein"
+    assert resolved["pageid"] == stable_pageid("Albert Einstein")
     code, out, err = _cli(capsys, "snapshot", "search", science, "academy award winners list", "--json", "--k", "3")
     assert code == 0 and json.loads(out)["resolved"] is None and len(json.loads(out)["similar"]) == 3
     code, out, err = _cli(capsys, "snapshot", "search", science, "photoelectric", "--text", "--json", "--k", "3")

@@ -68,7 +68,9 @@ def fixture_articles(hotpot: bool = True, questions: int | None = None) -> dict[
     return out
 
 
-def write_zim(path: Path, *, indexing: bool = True, hotpot: bool = True, questions: int | None = None) -> dict[str, str]:
+def write_zim(
+    path: Path, *, indexing: bool = True, hotpot: bool = True, questions: int | None = None
+) -> dict[str, str]:
     """Write a ZIM at ``path``; returns title -> the HTML stored for it."""
     from libzim import writer
 

@@ -1,8 +1,8 @@
 """A Kiwix ZIM archive (e.g. ``wikipedia_en_all_nopic_2023-11.zim``, ~7M articles) read in place.
 
 :class:`ZimWiki` implements :class:`wiki_snapshot.space.WikiBackend` with libzim's own indexes and
-nothing scanned at open (opening reads the header, the metadata and the checksum: well under a
-second for a 45 GB archive):
+nothing scanned at open (opening reads the header, the metadata and the stored checksum, nothing
+per entry):
 
 - titles: ``Archive.get_entry_by_title`` / ``get_entry_by_path`` (binary searches of the archive's
   title and path listings); a redirect entry is followed with ``Entry.get_redirect_entry``;
@@ -14,15 +14,21 @@ second for a 45 GB archive):
   an on-disk cache under ``$HARNESS_CACHE_DIR/zim/<archive uuid>/`` (``~/.cache/harness`` when the
   variable is unset).
 
-What libzim (python-libzim 3.13, ``libzim/libzim.pyx``) offers and does not:
+What libzim offers and does not (python-libzim 3.13.1, ``libzim/libzim.pyx``; libzim's headers at
+openzim/libzim commit d3f23136):
 
 - search results are entry paths in rank order, with no score (the C++ ``SearchIterator::getScore``
   is not bound), so :meth:`ZimWiki.search` scores by rank: ``1 / (1 + rank)``;
+- title suggestions collapse every redirect to one page into one result (``set_collapse_key`` on
+  the target path, ``src/suggestion.cpp``; test ``Suggestion.checkRedirectionCollapse``) and hold
+  only entries declared front articles (``include/zim/suggestion.h``): a suggestion may be a
+  redirect, so each is followed to its page;
 - the archive counts user entries (``entry_count``: pages, redirects and resources together) and
   front articles (``article_count``) but not redirects, so ``metadata["redirects"]`` is None;
-- ``Archive`` is safe to read from several threads, ``Searcher``/``SuggestionSearcher`` and their
-  searches are not (openzim/libzim issue 673, maintainer's answer; python-libzim README "Thread
-  safety"): one lock serializes every search and suggestion here.
+- ``Archive`` is thread-safe (``include/zim/archive.h``; the maintainer's answer in openzim/libzim
+  issue 673); suggestion searches are not (``include/zim/suggestion.h``), nor, in older libzim,
+  full-text searches (issue 673): one lock serializes every search and suggestion here, reads
+  take none. (python-libzim's reader calls also hold the GIL.)
 """
 
 from __future__ import annotations
@@ -282,7 +288,8 @@ class ZimWiki:
         return entry
 
     def _find_entry(self, title: str):
-        variants = [title, _upper_first(title), _upper_first(title.lower()), " ".join(_upper_first(w) for w in title.split(" "))]
+        words = " ".join(_upper_first(w) for w in title.split(" "))
+        variants = [title, _upper_first(title), _upper_first(title.lower()), words]
         for v in dict.fromkeys(variants):
             entry = self._exact(v)
             if entry is not None:
@@ -307,7 +314,7 @@ class ZimWiki:
 
     @staticmethod
     def _title_of(entry) -> str:
-        # as the zim builder names a page (entry.title, or its path when it has none), normalized as a snapshot stores it
+        # as the zim builder names a page (entry.title, else its path), normalized as a snapshot stores it
         return normalize_title(entry.title or entry.path)
 
     @staticmethod

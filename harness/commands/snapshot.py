@@ -76,7 +76,9 @@ def add_parser(sub) -> None:
         help="look a title up (exact, any case, via redirects), else list similar titles",
         description="Resolve QUERY as a title; when nothing resolves, print the most similar titles.",
     )
-    s.add_argument("snapshot", help="SNAP.db, or a ZIM archive (read in place: its title suggestions and full-text index)")
+    s.add_argument(
+        "snapshot", help="SNAP.db, or a ZIM archive (read in place: its title suggestions and full-text index)"
+    )
     s.add_argument("query")
     s.add_argument("--k", type=number(int, 1, 10_000), default=10, help="how many similar titles (default 10)")
     s.add_argument(
