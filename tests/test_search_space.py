@@ -322,3 +322,14 @@ def test_labels_of_a_whole_wikipedia_archive_and_of_the_live_api():
     space = search_space_info(Backend(None, live), samples)
     assert space["gold_pages"] is None and space["gold_note"].startswith("not counted: each title would be a request")
     assert space["label"] == "whole source: live MediaWiki https://en.wikipedia.org/w/api.php, pages not counted"
+
+
+def test_the_runs_data_frame_carries_the_search_space(two_spaces):
+    pytest.importorskip("pandas")
+    from harness.api import runs_df
+
+    root, labels = two_spaces
+    frame = runs_df(root).set_index("dir")
+    assert frame.loc[str(root / "evidence"), "search_space"] == labels["evidence"]
+    assert frame.loc[str(root / "whole"), "search_space"] == labels["whole"]
+    assert bool(frame.loc[str(root / "evidence"), "evidence_only"]) and not bool(frame.loc[str(root / "whole"), "evidence_only"])
