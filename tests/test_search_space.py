@@ -184,13 +184,13 @@ def test_gold_share_of_the_distractor_snapshot(spaces, answering, tmp_path):
     space = results(out)["search_space"]
     assert space["gold_needed"] == len(needed) == 20 and space["gold_pages"] == 20
     assert space["gold_share"] == pytest.approx(20 / 991)
-    assert space["label"] == f"evidence-only: {CONTEXTS} contexts, 991 pages (gold 2%)"
+    assert space["label"] == f"evidence-only: {CONTEXTS} contexts, 991 pages (gold 2.0%)"
     # the same pages given as plain records: a whole source, the same share
     whole = tmp_path / "whole"
     assert run(whole, spaces["whole"], limit=n) == 0
     space = results(whole)["search_space"]
     assert not space["evidence_only"] and space["scope"] == "source" and space["gold_pages"] == 20
-    assert space["label"] == "whole source: snapshot pages.json, 991 pages (gold 2%)"
+    assert space["label"] == "whole source: snapshot pages.json, 991 pages (gold 2.0%)"
 
 
 def test_a_closed_book_run_records_no_search_space(answering, tmp_path):
@@ -263,3 +263,73 @@ def test_report_shows_the_search_space(two_spaces):
     html = (root / "evidence" / "report.html").read_text()
     assert f"<b>Search space {labels['evidence']}</b>" in html and "not open-book over Wikipedia" in html
     assert f"<th>search space</th><td>{labels['evidence']}</td>" in html
+
+
+def test_merged_shards_count_the_whole_selections_gold_pages(spaces, answering, tmp_path):
+    """Each shard counts its own questions' gold pages; the merged run counts the whole selection's
+    again (the same as the unsharded run), and says so where the snapshot cannot be opened."""
+    flags = ("--search-space", "evidence-only")
+    assert run(tmp_path / "whole", spaces["contexts"], *flags, limit=6) == 0
+    shards = [tmp_path / f"s{i}" for i in (1, 2)]
+    for i, out in enumerate(shards, 1):
+        assert run(out, spaces["contexts"], *flags, "--shard", f"{i}/2", limit=6) == 0
+    whole = results(tmp_path / "whole")["search_space"]
+    assert sum(results(s)["search_space"]["gold_needed"] for s in shards) == whole["gold_needed"] == 12
+    assert main(["merge", *map(str, shards), "--out", str(tmp_path / "merged")]) == 0
+    assert results(tmp_path / "merged")["search_space"] == whole
+    moved = spaces["contexts"].with_name("moved.db")
+    spaces["contexts"].rename(moved)
+    try:
+        assert main(["merge", *map(str, shards), "--out", str(tmp_path / "merged2")]) == 0
+    finally:
+        moved.rename(spaces["contexts"])
+    space = results(tmp_path / "merged2")["search_space"]
+    assert space["gold_pages"] is None and space["gold_note"].endswith("could not be opened when the shards were merged")
+    assert space["label"] == f"evidence-only: {CONTEXTS} contexts, 991 pages"
+
+
+def test_labels_of_a_whole_wikipedia_archive_and_of_the_live_api():
+    """A ZIM read in place (its metadata: format zim, no source but its path) and the live API (pages
+    unknown): the label names the backend, and a live space's gold pages are not counted (each title
+    would be a request); resolve_title is never called on it."""
+    from harness.execution.summary import search_space_info
+
+    class Backend:
+        def __init__(self, path, metadata):
+            self.path, self.metadata = path, metadata
+
+        def resolve_title(self, title):
+            raise AssertionError("the live API is not asked for the gold pages")
+
+    samples = load_dataset("hotpotqa:dev").samples[:2]
+    zim = {"format": "zim", "pages": 6_912_000, "redirects": 10_400_000, "revision_date": "2023-11-01",
+           "source_description": "Kiwix wikipedia_en_all_nopic", "scope": "source"}  # fmt: skip
+    pages = {t.casefold(): i for i, t in enumerate(t for s in samples for t in s.needed_titles)}
+
+    class Archive(Backend):
+        def resolve_title(self, title):
+            from wiki_snapshot.store import Page
+
+            i = pages.get(title.casefold())
+            return None if i is None else Page(pageid=i, revid=None, title=title, text="", timestamp=None)
+
+    space = search_space_info(Archive(Path("/data/wikipedia_en_all_nopic_2023-11.zim"), zim), samples)
+    assert space["gold_pages"] == 4 and space["gold_share"] == pytest.approx(4 / 6_912_000)
+    assert space["label"] == (
+        "whole source: ZIM wikipedia_en_all_nopic_2023-11.zim 2023-11-01, 6,912,000 pages (gold 0.000058%)"
+    )
+    live = {"format": "mediawiki-live", "pages": None, "source": "https://en.wikipedia.org/w/api.php"}
+    space = search_space_info(Backend(None, live), samples)
+    assert space["gold_pages"] is None and space["gold_note"].startswith("not counted: each title would be a request")
+    assert space["label"] == "whole source: live MediaWiki https://en.wikipedia.org/w/api.php, pages not counted"
+
+
+def test_the_runs_data_frame_carries_the_search_space(two_spaces):
+    pytest.importorskip("pandas")
+    from harness.api import runs_df
+
+    root, labels = two_spaces
+    frame = runs_df(root).set_index("dir")
+    assert frame.loc[str(root / "evidence"), "search_space"] == labels["evidence"]
+    assert frame.loc[str(root / "whole"), "search_space"] == labels["whole"]
+    assert bool(frame.loc[str(root / "evidence"), "evidence_only"]) and not bool(frame.loc[str(root / "whole"), "evidence_only"])

@@ -91,6 +91,9 @@ def runs_df(*paths: str | Path):
             "model": row["model"],
             "backend": row["backend"],
             "context_size": row["context_size"],
+            # what it searched: its label, and whether it was a dataset's evidence only (None: no search space)
+            "search_space": (row["search_space"] or {}).get("label"),
+            "evidence_only": (row["search_space"] or {}).get("evidence_only"),
             "status": row["status"],
             "failed": row["failed"],
             "n": row["n_answered"],

@@ -299,8 +299,38 @@ def _write_merged(shards: list[Shard], tmp: Path, out: Path) -> RunResults:
     record.snapshot = next(  # the snapshot the shards read, as they recorded it (its hash is in their key)
         (s.results.snapshot for s in shards if s.results is not None and s.results.snapshot is not None), None
     )
+    space = _merged_search_space(shards, config, selected)
+    if space is not None:
+        record.search_space = space
     write_json_atomic(tmp / RESULTS_FILE, record.model_dump(mode="json", exclude_unset=True))
     return record
+
+
+def _merged_search_space(shards: list[Shard], config, selected: list):
+    """The whole selection's search space: its gold pages counted again over every shard's questions
+    where the snapshot is at hand; else the shards' record without a gold count (theirs were of their
+    own questions, and pages shared between shards cannot be told apart from the counts)."""
+    from harness.execution.record import SearchSpaceRecord
+    from harness.execution.summary import search_space_info
+
+    recorded = next((s.results.search_space for s in shards if s.results is not None and s.results.search_space), None)
+    if recorded is None:
+        return None
+    try:
+        from wiki_snapshot import open_wiki
+
+        wiki = open_wiki(config.snapshot)
+    except Exception:  # noqa: BLE001 - moved or unreadable here: said in the record
+        facts = recorded.model_dump()
+        facts.update(gold_pages=None, gold_share=None, gold_needed=None)
+        facts["gold_note"] = f"not counted: {config.snapshot} could not be opened when the shards were merged"
+        keys = ("backend", "source", "revision_date", "pages", "scope", "scope_dataset", "evidence_only", "gold_share")
+        facts["label"] = SearchSpaceRecord.label_of(*(facts[k] for k in keys))
+        return SearchSpaceRecord.model_validate(facts)
+    try:
+        return SearchSpaceRecord.model_validate(search_space_info(wiki, selected))
+    finally:
+        wiki.close()
 
 
 def _model_info(shards: list[Shard]) -> dict[str, Any] | None:

@@ -203,9 +203,11 @@ BACKEND_NAMES = {"wiki-snapshot": "snapshot", "zim": "ZIM", "mediawiki-live": "l
 
 
 def share_text(share: float) -> str:
-    """``94%``, ``1.2%``, ``0.0043%``: two significant digits below 10%, so a whole Wikipedia's share is not 0%."""
-    percent = 100 * share
-    return f"{percent:.0f}%" if percent >= 10 or percent == 0 else f"{percent:.2g}%"
+    """``94%``, ``2.0%``, ``0.0043%``: two significant digits below 10%, so a whole Wikipedia's share is not 0%."""
+    percent = float(f"{100 * share:.2g}")  # two significant digits first: 9.99 reads 10%
+    if percent >= 10 or percent == 0:
+        return f"{percent:.0f}%"
+    return f"{percent:.{1 - math.floor(math.log10(percent))}f}%"  # positional, never 5.8e-05%
 
 
 class SearchSpaceRecord(_Open):

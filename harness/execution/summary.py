@@ -88,10 +88,11 @@ def search_space_info(snapshot, samples: list) -> dict[str, Any] | None:
     else:
         gold_note = "not counted: the selected questions name no needed pages"
     evidence_only = scope in EVIDENCE_ONLY_SCOPES
-    source = meta.get("source")
+    path = str(getattr(snapshot, "path", "") or "") or None
+    source = meta.get("source") or path  # a ZIM read in place is its own source
     facts = {
         "backend": backend,
-        "path": str(getattr(snapshot, "path", "") or "") or None,
+        "path": path,
         "pages": pages,
         "redirects": meta.get("redirects"),
         "source": None if source is None else str(source),
