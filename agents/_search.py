@@ -78,8 +78,9 @@ class SearchSession:
                 "tokens": result.tokens,
                 "truncated": result.truncated,
                 "similar_titles": result.similar_titles,
-                "hit_rule": result.hit_rule,  # the rule that decided (the knob's "auto" resolved)
-                "matched_title": result.matched_title,
+                # the rule that decided (the knob's "auto" resolved); a plugin tool's result may not say
+                "hit_rule": getattr(result, "hit_rule", None),
+                "matched_title": getattr(result, "matched_title", None),
             }
         )
         text = result.text
