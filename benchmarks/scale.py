@@ -146,14 +146,18 @@ def pct(values: list[float], q: float) -> float:
 
 
 def _time_all(fn, queries: list[str]) -> dict:
+    """p50/p95 of wall and of CPU time per call (the CPU time of one thread's call is its latency on
+    an idle machine; the wall time on a shared one includes waiting for a core)."""
     fn(queries[0])
-    times = []
+    wall, cpu = [], []
     for q in queries:
-        t = time.perf_counter()
+        c, t = time.thread_time(), time.perf_counter()
         fn(q)
-        times.append((time.perf_counter() - t) * 1000)
-    return {"p50_ms": round(statistics.median(times), 3), "p95_ms": round(pct(times, 0.95), 3),
-            "max_ms": round(max(times), 1)}  # fmt: skip
+        wall.append((time.perf_counter() - t) * 1000)
+        cpu.append((time.thread_time() - c) * 1000)
+    return {"p50_ms": round(statistics.median(wall), 3), "p95_ms": round(pct(wall, 0.95), 3),
+            "max_ms": round(max(wall), 1), "cpu_p50_ms": round(statistics.median(cpu), 3),
+            "cpu_p95_ms": round(pct(cpu, 0.95), 3)}  # fmt: skip
 
 
 def query_child(backend: str, path: str, queries_file: str) -> None:
@@ -180,7 +184,7 @@ def query_child(backend: str, path: str, queries_file: str) -> None:
             zimwiki = open_wiki(path)
             res["via"] = type(zimwiki).__module__ + "." + type(zimwiki).__name__
         except Exception as exc:  # noqa: BLE001 - ZimWiki not in this checkout yet: libzim directly
-            res["via"] = f"libzim directly ({type(exc).__name__}: {str(exc)[:80]})"
+            res["via"] = f"libzim directly; no ZimWiki here ({type(exc).__name__})"
         if zimwiki is not None:
             res["open_s"] = round(time.perf_counter() - t, 3)
             t = time.perf_counter()
@@ -274,14 +278,15 @@ def queries_file(n: int, d: Path, count: int) -> Path:
     return qf
 
 
-def step_queries(n: int, d: Path, backend: str, count: int, log) -> None:
+def step_queries(n: int, d: Path, backend: str, count: int, log, code: str | None = None) -> None:
     qf = queries_file(n, d, count)
     path = synth_wiki.corpus_paths(d, n)["zim"] if backend == "zim" else d / f"snap{n}-records.db"
-    res = timed(["nice", sys.executable, ROOT / "benchmarks/scale.py", "--child", backend, path, qf],
+    res = timed(["nice", sys.executable, ROOT / "benchmarks/scale.py", "--child", backend, path, qf, *([code] if code else [])],
                 f"queries {backend}", log)  # fmt: skip
     line = [ln for ln in res["output"].splitlines() if ln.startswith("RESULT ")][-1]
     out = json.loads(line[7:])
-    record(d, {"step": "queries", "size": n, "backend": backend, "queries": count, "bytes": du(path), **out,
+    record(d, {"step": "queries", "size": n, "backend": backend + (f" ({code})" if code else ""), "queries": count,
+               "bytes": du(path), **out,
                "peak_rss_mb": res["peak_rss_mb"], "wall_s": res["wall_s"], "cpu_s": res["cpu_s"]})  # fmt: skip
 
 
@@ -316,6 +321,11 @@ def _loglog(rows: dict[int, float]) -> float | None:
     return math.log(rows[b] / rows[a]) / math.log(b / a)
 
 
+def _lat(t: dict) -> str:
+    cpu = f" (CPU {t['cpu_p50_ms']:.2f} / {t['cpu_p95_ms']:.2f})" if "cpu_p50_ms" in t else ""
+    return f"{t['p50_ms']:.2f} / {t['p95_ms']:.2f}{cpu}"
+
+
 def report(d: Path) -> None:
     rows = [json.loads(ln) for ln in (d / "results.jsonl").read_text().splitlines() if ln.strip()]
     latest: dict[tuple, dict] = {}
@@ -340,18 +350,18 @@ def report(d: Path) -> None:
         print(f"| {size:,} | {label} | {w or 'libzim default'} | {r['wall_s']:,.1f} | {pages / r['wall_s']:,.0f} | "
               f"{r['cpu_s']:,.1f} | {pages / max(r['cpu_s'], 1e-9):,.0f} | {r['peak_rss_mb']:,.0f} | "
               f"{r['bytes'] / 1e6:,.0f} | {r['load1']:.1f} |")  # fmt: skip
-    print("\n### Queries: p50 / p95 ms over the query mix (target: p95 <= 50 ms, memory flat)\n")
+    print("\n### Queries: wall p50 / p95 ms (CPU p50 / p95) over the query mix (target: p95 <= 50 ms, memory flat)\n")
     print("| pages | backend | open s | first search s | resolve_title | similar_titles | search | peak RSS MB |")
     print("|---|---|---|---|---|---|---|---|")
     for (step, size, _, _, be), r in sorted(latest.items(), key=lambda kv: (kv[0][1], str(kv[0]))):
         if step == "queries":
-            cells = [f"{r[k]['p50_ms']:.2f} / {r[k]['p95_ms']:.2f}" for k in ("resolve_title", "similar_titles", "search")]
-            label = "SQLite snapshot" if be == "sqlite" else f"ZIM in place ({r.get('via', '')})"
+            cells = [_lat(r[k]) for k in ("resolve_title", "similar_titles", "search")]
+            label = f"SQLite snapshot{be[6:]}" if be.startswith("sqlite") else f"ZIM in place ({r.get('via', '')})"
             print(f"| {size:,} | {label} | {r['open_s']} | {r.get('first_search_s', '')} | {' | '.join(cells)} | "
                   f"{r['peak_rss_mb']:,.0f} |")  # fmt: skip
         elif step == "bm25q":
             print(f"| {size:,} | bm25 words100 ({r.get('passages') or '?':,} passages) | {r['open_s']} | | | | "
-                  f"{r['search']['p50_ms']:.2f} / {r['search']['p95_ms']:.2f} | {r['peak_rss_mb']:,.0f} |")
+                  f"{_lat(r['search'])} | {r['peak_rss_mb']:,.0f} |")
     # extrapolation
     print(f"\n### Whole English Wikipedia ({WIKI_ARTICLES / 1e6:.1f}M articles), extrapolated\n")
     print("Assumption: cost per page stays at the slope between the two largest measured sizes (linear "
@@ -381,16 +391,19 @@ def report(d: Path) -> None:
         elif step in ("queries", "bm25q"):
             calls = ("resolve_title", "similar_titles", "search") if step == "queries" else ("search",)
             for call in calls:
-                alpha = _loglog({s: r[call]["p95_ms"] for s, r in by_size.items()})
+                key = "cpu_p95_ms" if all("cpu_p95_ms" in r[call] for r in by_size.values()) else "p95_ms"
+                alpha = _loglog({s: r[call][key] for s, r in by_size.items()})
                 if alpha is not None:
                     top = max(by_size)
-                    est = by_size[top][call]["p95_ms"] * (WIKI_ARTICLES / top) ** alpha
-                    print(f"| {be or 'bm25'} {call} p95 | {', '.join(f'{s:,}' for s in sorted(by_size))} | "
+                    est = by_size[top][call][key] * (WIKI_ARTICLES / top) ** alpha
+                    print(f"| {be or 'bm25'} {call} {'CPU ' if key.startswith('cpu') else ''}p95 | {', '.join(f'{s:,}' for s in sorted(by_size))} | "
                           f"alpha {alpha:.2f} | {est:,.1f} ms |")  # fmt: skip
 
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        if len(sys.argv) > 5:  # another checkout's wiki_snapshot (a before/after comparison)
+            sys.path.insert(0, sys.argv[5])
         query_child(*sys.argv[2:5])
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -400,6 +413,7 @@ def main() -> int:
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--corpus-formats", help="which corpus files the corpus step writes (default: what the steps need)")
     ap.add_argument("--queries", type=int, default=1000)
+    ap.add_argument("--code", help="sqliteq: time this checkout's wiki_snapshot instead (a before/after comparison)")
     ap.add_argument("--report", action="store_true", help="only print the tables from DIR/results.jsonl")
     args = ap.parse_args()
     d = Path(args.dir)
@@ -428,7 +442,7 @@ def main() -> int:
             elif step == "zim":
                 step_build(n, d, "zim", workers, log)
             elif step == "sqliteq":
-                step_queries(n, d, "sqlite", args.queries, log)
+                step_queries(n, d, "sqlite", args.queries, log, args.code)
             elif step == "zimq":
                 step_queries(n, d, "zim", args.queries, log)
             elif step == "bm25":
