@@ -38,6 +38,17 @@ class SearchToolKnobs(RankingKnobs):
     )
     budget_fraction: float = knob(0.5, "share of the context one search result may use", gt=0, le=1)
     max_similar: int = knob(10, "similar titles offered when a title is not found", ge=0, le=10_000)
+    # "title" was the only rule before this knob: runs that set it keep their run keys
+    hit_rule: Literal["auto", "search-results", "title"] = knob(
+        "auto",
+        "which query is a hit: search-results (FanOutQA's tool: a top full-text result whose title equals the "
+        "query, lower-cased) | title (resolved as a title: case, redirects) | auto (search-results for "
+        "search_style fanoutqa over a full-text search, else title)",
+        neutral="title",
+    )
+    search_results: int = knob(
+        10, "full-text results the search-results hit rule reads (fanoutqa.wiki_search: 10)", ge=1, le=500, neutral=10
+    )
     context_policy: Literal["stop", "drop-oldest"] = knob(
         "stop", "when the conversation fills the context: stop | drop-oldest"
     )

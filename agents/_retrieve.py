@@ -26,6 +26,7 @@ class RetrievalAgent(Agent):
     settings = ("retrieve-read",)
     Knobs = RetrievalKnobs  # subclasses add retrieval_k and passage_kind with their own defaults
     needs_snapshot = True
+    searches_wiki = True
     records: ClassVar[tuple[str, ...]] = ("evidence_recall",)
     k_source: ClassVar[str]  # where the default K comes from (recorded)
 

@@ -22,8 +22,15 @@ def build_search_tool(knobs: SearchToolKnobs, model, snapshot):
         bm25_k1=knobs.bm25_k1,
         bm25_b=knobs.bm25_b,
         bm25_delta=knobs.bm25_delta,
+        hit_rule=knobs.hit_rule,
+        search_results=knobs.search_results,
     )
-    return SearchTool(snapshot, search_config, model.count_tokens, model.context_size())
+    try:
+        return SearchTool(snapshot, search_config, model.count_tokens, model.context_size())
+    except ValueError as exc:  # a hit rule this backend cannot follow: one line, before any question
+        from harness.errors import ConfigError
+
+        raise ConfigError(f"--agent-arg hit_rule: {exc}") from None
 
 
 def canonical_title(snapshot, title: str) -> str:
@@ -71,6 +78,8 @@ class SearchSession:
                 "tokens": result.tokens,
                 "truncated": result.truncated,
                 "similar_titles": result.similar_titles,
+                "hit_rule": result.hit_rule,  # the rule that decided (the knob's "auto" resolved)
+                "matched_title": result.matched_title,
             }
         )
         text = result.text

@@ -31,6 +31,7 @@ class ToolLoop(Agent):
     Knobs = SearchKnobs
     needs_context_size = True
     needs_snapshot = True
+    searches_wiki = True
     protocol: ClassVar[str]  # recorded in results.json
     records = ("searches", "evidence_recall")
 

@@ -375,6 +375,7 @@ class Delegate(Agent):
     default_template = "delegate"
     needs_context_size = True
     needs_snapshot = True
+    searches_wiki = True
     protocol = "native"
     records = ("searches", "evidence_recall", "delegation")
 

@@ -109,6 +109,7 @@ class React(Agent):
     default_template = "react"
     protocol = "text"
     needs_snapshot = True
+    searches_wiki = True
     needs_context_size = True
     records = ("searches", "evidence_recall", "trace")
 

@@ -34,6 +34,9 @@ SETTINGS: dict[str, str] = {
     "retrieve-read": "retrieve-read-joint",
 }
 
+# the settings whose strategies search Wikipedia (a strategy may say otherwise: Agent.searches_wiki)
+SEARCH_SETTINGS = frozenset({"open-book", "retrieve-read"})
+
 _UNSET: Any = object()
 
 # Records a strategy may keep in a sample's ``extra`` under a shared name, with a shape every reader
@@ -194,6 +197,9 @@ class Agent(ABC):
     # fields the strategy fills besides {question} and {current_date}; checked before the run
     template_fields: ClassVar[tuple[str, ...]] = ()
     needs_snapshot: ClassVar[bool] = False
+    # it searches the snapshot (open-book tools, retrieve-read indexes): a space made of a dataset's evidence
+    # is refused unless --search-space evidence-only says it is meant. None: as its setting does (SEARCH_SETTINGS)
+    searches_wiki: ClassVar[bool | None] = None
     needs_context_size: ClassVar[bool] = False  # packs pages by token budget: refused without one
     records: ClassVar[tuple[str, ...]] = ()  # the RECORD_KINDS it writes in ``extra``
     protocol: ClassVar[str | None] = None  # tool-using strategies: "native" (the API's tool calls) or "text"
@@ -209,6 +215,13 @@ class Agent(ABC):
             from harness.templates import load_template
 
             self.template, self.template_source, self.template_sha256 = load_template(template)
+
+    @property
+    def searches(self) -> bool:
+        """Whether this run of the strategy searches the snapshot (``searches_wiki``, else its setting's)."""
+        if self.searches_wiki is not None:
+            return self.searches_wiki
+        return getattr(self.config, "setting", None) in SEARCH_SETTINGS
 
     def prepare(self, model: ModelBackend, snapshot: Any | None) -> None:
         """Called once the model is started (context size known) and the snapshot opened."""

@@ -141,6 +141,8 @@ def test_open_book_sweep_with_ceiling(hotpot_snapshot, tmp_path):
             "hotpotqa:dev",
             "--snapshot",
             str(hotpot_snapshot),
+            "--search-space",
+            "evidence-only",
             "--context-sizes",
             "1024,2048",
             "--limit",
@@ -160,7 +162,8 @@ def test_open_book_sweep_with_ceiling(hotpot_snapshot, tmp_path):
 
 @pytest.mark.slow
 def test_bad_sweeps_are_one_line_errors(hotpot_snapshot, tmp_path):
-    base = ["ablate", "--dataset", "hotpotqa:dev", "--snapshot", str(hotpot_snapshot), "--out", str(tmp_path / "x")]
+    base = ["ablate", "--dataset", "hotpotqa:dev", "--snapshot", str(hotpot_snapshot), "--search-space", "evidence-only",
+            "--out", str(tmp_path / "x")]  # fmt: skip
     cases = [
         (
             ["--setting", "evidence-provided", "--context-sizes", "4096,16384"],

@@ -232,7 +232,8 @@ def searchers():
 
 def open_book_run(out, script, snapshot, setting="open-book", **extra):
     options = {"model": f"scripted/{script}", "dataset": "hotpotqa:dev", "setting": setting, "limit": 6,
-               "out": str(out), "cache": False, "snapshot": str(snapshot), **extra}  # fmt: skip
+               "out": str(out), "cache": False, "snapshot": str(snapshot), "search_space": "evidence-only",
+               **extra}  # fmt: skip
     return asyncio.run(Run(build_config(options), show_progress=False).execute())
 
 

@@ -124,6 +124,8 @@ ACCEPTED = {
     for opt in ("--temperature", "--seed", "--max-cost", "--retry-max-wait")
 } | {
     ("snapshot build", "--rate-limit", "0"),
+    ("run", "--search-rate-limit", "0"),
+    ("ablate", "--search-rate-limit", "0"),
     ("index build", "--bm25-k1", "0"),
     ("index build", "--bm25-b", "0"),
     ("index build", "--bm25-delta", "0"),

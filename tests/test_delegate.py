@@ -35,7 +35,7 @@ def script():
 
 
 def run(model, snapshot, out, *extra, code=0):
-    argv = ["run", "--model", model, "--agent", "delegate", "--dataset", "hotpotqa:dev", "--snapshot", str(snapshot),
+    argv = ["run", "--model", model, "--agent", "delegate", "--dataset", "hotpotqa:dev", "--snapshot", str(snapshot), "--search-space", "evidence-only", 
             "--limit", "1", "--no-cache", "--out", str(out), *extra]  # fmt: skip
     assert main(argv) == code
     rows = out / ("samples.jsonl" if code == 0 else "failures.jsonl")
@@ -340,7 +340,7 @@ def test_sub_template_is_checked_before_the_run(tmp_path, hotpot_snapshot, capsy
     bad.write_text("Do this: {instructions} for {question}")
     out = tmp_path / "run"
     code = main(["run", "--model", "scripted/echo", "--agent", "delegate", "--dataset", "hotpotqa:dev",
-                 "--snapshot", str(hotpot_snapshot), "--limit", "1", "--out", str(out),
+                 "--snapshot", str(hotpot_snapshot), "--search-space", "evidence-only", "--limit", "1", "--out", str(out),
                  "--agent-arg", f"sub_template={bad}"])  # fmt: skip
     assert code == 2 and not (out / "samples.jsonl").exists()
     err = capsys.readouterr().err.strip()
@@ -411,7 +411,7 @@ def test_delegate_real_local_model(hotpot_snapshot, tmp_path):
     out = tmp_path / "local"
     proc = run_harness(
         "run", "--agent", "delegate", "--model", "local/smollm2", "--dataset", "hotpotqa:dev",
-        "--snapshot", str(hotpot_snapshot), "--limit", "2", "--max-tokens", "48", "--n-threads", "2",
+        "--snapshot", str(hotpot_snapshot), "--search-space", "evidence-only", "--limit", "2", "--max-tokens", "48", "--n-threads", "2",
         "--context-size", "2048", "--agent-arg", "max_rounds=2", "--agent-arg", "sub_max_rounds=1",
         "--agent-arg", "max_depth=1", "--agent-arg", "max_similarity=1", "--no-cache", "--out", str(out),
     )  # fmt: skip

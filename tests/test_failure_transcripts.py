@@ -42,7 +42,7 @@ def test_failed_sample_keeps_its_transcript(model, hotpot_snapshot, tmp_path, th
     BEHAVIOUR["then"] = then
     out = tmp_path / "run"
     argv = ["run", "--model", model, "--setting", "open-book", "--agent", "open-book-native", "--dataset",
-            "hotpotqa:dev", "--snapshot", str(hotpot_snapshot), "--limit", "1", "--no-cache", "--out", str(out),
+            "hotpotqa:dev", "--snapshot", str(hotpot_snapshot), "--search-space", "evidence-only", "--limit", "1", "--no-cache", "--out", str(out),
             "--sample-timeout", "1"]  # fmt: skip
     assert main(argv) == 4  # its one sample failed: no question answered
     text = (out / "failures.jsonl").read_text()

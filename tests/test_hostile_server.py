@@ -46,7 +46,8 @@ def run(url: str, out: Path, *extra: str, dataset: str = "hotpotqa:dev", transpo
 
 
 def pages_args(setting: str, snapshot) -> list[str]:
-    return ["--setting", setting, "--snapshot", str(snapshot), "--context-size", "4096", "--metrics", "em-f1"]
+    return ["--setting", setting, "--snapshot", str(snapshot), "--search-space", "evidence-only", "--context-size", "4096",
+            "--metrics", "em-f1"]  # fmt: skip
 
 
 def records(path: Path) -> list[dict]:

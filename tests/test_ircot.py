@@ -52,7 +52,7 @@ def scripted():
 
 
 def _run(model, snapshot, out, *extra, sample_id="hotpot-dev-000"):
-    argv = ["run", "--model", model, "--agent", "ircot", "--dataset", "hotpotqa:dev", "--snapshot", str(snapshot),
+    argv = ["run", "--model", model, "--agent", "ircot", "--dataset", "hotpotqa:dev", "--snapshot", str(snapshot), "--search-space", "evidence-only", 
             "--sample-id", sample_id, "--no-cache", "--out", str(out), *extra]  # fmt: skip
     assert main(argv) == 0
     sample = json.loads((out / "samples.jsonl").read_text())
@@ -188,7 +188,7 @@ def test_passages_that_do_not_fit_are_left_out_and_recorded(scripted, indexed, t
     )
     # not even one passage fits: the sample fails, it is never answered blind
     out = tmp_path / "tiny"
-    assert main(["run", "--model", model, "--agent", "ircot", "--dataset", "hotpotqa:dev", "--snapshot", str(indexed),
+    assert main(["run", "--model", model, "--agent", "ircot", "--dataset", "hotpotqa:dev", "--snapshot", str(indexed), "--search-space", "evidence-only", 
                  "--sample-id", "hotpot-dev-000", "--no-cache", "--out", str(out), "--context-size", "340",
                  "--max-tokens", "40"]) != 0  # fmt: skip
     failure = json.loads((out / "failures.jsonl").read_text().splitlines()[-1])
@@ -234,7 +234,7 @@ def test_ircot_smollm2_two_questions(indexed, tmp_path):
     more passages until an answer or max_steps; the trace, the held passages and the records agree."""
     out = tmp_path / "ircot"
     proc = run_harness(
-        "run", "--agent", "ircot", "--model", "local/smollm2", "--dataset", "hotpotqa:dev", "--snapshot", str(indexed),
+        "run", "--agent", "ircot", "--model", "local/smollm2", "--dataset", "hotpotqa:dev", "--snapshot", str(indexed), "--search-space", "evidence-only", 
         "--limit", "2", "--max-tokens", "32", "--n-threads", "2", "--agent-arg", "max_steps=3",
         "--agent-arg", "retrieval_k=3", "--no-cache", "--out", str(out),
     )  # fmt: skip

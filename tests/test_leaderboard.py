@@ -35,7 +35,8 @@ def root(tmp_path_factory, hotpot_snapshot):
             (
                 "nested/deeper/d",
                 "openai/gpt-test",
-                ["--dataset", "hotpotqa:dev", "--setting", "open-book", "--snapshot", str(snapshot)]
+                ["--dataset", "hotpotqa:dev", "--setting", "open-book", "--snapshot", str(snapshot), "--search-space"]
+                + ["evidence-only"]
                 + ["--context-size", "4096"],
             ),
         ]

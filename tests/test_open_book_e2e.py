@@ -8,7 +8,7 @@ from conftest import run_harness
 
 
 def run_hotpot(hotpot_snapshot, out, *args):
-    return run_harness("run", "--dataset", "hotpotqa:dev", "--snapshot", str(hotpot_snapshot), "--out", str(out), *args)
+    return run_harness("run", "--dataset", "hotpotqa:dev", "--snapshot", str(hotpot_snapshot), "--search-space", "evidence-only", "--out", str(out), *args)
 
 
 def samples(run_dir):

@@ -298,7 +298,8 @@ def test_anthropic_loop_caches_its_conversation_and_prices_reads_and_writes(tmp_
 
     def run(out, *extra):
         argv = ["run", "--model", "anthropic/claude-sonnet-4-5", "--base-url", server.url, "--dataset", "hotpotqa:dev",
-                "--snapshot", str(hotpot_snapshot), "--setting", "open-book", "--context-size", "8192",
+                "--snapshot", str(hotpot_snapshot), "--search-space", "evidence-only", "--setting", "open-book",
+                "--context-size", "8192",
                 "--limit", "1", "--max-tokens", "16", "--no-cache", "--price-table", str(prices),
                 "--out", str(out), *extra]  # fmt: skip
         assert main(argv) == 0
@@ -416,6 +417,7 @@ def test_two_questions_prompts_share_the_prefix_before_the_question(strategy, tm
             "--sample-id", ",".join(ids), "--context-size", "8192", "--out", str(tmp_path / "run"), *extra]  # fmt: skip
     if snapshot:
         argv += ["--snapshot", str(request.getfixturevalue("indexed" if snapshot == "indexed" else "hotpot_snapshot"))]
+        argv += ["--search-space", "evidence-only"]  # both hold HotpotQA's contexts only
     try:
         assert main(argv) == 0
     finally:

@@ -36,7 +36,7 @@ def scripted():
 
 
 def _run(model, snapshot, out, *extra):
-    argv = ["run", "--model", model, "--agent", "react", "--dataset", "hotpotqa:dev", "--snapshot", str(snapshot),
+    argv = ["run", "--model", model, "--agent", "react", "--dataset", "hotpotqa:dev", "--snapshot", str(snapshot), "--search-space", "evidence-only", 
             "--limit", "1", "--no-cache", "--out", str(out), *extra]  # fmt: skip
     assert main(argv) == 0
     sample = json.loads((out / "samples.jsonl").read_text())
@@ -268,7 +268,7 @@ def test_react_smollm2_two_questions(hotpot_snapshot, tmp_path):
     out = tmp_path / "react"
     proc = run_harness(
         "run", "--agent", "react", "--model", "local/smollm2", "--dataset", "hotpotqa:dev", "--snapshot",
-        str(hotpot_snapshot), "--limit", "2", "--max-tokens", "48", "--n-threads", "2", "--agent-arg", "max_steps=3",
+        str(hotpot_snapshot), "--search-space", "evidence-only", "--limit", "2", "--max-tokens", "48", "--n-threads", "2", "--agent-arg", "max_steps=3",
         "--no-cache", "--out", str(out),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr

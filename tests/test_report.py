@@ -43,6 +43,8 @@ def open_book_run(tmp_path_factory, hotpot_snapshot):
             "hotpotqa:dev",
             "--snapshot",
             str(snapshot),
+            "--search-space",
+            "evidence-only",
             "--setting",
             "open-book",
             "--context-size",

@@ -165,7 +165,7 @@ def test_stale_or_missing_index_is_refused(tmp_path):
     # a run is refused before any model starts
     proc = run_harness(
         "run", "--setting", "retrieve-read", "--agent", "retrieve-classify", "--dataset", "quest:train-sample",
-        "--snapshot", str(snap), "--limit", "1", "--out", str(tmp_path / "run"),
+        "--snapshot", str(snap), "--search-space", "evidence-only", "--limit", "1", "--out", str(tmp_path / "run"),
     )  # fmt: skip
     assert proc.returncode == 2 and "is stale" in proc.stderr and not (tmp_path / "run").exists()
 

@@ -48,7 +48,7 @@ def hotpot(tmp_path_factory):
 def run_hotpot(snapshot, out, *args):
     return ok(
         "run", "--setting", "retrieve-read", "--dataset", "hotpotqa:dev", "--snapshot", str(snapshot),
-        "--out", str(out), "--max-tokens", "16", *args,
+        "--search-space", "evidence-only", "--out", str(out), "--max-tokens", "16", *args,
     )  # fmt: skip
 
 

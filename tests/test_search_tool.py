@@ -319,7 +319,10 @@ def test_with_real_snapshot(tmp_path, articles):
         writer.finish()
     snap = Snapshot.open(path)
     try:
-        tool = SearchTool(snap, SearchConfig(), count, 8192)
+        # the title rule (resolve_title: case, redirects); the default over a full-text snapshot is
+        # FanOutQA's search-results rule (tests/test_search_hit_rule.py), under which "Einstein" is a miss
+        tool = SearchTool(snap, SearchConfig(hit_rule="title"), count, 8192)
+        assert SearchTool(snap, SearchConfig(), count, 8192)("Einstein", EINSTEIN_Q).found_title is None
         hit = tool("Einstein", EINSTEIN_Q)
         assert hit.found_title == "Albert Einstein" and hit.fragments > 0 and hit.truncated
         assert fragments_of(hit.text) == expected_order(articles["Albert Einstein"], EINSTEIN_Q)[: hit.fragments]

@@ -75,7 +75,8 @@ AGENTS = {
 
 def _run(model, agent, snapshot, out, *extra):
     argv = ["run", "--model", model, "--setting", "open-book", "--agent", agent, "--dataset", AGENTS[agent],
-            "--snapshot", str(snapshot), "--limit", "1", "--no-cache", "--out", str(out), *extra]  # fmt: skip
+            "--snapshot", str(snapshot), "--search-space", "evidence-only", "--limit", "1", "--no-cache", "--out", str(out),
+            *extra]  # fmt: skip
     assert main(argv) == 0
     sample = json.loads((out / "samples.jsonl").read_text())
     return sample, json.loads((out / "results.json").read_text())
@@ -142,7 +143,7 @@ def test_qwen_text_calls_in_process(hotpot_snapshot, tmp_path):
     out = tmp_path / "local"
     proc = run_harness(
         "run", "--setting", "open-book", "--model", "local/qwen2.5-coder-0.5b", "--dataset", "hotpotqa:dev",
-        "--snapshot", str(hotpot_snapshot), "--limit", "1", "--max-tokens", "40", "--context-size", "4096", "--n-threads", "2",
+        "--snapshot", str(hotpot_snapshot), "--search-space", "evidence-only", "--limit", "1", "--max-tokens", "40", "--context-size", "4096", "--n-threads", "2",
         "--agent-arg", "max_rounds=2", "--no-cache", "--out", str(out),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -160,7 +161,7 @@ def test_qwen_text_calls_through_llamacpp_server_openai_backend(hotpot_snapshot,
         asyncio.run(server.start())
         proc = run_harness(
             "run", "--setting", "open-book", "--model", "openai/qwen", "--base-url", server.base_url,
-            "--context-size", "4096", "--dataset", "hotpotqa:dev", "--snapshot", str(hotpot_snapshot),
+            "--context-size", "4096", "--dataset", "hotpotqa:dev", "--snapshot", str(hotpot_snapshot), "--search-space", "evidence-only", 
             "--limit", "1", "--max-tokens", "40", "--agent-arg", "max_rounds=2", "--no-cache", "--out", str(out),
         )  # fmt: skip
     assert proc.returncode == 0, proc.stderr

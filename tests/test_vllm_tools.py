@@ -278,7 +278,7 @@ def test_a_native_run_on_such_a_server_stops_with_that_line(hotpot_snapshot, tmp
     with attached_vllm(model, []) as server:
         proc = run_harness(
             "run", "--model", f"vllm/{model}", "--base-url", server.url + "/v1", "--dataset", "hotpotqa:dev",
-            "--setting", "open-book", "--snapshot", str(hotpot_snapshot), "--limit", "3", "--no-cache",
+            "--setting", "open-book", "--snapshot", str(hotpot_snapshot), "--search-space", "evidence-only", "--limit", "3", "--no-cache",
             "--out", str(tmp_path / "run"),
         )  # fmt: skip
     lines = [x for x in proc.stderr.splitlines() if x.strip() and not x.startswith("run ")]

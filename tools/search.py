@@ -1,8 +1,23 @@
-"""FanOutQA's open-book ``search`` tool over an offline Wikipedia snapshot.
+"""FanOutQA's open-book ``search`` tool over a Wikipedia backend (a snapshot, a ZIM, the live API).
 
-Reproduces the benchmark's search function (the FanOutQA authors' open-book code): the query is
-taken as a page title (exact, case-insensitive, redirects: whatever ``snapshot.resolve_title``
-does). A miss returns similar titles. A hit returns the whole page if it fits the token budget
+Reproduces the benchmark's search function (the FanOutQA authors' open-book code). Which query is a
+hit is the *hit rule* (``SearchConfig.hit_rule``):
+
+- ``"search-results"``: FanOutQA's own tool (zhudotexe/redel ``redel/tools/fanoutqa/impl.py`` at
+  32b485e3): ``fanoutqa.wiki_search(query.strip())`` gives the top 10 full-text results
+  (``list=search``, ``fanoutqa/wiki.py``), and the query is a hit only when one result's
+  ``title.lower() == query.lower()`` (Python's ``str.lower``, as there; not ``casefold``). A
+  redirect ("USA") or a title the engine does not rank in the top results is a miss that lists
+  those results. The page is then read with ``resolve_title(result title)``.
+- ``"title"``: the query looked up as a title (exact, case-insensitive, redirects: whatever
+  ``resolve_title`` does), a miss listing ``similar_titles``; close to the paper's 2024 code
+  (``reference/paper_benchmarks/run_openbook.py``: ``DatedPage(title=query, redirect=True)``, on a
+  miss ``wikipedia.search(query)``).
+- ``"auto"`` (default): ``"search-results"`` for the ``fanoutqa`` style over a backend with a real
+  full-text search (``backend.full_text_search``), else ``"title"``. The rule that decided is
+  recorded (``describe()``, each search).
+
+A miss returns similar titles. A hit returns the whole page if it fits the token budget
 (half the model's context by default), otherwise the page's 1024-character chunks ranked by
 BM25+ against the question being answered (``wiki_snapshot.ranking``: the same order as
 ``fanoutqa.retrieval.Corpus``), packed best first until the next fragment would pass the budget.
@@ -36,6 +51,7 @@ from wiki_snapshot.chunking import chunk_text
 from wiki_snapshot.ranking import BM25PlusRanker
 
 STYLES = ("fanoutqa", "paper-2024")
+HIT_RULES = ("auto", "search-results", "title")
 RANKING_QUERIES = ("question", "query")
 
 # The reply to a miss, per style: a template with one field, {titles} (data in prompts/fanoutqa/, with its
@@ -56,6 +72,8 @@ class SearchConfig:
     ranking_query: str = "question"  # rank fragments by the question being answered, or by the call's "query"
     budget_fraction: float = 0.5  # share of the model's context one search result may use
     max_similar: int = 10  # similar titles listed on a miss
+    hit_rule: str = "auto"  # "search-results" (redel's tool), "title" (resolve_title), "auto": see the module doc
+    search_results: int = 10  # full-text results the search-results rule reads (fanoutqa.wiki_search: 10)
     bm25_k1: float = 1.5
     bm25_b: float = 0.75
     bm25_delta: float = 1.0
@@ -69,6 +87,10 @@ class SearchConfig:
             raise ValueError(f"chunk_size must be positive, got {self.chunk_size}")
         if not 0 < self.budget_fraction <= 1:
             raise ValueError(f"budget_fraction must be in (0, 1], got {self.budget_fraction}")
+        if self.hit_rule not in HIT_RULES:
+            raise ValueError(f"hit_rule must be one of {HIT_RULES}, got {self.hit_rule!r}")
+        if self.search_results < 1:
+            raise ValueError(f"search_results must be >= 1, got {self.search_results}")
         if self.max_similar < 0:
             raise ValueError(f"max_similar must be >= 0, got {self.max_similar}")
         if not self.bm25_k1 > 0:
@@ -87,6 +109,8 @@ class SearchResult:
     whole_page: bool = False
     tokens: int = 0  # tokens of `text` by the model's counter
     truncated: bool = False  # some of the page did not fit the budget
+    hit_rule: str = "title"  # the rule that decided hit or miss ("search-results" or "title")
+    matched_title: str | None = None  # search-results: the result equal to the query (even if unreadable)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -94,6 +118,13 @@ class SearchResult:
 
 def not_found_message(similar: Sequence[str], style: str = "fanoutqa") -> str:
     return NOT_FOUND[style].format(titles="\n".join(TITLE_LINE[style].format(t) for t in similar))
+
+
+def resolve_hit_rule(rule: str, style: str, backend) -> str:
+    """The rule ``"auto"`` stands for over ``backend``; an explicit rule as given."""
+    if rule != "auto":
+        return rule
+    return "search-results" if style == "fanoutqa" and bool(getattr(backend, "full_text_search", False)) else "title"
 
 
 def rank_chunks(
@@ -147,12 +178,19 @@ class SearchTool:
         cache_pages: int = 64,
     ):
         """``snapshot``: anything with ``resolve_title(title) -> Page | None`` (Page: pageid, revid,
-        title, text) and ``similar_titles(query, k) -> list[str]``. ``cache_pages``: how many pages'
+        title, text) and ``similar_titles(query, k) -> list[str]``; for the search-results rule also
+        ``search(query, k) -> [(title, score)]`` and ``full_text_search``. ``cache_pages``: how many pages'
         chunks and indexes to keep (least recently used are dropped; results do not depend on it)."""
         if not context_size or context_size <= 0:
             raise ValueError(f"the search tool needs the model's context size, got {context_size!r}")
         self.snapshot = snapshot
         self.config = config
+        self.hit_rule = resolve_hit_rule(config.hit_rule, config.style, snapshot)
+        if self.hit_rule == "search-results" and not getattr(snapshot, "full_text_search", False):
+            raise ValueError(
+                "hit_rule search-results needs a backend with a full-text search; this one has none "
+                "(use hit_rule=title, or a snapshot built with FTS5, a ZIM with a full-text index, --search mediawiki)"
+            )
         self.count_tokens = count_tokens
         self.context_size = int(context_size)
         self.budget = int(self.context_size * config.budget_fraction)
@@ -168,6 +206,7 @@ class SearchTool:
         return {
             "tool": self.name,
             **self.config.as_dict(),
+            "hit_rule_resolved": self.hit_rule,
             "context_size": self.context_size,
             "budget_tokens": self.budget,
             "ranker": "bm25+ (rank_bm25.BM25Plus order, fanoutqa tokens)",
@@ -177,12 +216,26 @@ class SearchTool:
     def __call__(self, query: str, question: str) -> SearchResult:
         query = "" if query is None else str(query)
         title_query = query.strip()
-        page = self.snapshot.resolve_title(title_query) if title_query else None
+        rule, matched = self.hit_rule, None
+        if rule == "search-results":
+            hits = self.snapshot.search(title_query, self.config.search_results) if title_query else []
+            results = [t for t, _ in hits]
+            key = title_query.lower()  # the reference compares str.lower() of both, not casefold()
+            matched = next((t for t in results if t.lower() == key), None)
+            page = self.snapshot.resolve_title(matched) if matched is not None else None
+            similar = results
+        else:
+            page = self.snapshot.resolve_title(title_query) if title_query else None
+            similar = None
         if page is None:
-            similar = list(self.snapshot.similar_titles(title_query, self.config.max_similar)) if title_query else []
+            if similar is None:
+                similar = self.snapshot.similar_titles(title_query, self.config.max_similar) if title_query else []
+                similar = list(similar)
             similar = similar[: self.config.max_similar]
             text = not_found_message(similar, self.config.style)
-            return SearchResult(text, None, similar, tokens=self.count_tokens(text))
+            return SearchResult(
+                text, None, similar, tokens=self.count_tokens(text), hit_rule=rule, matched_title=matched
+            )
 
         entry = self._entry(page)
         head = f"<document>\n<title>{page.title}</title>\n"
@@ -193,7 +246,9 @@ class SearchTool:
             if entry.whole_tokens is None:
                 entry.whole_tokens = self.count_tokens(full)
             if entry.whole_tokens <= self.budget:
-                return SearchResult(full, page.title, whole_page=True, tokens=entry.whole_tokens)
+                return SearchResult(
+                    full, page.title, whole_page=True, tokens=entry.whole_tokens, hit_rule=rule, matched_title=matched
+                )
 
         if entry.ranker is None:
             chunks = chunk_text(page.text, self.config.chunk_size)
@@ -217,7 +272,15 @@ class SearchTool:
         text = head + body + tail
         if tokens is None:
             tokens = self.count_tokens(text)
-        return SearchResult(text, page.title, fragments=used, tokens=tokens, truncated=used < len(entry.chunks))
+        return SearchResult(
+            text,
+            page.title,
+            fragments=used,
+            tokens=tokens,
+            truncated=used < len(entry.chunks),
+            hit_rule=rule,
+            matched_title=matched,
+        )
 
     def _entry(self, page) -> _PageIndex:
         key = (page.pageid, page.revid, page.title, self.config.chunk_size)
@@ -232,4 +295,13 @@ class SearchTool:
             return entry
 
 
-__all__ = ["NOT_FOUND", "SearchConfig", "SearchResult", "SearchTool", "not_found_message", "rank_chunks"]
+__all__ = [
+    "HIT_RULES",
+    "NOT_FOUND",
+    "SearchConfig",
+    "SearchResult",
+    "SearchTool",
+    "not_found_message",
+    "rank_chunks",
+    "resolve_hit_rule",
+]

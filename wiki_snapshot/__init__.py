@@ -21,7 +21,7 @@ _LAZY = {
     "title_key": "wiki_snapshot.store",
     "SnapshotError": "wiki_snapshot.errors",
     "WikiBackend": "wiki_snapshot.space",
-    "open_wiki": "wiki_snapshot.space",
+    "open_wiki": "wiki_snapshot.backends",
     "scope_of": "wiki_snapshot.space",
 }
 

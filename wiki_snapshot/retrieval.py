@@ -52,6 +52,9 @@ def index_dir(snapshot_path: str | os.PathLike, retriever: str, passages: str) -
 
 def read_meta(snapshot_path, retriever: str, passages: str) -> tuple[Path, dict[str, Any]]:
     """The index's directory and metadata; a clear error (with the command to build it) otherwise."""
+    from wiki_snapshot.store import refuse_zim
+
+    refuse_zim(snapshot_path)
     directory = index_dir(snapshot_path, retriever, passages)
     path = directory / META_FILE
     if not path.is_file():

@@ -6,7 +6,8 @@ A *wiki backend* is anything the search tool and the strategies read pages from:
 - :class:`wiki_snapshot.zim_archive.ZimWiki`: a Kiwix ZIM archive read in place;
 - :class:`wiki_snapshot.mediawiki_live.MediaWikiLive`: the live MediaWiki API (the paper's search).
 
-:func:`open_wiki` opens a path as the right one. A snapshot's *scope* says what it was built from:
+:func:`wiki_snapshot.backends.open_wiki` opens a path as the right one (this module stays a leaf:
+the builders import its scopes). A snapshot's *scope* says what it was built from:
 ``"source"`` (all a dump, archive or record file held), ``"evidence"`` (a dataset's evidence list:
 a space made of answers) or ``"dataset-contexts"`` (a dataset's own context paragraphs, such as
 HotpotQA's distractor setting: gold pages plus a few distractors per question). Evidence and
@@ -16,20 +17,14 @@ over Wikipedia, and a run must say it means it (``--search-space evidence-only``
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from wiki_snapshot.errors import SnapshotError
 
 SCOPE_SOURCE = "source"
 SCOPE_EVIDENCE = "evidence"
 SCOPE_CONTEXTS = "dataset-contexts"
 SCOPES = (SCOPE_SOURCE, SCOPE_EVIDENCE, SCOPE_CONTEXTS)
 EVIDENCE_ONLY_SCOPES = frozenset({SCOPE_EVIDENCE, SCOPE_CONTEXTS})
-
-# A ZIM file starts with this magic number (little-endian uint32 72173914), per openzim's format spec.
-ZIM_MAGIC = (72173914).to_bytes(4, "little")
 
 
 @runtime_checkable
@@ -75,28 +70,6 @@ def scope_of(metadata: dict[str, Any]) -> tuple[str, str | None]:
     return SCOPE_SOURCE, None
 
 
-def is_zim(path: str | os.PathLike) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == ZIM_MAGIC
-    except OSError:
-        return False
-
-
-def open_wiki(path: str | os.PathLike) -> WikiBackend:
-    """A SQLite snapshot or a ZIM archive (read in place), by the file's first bytes."""
-    p = Path(path)
-    if not p.exists():
-        raise SnapshotError(f"snapshot not found: {p}")
-    if p.is_file() and is_zim(p):
-        from wiki_snapshot.zim_archive import ZimWiki
-
-        return ZimWiki.open(p)
-    from wiki_snapshot.store import Snapshot
-
-    return Snapshot.open(p)
-
-
 __all__ = [
     "EVIDENCE_ONLY_SCOPES",
     "SCOPES",
@@ -104,7 +77,5 @@ __all__ = [
     "SCOPE_EVIDENCE",
     "SCOPE_SOURCE",
     "WikiBackend",
-    "is_zim",
-    "open_wiki",
     "scope_of",
 ]

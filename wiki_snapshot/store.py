@@ -134,6 +134,26 @@ def _dedupe(items) -> list:
     return out
 
 
+def refuse_zim(path: str | os.PathLike) -> None:
+    """One line for a ZIM archive given where a SQLite snapshot is needed (passage indexes,
+    retrieve-read, retrieval-eval): it is read in place only as an open-book search space. Making
+    those work on a ZIM would mean rendering every page, which is what ``snapshot build`` does."""
+    if _starts_with(Path(path), b"ZIM\x04"):  # a ZIM's magic number (wiki_snapshot.backends.ZIM_MAGIC)
+        raise SnapshotError(
+            f"{path} is a ZIM archive: it is read in place by open-book search and `harness snapshot info/search` "
+            f"only; passage indexes and retrieve-read need a SQLite snapshot: harness snapshot build --from {path} "
+            "--out SNAP.db"
+        )
+
+
+def _starts_with(path: Path, magic: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(magic)) == magic
+    except OSError:
+        return False
+
+
 # schema ------------------------------------------------------------------------------------
 _SCHEMA = """
 CREATE TABLE metadata (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -562,6 +582,7 @@ class Snapshot:
             raise SnapshotError(f"snapshot not found: {p}")
         if not p.is_file():
             raise SnapshotError(f"{p}: not a snapshot file")
+        refuse_zim(p)
         try:
             con = sqlite3.connect(p.resolve().as_uri() + "?mode=ro", uri=True, check_same_thread=False)
         except sqlite3.Error as exc:

@@ -268,11 +268,37 @@ def compare_runs(
     _add_failed(out, everyone, failed)
     _adjust(out)
     out["runs"] = [
-        {"path": r.path, "label": text, "dataset": dataset_of(r)[0], **({"failed": failed[i]} if i in failed else {})}
+        {
+            "path": r.path,
+            "label": text,
+            "dataset": dataset_of(r)[0],
+            "search_space": r.results.search_space_label,
+            **({"failed": failed[i]} if i in failed else {}),
+        }
         for i, (r, text) in enumerate(zip(everyone, _labels(everyone)))
     ]
+    out["warnings"] = [w for w in (spaces_warning(everyone),) if w]
     out["n_questions"] = [len({row.get("question_id") for row in (r.scores.get("raw") or [])}) for r in everyone]
     return out
+
+
+_SPACE_FACTS = ("backend", "source", "pages", "revision_date", "scope", "scope_dataset")
+
+
+def spaces_warning(runs: list[LoadedRun]) -> str | None:
+    """One line when runs that searched searched different spaces (one evidence-only, one a whole
+    Wikipedia; two snapshots of different sizes): their difference is partly the search space's."""
+    searched = [(i, r.results.search_space) for i, r in enumerate(runs) if r.results.search_space is not None]
+    kinds = {tuple(space.model_dump().get(k) for k in _SPACE_FACTS) for _, space in searched}
+    if len(kinds) < 2:
+        return None
+    listed = "; ".join(f"{run_letter(i)}: {space.label}" for i, space in searched)
+    mixed = len({space.evidence_only for _, space in searched}) > 1
+    return (
+        f"the runs searched different spaces ({listed}): "
+        + ("an evidence-only number is not an open-book number over Wikipedia; " if mixed else "")
+        + "a difference between them is partly the search space's"
+    )
 
 
 def _compare_answered(runs: list[LoadedRun], metrics: list[str] | None) -> dict[str, Any]:
@@ -557,6 +583,9 @@ def format_comparison(result: dict[str, Any], headline_only: bool = True) -> str
     for i, run in enumerate(result["runs"]):
         mark = "  [baseline]" if i == 0 else f"  [failed, not compared: {run['failed']}]" if run.get("failed") else ""
         lines.append(f"  {run_letter(i)}: {run['path']}  ({run['label']}){mark}")
+        if run.get("search_space"):
+            lines.append(f"     search space: {run['search_space']}")
+    lines += [f"warning: {w}" for w in result.get("warnings") or []]
     for key in _shown(result, headline_only):
         entry = result["metrics"][key]
         lines.append(key)
@@ -648,7 +677,13 @@ def comparison_grid(result: dict[str, Any], headline_only: bool = True) -> Any:
                     Cell(value="failed" if failed else "baseline" if i == 0 else "compared"),
                 ]
             )
-    lead = [f"{run_letter(i)}: {run['label']} ({run['path']})" + (" [baseline]" if i == 0 else "") for i, run in enumerate(runs)]
+    lead = [
+        f"{run_letter(i)}: {run['label']} ({run['path']})"
+        + (f"; search space: {run['search_space']}" if run.get("search_space") else "")
+        + (" [baseline]" if i == 0 else "")
+        for i, run in enumerate(runs)
+    ]
+    lead += [f"warning: {w}" for w in result.get("warnings") or []]
     failed_notes = [f"{run_letter(i)} failed, not compared: {run['failed']}" for i, run in enumerate(runs) if run.get("failed")]
     shared = f"{result['n_shared']} shared questions" + (
         f", clustered by {result['clustering']['by']}" if result["clustering"].get("by") else ""

@@ -16,7 +16,7 @@ from typing import Any
 from harness.analysis.runs import Skipped, find_runs
 from harness.errors import HarnessError
 from harness.execution.config import BACKEND_NOT_HASHED, NOT_HASHED, RunConfig
-from harness.execution.record import CostRecord, Decoding, RunResults, read_results
+from harness.execution.record import CostRecord, Decoding, RunResults, mixed_spaces_warning, read_results
 from harness.records import RESULTS_FILE
 from harness.redact import strip_credentials
 from harness.scoring.display import display_name
@@ -157,6 +157,8 @@ def row_of(results: RunResults, run_dir: Path) -> dict[str, Any]:
         "native_tool_calling": results.native_tool_calling,
         # the conditions of the numbers on the model side: budget and its source, effort, API, facts
         "decoding": results.decoding().model_dump(mode="json"),
+        # what the strategies searched: an evidence-only space's numbers never stand unlabelled beside others
+        "search_space": results.search_space.model_dump(mode="json") if results.search_space is not None else None,
         "backend": results.backend,
         "path": str(run_dir),
         "config_hash": results.config_hash,
@@ -209,6 +211,9 @@ def build_leaderboard(roots: str | Path | list[str | Path]) -> dict[str, Any]:
     for run_id, paths in by_id.items():
         if len(paths) > 1:
             warnings.append(f"run {run_id} is in {len(paths)} folders ({', '.join(paths)}): copies? each is listed")
+    mixed = mixed_spaces_warning([(r["path"], r.get("search_space")) for r in rows])
+    if mixed:
+        warnings.append(mixed)
     return {
         "roots": [str(r) for r in roots],
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -279,7 +284,7 @@ def format_markdown(board: dict[str, Any]) -> str:
     by_key = column_labels(metrics, board.get("scales") or {})
     labels = [by_key[m] for m in metrics]
     head = ["model", "dataset", "setting", "agent", "knobs", "n", "failed", "status", *labels]
-    head += ["tokens", "cost USD", "USD/sample", "context", "native tools", "decoding", "path"]
+    head += ["tokens", "cost USD", "USD/sample", "context", "native tools", "decoding", "search space", "path"]
     numeric = {*labels, "n", "failed"}
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" if h in numeric else "---" for h in head) + "|"]
     for r in board["rows"]:
@@ -301,6 +306,7 @@ def format_markdown(board: dict[str, Any]) -> str:
             r["context_size"],
             r["native_tool_calling"],
             Decoding.model_validate(r["decoding"]).label() if r.get("decoding") else "—",
+            (r.get("search_space") or {}).get("label") or "—",
             r["path"],
         ]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")

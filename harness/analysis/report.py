@@ -260,6 +260,7 @@ def _meta_section(results: RunResults) -> str:
         ("tokenizer", model.tokenizer),
         ("generation", json.dumps(results.generation, sort_keys=True)),
         ("decoding", results.decoding().label() or None),
+        ("search space", results.search_space_label),
         ("model facts", results.decoding().facts),
         ("selected / finished / failed / pending", f"{counts.selected} / {counts.finished} / {counts.failed} / {counts.pending}"),
         ("outcomes", json.dumps(results.outcomes, sort_keys=True)),
@@ -694,13 +695,27 @@ def render_report(data: dict[str, Any]) -> str:
         "script-src 'unsafe-inline'\">"
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{_e(title)} — run {_e(results.run_id)}</title><style>{CSS}</style></head><body>"
-        f"<h1>{_e(title)}</h1>"
+        f"<h1>{_e(title)}</h1>{_space_banner(results)}"
         f"{_meta_section(results)}{_scores_section(results)}{_figure_section(results)}{_breakdown_section(results)}"
         f"{_question_table(rows, data['score_columns'])}"
         f'<section id="transcripts"><h2>Transcripts</h2>{"".join(_transcript(r, kinds) for r in rows)}</section>'
         f'<script type="application/json" id="report-data">{_json_for_script(embedded)}</script>'
         f"<script>{SORT_JS}</script></body></html>\n"
     )
+
+
+def _space_banner(results: RunResults) -> str:
+    """Under the title, where the numbers were searched over; said plainly when it was an evidence-only space."""
+    space = results.search_space
+    if space is None:
+        return ""
+    if space.evidence_only:
+        return (
+            f'<p class="call" id="search-space"><b>Search space {_e(space.label)}</b>: the strategy searched the '
+            "dataset's own evidence pages or contexts (every similar title a gold page); these numbers are not "
+            "open-book over Wikipedia.</p>"
+        )
+    return f'<p class="muted" id="search-space">Search space {_e(space.label)}</p>'
 
 
 def write_report(run_dir: str | Path, out: str | Path | None = None) -> Path:

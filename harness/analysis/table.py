@@ -19,7 +19,7 @@ from harness.analysis.compare import answered_nothing, run_label
 from harness.analysis.grid import Cell, Column, Grid, mark_best
 from harness.analysis.runs import run_paths
 from harness.errors import HarnessError
-from harness.execution.record import RunResults, metric_names_of, read_results
+from harness.execution.record import RunResults, metric_names_of, mixed_spaces_warning, read_results
 from harness.scoring.display import chosen_keys, dataset_headline, display_name, lower_is_better, scale_of
 from harness.scoring.results import metric_aggregates
 from harness.scoring.uncertainty import _flat_leaves
@@ -41,6 +41,8 @@ class TableRow(BaseModel):
     values: dict[str, float | None]  # every number of the run, None where it has no value
     ci95: dict[str, list[float] | None] = {}
     notes: dict[str, str] = {}  # why a number or its interval is n/a
+    search_space: str | None = None  # its label (None: the run searched nothing)
+    evidence_only: bool = False
 
 
 class RunTable(BaseModel):
@@ -97,6 +99,8 @@ def table_row(path: Path, results: RunResults) -> TableRow:
         values=values,
         ci95={k: (e.get("ci95") if isinstance(e, dict) else None) for k, e in uncertainty.items()},
         notes=notes,
+        search_space=results.search_space_label,
+        evidence_only=results.search_space is not None and results.search_space.evidence_only,
     )
 
 
@@ -161,10 +165,16 @@ def table_grid(table: RunTable) -> Grid:
         Column(key="failed", title="Failed", kind="count"),
         Column(key="status", title="Status", show="csv"),
     ]
+    # what the runs searched: a column wherever one did (a closed-book table stays as it was)
+    searched = any(r.search_space for r in table.rows)
+    if searched:
+        columns.insert(6, Column(key="search_space", title="Search space"))
     rows = []
     for r in table.rows:
         cells = [Cell(value=r.path), Cell(value=r.dataset), Cell(value=r.model), Cell(value=r.setting)]
         cells += [Cell(value=r.agent), Cell(value=r.context_size)]
+        if searched:
+            cells.append(Cell(value=r.search_space or "—"))
         cells += [_cell(r, key) for key in table.keys]
         cells += [Cell(value=r.n), Cell(value=r.failed), Cell(value=r.status)]
         rows.append(cells)
@@ -185,6 +195,14 @@ def _notes(table: RunTable, titles: dict[str, str]) -> list[str]:
     notes = [
         "Each number with its 95% interval; n: questions answered; Failed: questions that failed or were never asked."
     ]
+    if any(r.evidence_only for r in table.rows):
+        notes.append(
+            "Search space evidence-only: the runs searched a snapshot of the dataset's own evidence pages or contexts "
+            "(every similar title a gold page); their numbers are not open-book over Wikipedia."
+        )
+    mixed = mixed_spaces_warning([(r.label, {"evidence_only": r.evidence_only} if r.search_space else None) for r in table.rows])
+    if mixed:
+        notes.append(f"warning: {mixed}")
     for r in table.rows:
         if r.failed_reason:
             notes.append(f"{r.label}: failed, no number: {r.failed_reason}")

@@ -132,6 +132,26 @@ def add_run_options(p) -> None:
     g.add_argument(
         "--snapshot", help="Wikipedia snapshot (SQLite) the strategies read pages from (harness snapshot build)"
     )
+    g.add_argument(
+        "--search-space",
+        choices=["evidence-only"],
+        help="evidence-only: searching a snapshot made of a dataset's evidence pages or contexts is meant (an "
+        "open-book or retrieve-read run over one is refused without it); recorded, in the run key",
+    )
+    g.add_argument(
+        "--search",
+        choices=["snapshot", "mediawiki"],
+        help="open-book: search the --snapshot (default), or ask the live MediaWiki API as FanOutQA's code does "
+        "(full-text search, each page at its revision as of --search-date; polite, rate-limited, cached on disk; "
+        "needs the network, refused in one line without it)",
+    )
+    g.add_argument(
+        "--search-api-url", help="--search mediawiki: api.php URL (default https://en.wikipedia.org/w/api.php)"
+    )
+    g.add_argument("--search-date", help="--search mediawiki: pages as of this date (default 2023-11-20, FanOutQA's)")
+    g.add_argument(
+        "--search-rate-limit", type=float, help="--search mediawiki: requests per second (default 1; 0 = no limit)"
+    )
     add_scoring_options(p, METRICS)
     g = p.add_argument_group("prompt")
     g.add_argument("--current-date", help="'Current date' in the FanOutQA prompts (default 11-20-2023, the paper's)")
@@ -377,6 +397,8 @@ def print_summary(results: dict[str, Any] | RunResults, file=None) -> None:
     file = file or sys.stdout
     c = record.counts
     print(f"finished {c.finished}/{c.selected}, failed {c.failed}", file=file)
+    if record.search_space is not None:  # what the numbers below were searched over
+        print(f"search space: {record.search_space.label}", file=file)
     print_scores(record.scores, file)
     cost = record.cost
     if cost is not None and cost.spent_usd:

@@ -23,7 +23,8 @@ def add_parser(sub) -> None:
         description=(
             "A snapshot is one SQLite file of pages (pageid, revid, title, text, timestamp), redirects, "
             "full-text indexes and provenance metadata, built from a MediaWiki XML dump, a ZIM archive, "
-            "FanOutQA's page cache, JSON records (HotpotQA too) or the MediaWiki API."
+            "FanOutQA's page cache, JSON records (HotpotQA too) or the MediaWiki API. info and search also read a "
+            "Kiwix ZIM archive in place (no conversion; pages rendered to markdown as build --kind zim does)."
         ),
     )
     sub = p.add_subparsers(dest="snapshot_command", metavar="SUBCOMMAND")
@@ -68,17 +69,21 @@ def add_parser(sub) -> None:
     b.add_argument("--quiet", action="store_true", help="no progress lines")
 
     i = sub.add_parser("info", help="print a snapshot's metadata and counts as JSON")
-    i.add_argument("snapshot", help="SNAP.db")
+    i.add_argument("snapshot", help="SNAP.db, or a ZIM archive (read in place)")
 
     s = sub.add_parser(
         "search",
         help="look a title up (exact, any case, via redirects), else list similar titles",
         description="Resolve QUERY as a title; when nothing resolves, print the most similar titles.",
     )
-    s.add_argument("snapshot", help="SNAP.db")
+    s.add_argument("snapshot", help="SNAP.db, or a ZIM archive (read in place: its title suggestions and full-text index)")
     s.add_argument("query")
     s.add_argument("--k", type=number(int, 1, 10_000), default=10, help="how many similar titles (default 10)")
-    s.add_argument("--text", action="store_true", help="full-text search instead (titles with bm25 scores)")
+    s.add_argument(
+        "--text",
+        action="store_true",
+        help="full-text search instead (titles with bm25 scores; a ZIM: its Xapian index, scored 1/(1+rank))",
+    )
     s.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(snapshot_parser=p)
 
@@ -155,27 +160,50 @@ def _build(args: argparse.Namespace) -> int:
         + f"); {summary['output_bytes'] / 1e6:.1f} MB; revision date {meta.get('revision_date')}; "
         f"sha256 {meta['content_sha256'][:12]}"
     )
+    if meta.get("scope") in ("evidence", "dataset-contexts"):  # wiki_snapshot.space.EVIDENCE_ONLY_SCOPES
+        what = "evidence pages" if meta["scope"] == "evidence" else "context paragraphs"
+        print(
+            f"note: {summary['out']} holds only the {what} of {meta.get('scope_dataset')}: an open-book or "
+            "retrieve-read run over it needs --search-space evidence-only (every similar title is a gold page)",
+            file=sys.stderr,
+        )
     missing = (meta.get("stats") or {}).get("missing")
     if missing:
         print(f"{len(missing)} page(s) missing (see `harness snapshot info`)", file=sys.stderr)
     return 0
 
 
+def _open(path: str):
+    """A SQLite snapshot or a ZIM archive read in place; a ZIM's notices (no full-text index) on stderr."""
+    from wiki_snapshot import open_wiki
+
+    wiki = open_wiki(path)
+    for notice in getattr(wiki, "notices", ()):
+        print(notice, file=sys.stderr)
+    return wiki
+
+
 def _info(args: argparse.Namespace) -> int:
     from wiki_snapshot.store import Snapshot
 
-    with Snapshot.open(args.snapshot) as snap:
+    from wiki_snapshot.space import EVIDENCE_ONLY_SCOPES, scope_of
+
+    with _open(args.snapshot) as snap:
         info = snap.metadata
-        info["counts"] = {"pages": len(snap), "redirects": snap._one("SELECT count(*) FROM redirects")[0]}
+        if isinstance(snap, Snapshot):
+            info["counts"] = {"pages": len(snap), "redirects": snap._one("SELECT count(*) FROM redirects")[0]}
+        else:  # a ZIM archive: what libzim counts without reading every entry (no redirect count)
+            info["counts"] = {"pages": info.get("pages"), "redirects": info.get("redirects")}
         info["path"] = str(snap.path)
+    # what the space is made of (a snapshot from before the key: read from its builder's record)
+    info["scope"], info["scope_dataset"] = scope_of(info)
+    info["evidence_only"] = info["scope"] in EVIDENCE_ONLY_SCOPES
     print(json.dumps(info, indent=2, ensure_ascii=False))
     return 0
 
 
 def _search(args: argparse.Namespace) -> int:
-    from wiki_snapshot.store import Snapshot
-
-    with Snapshot.open(args.snapshot) as snap:
+    with _open(args.snapshot) as snap:
         if args.text:
             hits = snap.search(args.query, args.k)
             if args.json:

@@ -40,6 +40,11 @@ NOT_HASHED = frozenset(
         "cache_path",
         "sample_timeout",
         "snapshot",
+        # --search mediawiki: the API and the date enter the key through the backend's content hash (as a
+        # snapshot's does); the rate limit never changes an answer
+        "search_api_url",
+        "search_date",
+        "search_rate_limit",
         "metrics",
         "judge",
         "bleurt_checkpoint",
@@ -159,6 +164,27 @@ class RunConfig(BaseModel):
     )
     price_table: str | None = Field(None, description="price table YAML (default: harness/prices.yaml)")
     snapshot: str | None = Field(None, description="wiki snapshot (SQLite) the strategies read pages from")
+    search_space: Literal["evidence-only"] | None = Field(
+        None,
+        json_schema_extra={"neutral": None},  # unset: out of the run key, so keys made before it are unchanged
+        description="evidence-only: searching a snapshot of a dataset's evidence (or contexts) is meant; "
+        "without it a searching strategy over one is refused",
+    )
+    # "snapshot" left out of the run key: runs made before this field keep theirs
+    search: Literal["snapshot", "mediawiki"] = Field(
+        "snapshot",
+        description="what the open-book search asks: the --snapshot, or the live MediaWiki API as FanOutQA's "
+        "code does (network; pages at their revision as of --search-date)",
+        json_schema_extra={"neutral": "snapshot"},
+    )
+    search_api_url: str | None = Field(None, description="--search mediawiki: api.php (default English Wikipedia's)")
+    search_date: str | None = Field(
+        None, description="--search mediawiki: read each page at its revision as of this date (default: FanOutQA's "
+        "2023-11-20, the dataset's epoch)"
+    )
+    search_rate_limit: float | None = Field(
+        None, ge=0, le=1000, description="--search mediawiki: requests per second (default 1; 0 = no limit)"
+    )
     generation: GenerationParams = Field(default_factory=GenerationParams)
     backend: BackendOptions = Field(default_factory=BackendOptions)
 

@@ -199,6 +199,82 @@ class SnapshotRecord(_Open):
     metadata: dict[str, Any] = {}
 
 
+BACKEND_NAMES = {"wiki-snapshot": "snapshot", "zim": "ZIM", "mediawiki-live": "live MediaWiki"}
+
+
+def share_text(share: float) -> str:
+    """``94%``, ``1.2%``, ``0.0043%``: two significant digits below 10%, so a whole Wikipedia's share is not 0%."""
+    percent = 100 * share
+    return f"{percent:.0f}%" if percent >= 10 or percent == 0 else f"{percent:.2g}%"
+
+
+class SearchSpaceRecord(_Open):
+    """What a run's searches ran over (``wiki_snapshot.space``): the backend, its size and source,
+    whether it holds a dataset's evidence only, and how much of it is the selection's gold pages.
+    ``label`` is the one line every output shows beside the run's numbers."""
+
+    backend: str | None = Field(
+        None, description="the metadata's format: wiki-snapshot (SQLite), zim (read in place), mediawiki-live"
+    )
+    path: str | None = None
+    pages: int | None = Field(None, ge=0, description="articles in the space (None: not known, the live API)")
+    redirects: int | None = Field(None, ge=0)
+    source: str | None = None
+    revision_date: str | None = None
+    scope: str = Field(
+        "source",
+        description="source: all its dump, archive or records held; evidence: a dataset's evidence pages; "
+        "dataset-contexts: a dataset's own context paragraphs (HotpotQA's distractor setting)",
+    )
+    scope_dataset: str | None = Field(None, description="whose evidence or contexts (evidence-only scopes)")
+    evidence_only: bool = Field(
+        False, description="evidence or dataset-contexts: a space made of answers, not an open-book space over Wikipedia"
+    )
+    gold_needed: int | None = Field(None, ge=0, description="distinct page titles the selected questions need")
+    gold_pages: int | None = Field(
+        None, ge=0, description="the distinct pages of the space those titles resolve to (any case, redirects followed)"
+    )
+    gold_share: float | None = Field(None, ge=0, le=1, description="gold_pages / pages: the share of the space that is gold")
+    gold_note: str | None = Field(None, description="why the gold pages were not counted")
+    label: str = ""
+
+    @staticmethod
+    def label_of(
+        backend: str | None,
+        source: str | None,
+        revision_date: str | None,
+        pages: int | None,
+        scope: str,
+        scope_dataset: str | None,
+        evidence_only: bool,
+        gold_share: float | None,
+    ) -> str:
+        """``evidence-only: fanoutqa:dev evidence, 1,317 pages (gold 94%)`` or
+        ``whole source: ZIM wikipedia_en_all_nopic_2023-11.zim 2023-11-01, 6,912,000 pages (gold 0.0043%)``."""
+        size = f"{pages:,} pages" if pages is not None else "pages not counted"
+        gold = f" (gold {share_text(gold_share)})" if gold_share is not None else ""
+        if evidence_only:
+            what = "evidence" if scope == "evidence" else "contexts"
+            return f"evidence-only: {scope_dataset or 'a dataset'} {what}, {size}{gold}"
+        name = Path(source).name if source and "://" not in source else source
+        parts = [BACKEND_NAMES.get(backend or "", backend or "snapshot"), name, revision_date]
+        return f"whole source: {' '.join(p for p in parts if p)}, {size}{gold}"
+
+
+def mixed_spaces_warning(spaces: list[tuple[str, dict[str, Any] | None]]) -> str | None:
+    """One line when some runs searched an evidence-only space and others a whole source: their numbers
+    measure different searches (None otherwise). ``spaces``: (name, search_space record or None)."""
+    searched = [(name, space) for name, space in spaces if space]
+    narrow = [name for name, space in searched if space.get("evidence_only")]
+    if not narrow or len(narrow) == len(searched):
+        return None
+    return (
+        f"{len(narrow)} of the {len(searched)} runs with a search space searched an evidence-only one (a dataset's evidence "
+        f"or contexts: {', '.join(narrow[:3])}{', ...' if len(narrow) > 3 else ''}), the others a whole source: "
+        "their numbers measure different searches (see each run's search space)"
+    )
+
+
 class ScoresMeta(_Open):
     metrics: list[str] = []
     n_questions: int | None = Field(None, ge=0, description="the questions selected (scored from generations: the dataset's)")
@@ -292,6 +368,9 @@ class RunResults(BaseModel):
     outcomes: dict[str, int] = {}
     retrieval: dict[str, Any] | None = Field(None, description="the strategy's summary of what it recorded")
     snapshot: SnapshotRecord | None = None
+    search_space: SearchSpaceRecord | None = Field(
+        None, description="what the strategies searched (every run given a --snapshot); shown with its numbers"
+    )
     invocations: list[Invocation] = []
     scores: Scores | None = None
     scoring_note: str | None = None
@@ -353,6 +432,11 @@ class RunResults(BaseModel):
             sampling_sent=sent.get("sampling") if isinstance(sent.get("sampling"), list) else None,
             facts=(facts or {}).get("entry") or ("probed" if model.get("probe") else None),
         )
+
+    @property
+    def search_space_label(self) -> str | None:
+        """The search space as every output shows it beside the numbers (None: the run searched nothing)."""
+        return self.search_space.label if self.search_space is not None else None
 
     def scores_dict(self) -> dict[str, Any] | None:
         """The scores in the shape the scoring functions read (format 2/3 namespaces)."""

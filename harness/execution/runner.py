@@ -26,7 +26,7 @@ from harness.execution.progress import Progress
 from harness.execution.record import RunResults, read_results, results_dict, write_results
 from harness.execution.scoring import run_metrics, score_records, stopped_reason
 from harness.scoring.metrics import reads_rows, resolve_metrics
-from harness.execution.summary import build_results, now_iso, snapshot_hash
+from harness.execution.summary import build_results, now_iso, search_space_info, snapshot_hash
 from harness.execution.watchdog import LoopWatch
 from harness.models import create_backend
 from harness.models.batch import REQUEST_ORIGIN
@@ -148,6 +148,8 @@ class Run:
         self.backend.check_params(config.generation)
         self.backend.run_params = config.generation
         self.snapshot = self._open_snapshot()
+        self._check_search_space()  # before the gold pages are looked up, and before any model is started
+        self.search_space = search_space_info(self.snapshot, self.samples)
         info = self.dataset.info
         self.hash_extra = {
             "dataset_resolved": info.spec(),
@@ -256,6 +258,8 @@ class Run:
         return {"samples_at_a_time": 1}
 
     def _open_snapshot(self):
+        if self.config.search == "mediawiki":
+            return self._open_live_search()
         if not self.config.snapshot:
             if self.agent.needs_snapshot:
                 raise ConfigError(
@@ -265,7 +269,64 @@ class Run:
             return None
         from wiki_snapshot import open_wiki
 
-        return open_wiki(self.config.snapshot)
+        wiki = open_wiki(self.config.snapshot)
+        if self.config.setting == "open-book":  # a ZIM without a full-text index says what that changes to search
+            for notice in getattr(wiki, "notices", ()):
+                print(notice, file=sys.stderr)
+        return wiki
+
+    def _check_search_space(self) -> None:
+        """A searching strategy over a snapshot of a dataset's evidence (or its contexts) measures a
+        search among answers: refused in one line unless --search-space evidence-only says it is
+        meant; the option is refused where it is not true."""
+        from wiki_snapshot.space import EVIDENCE_ONLY_SCOPES, SCOPE_EVIDENCE, scope_of
+
+        config = self.config
+        if self.snapshot is None:
+            if config.search_space:
+                raise ConfigError(f"--search-space {config.search_space}: no --snapshot to search")
+            return
+        scope, dataset = scope_of(self.snapshot.metadata)
+        evidence_only = scope in EVIDENCE_ONLY_SCOPES
+        if config.search_space == "evidence-only" and not evidence_only:
+            raise ConfigError(
+                f"--search-space evidence-only: {config.snapshot} is not evidence-only (scope {scope}: all of its "
+                "source); leave the option out"
+            )
+        if evidence_only and self.agent.searches and config.search_space != "evidence-only":
+            what = "evidence pages" if scope == SCOPE_EVIDENCE else "context paragraphs"
+            raise ConfigError(
+                f"{config.snapshot} holds only the {what} of {dataset}, scope {scope}: --setting {config.setting} "
+                f"(agent {self.agent.name}) would search a space made of answers, where every similar title is a "
+                "gold page, and its numbers are not open-book over Wikipedia; search a whole-Wikipedia snapshot or "
+                "ZIM (--snapshot wikipedia_en_all_nopic_YYYY-MM.zim, or one built from a dump), or pass "
+                "--search-space evidence-only to mean it (recorded, in the run key)"
+            )
+
+    def _open_live_search(self):
+        """``--search mediawiki``: the live API, checked with one request before any model call."""
+        config = self.config
+        if config.snapshot:
+            raise ConfigError(
+                "--search mediawiki asks the live API; --snapshot would not be read: give one or the other"
+            )
+        if config.setting != "open-book":
+            raise ConfigError(
+                f"--search mediawiki is the open-book search; --setting {config.setting} reads pages from --snapshot"
+            )
+        from wiki_snapshot.errors import SnapshotError
+        from wiki_snapshot.mediawiki_live import FANOUTQA_EPOCH, MediaWikiLive
+
+        try:
+            live = MediaWikiLive(
+                config.search_api_url,
+                as_of=config.search_date or FANOUTQA_EPOCH,
+                rate_limit=config.search_rate_limit,
+            )
+            live.check()
+        except SnapshotError as exc:
+            raise ConfigError(str(exc)) from None
+        return live
 
     # run directory ---------------------------------------------------------------
     def _check_run_dir(self) -> RunResults | None:
@@ -717,6 +778,7 @@ class Run:
             ),
             stopped_on_budget=bool(self.budget is not None and self.budget.exhausted),
             snapshot=self.snapshot,
+            search_space=self.search_space,
             scores=scores,
             scoring_note=scoring_note,
         )

@@ -54,6 +54,62 @@ def snapshot_info(snapshot) -> dict[str, Any] | None:
     }
 
 
+def search_space_info(snapshot, samples: list) -> dict[str, Any] | None:
+    """The search space a run reads (``SearchSpaceRecord``): the backend's metadata, its scope, and
+    the selected questions' gold pages found in it, each needed title resolved by one lookup (no
+    scan: cheap on a whole-Wikipedia archive). None without a snapshot."""
+    if snapshot is None:
+        return None
+    from harness.execution.record import SearchSpaceRecord
+    from wiki_snapshot.space import EVIDENCE_ONLY_SCOPES, scope_of
+
+    meta = snapshot.metadata
+    backend = meta.get("format")
+    scope, dataset = scope_of(meta)
+    pages = meta.get("pages")
+    if pages is None and backend != "mediawiki-live" and hasattr(snapshot, "__len__"):
+        pages = len(snapshot)
+    needed: dict[str, str] = {}
+    for sample in samples:
+        for title in sample.needed_titles or ():
+            if isinstance(title, str) and title.strip():
+                needed.setdefault(title.casefold(), title)
+    gold_pages = gold_share = gold_note = None
+    if backend == "mediawiki-live":
+        gold_note = "not counted: each title would be a request to the live API"
+    elif needed:
+        found = set()
+        for title in needed.values():
+            page = snapshot.resolve_title(title)
+            if page is not None:
+                found.add(page.pageid)
+        gold_pages = len(found)
+        gold_share = gold_pages / pages if pages else None
+    else:
+        gold_note = "not counted: the selected questions name no needed pages"
+    evidence_only = scope in EVIDENCE_ONLY_SCOPES
+    source = meta.get("source")
+    facts = {
+        "backend": backend,
+        "path": str(getattr(snapshot, "path", "") or "") or None,
+        "pages": pages,
+        "redirects": meta.get("redirects"),
+        "source": None if source is None else str(source),
+        "revision_date": meta.get("revision_date"),
+        "scope": scope,
+        "scope_dataset": dataset,
+        "evidence_only": evidence_only,
+        "gold_needed": len(needed),
+        "gold_pages": gold_pages,
+        "gold_share": gold_share,
+        "gold_note": gold_note,
+    }
+    label = SearchSpaceRecord.label_of(
+        backend, facts["source"], facts["revision_date"], pages, scope, dataset, evidence_only, gold_share
+    )
+    return {**facts, "label": label}
+
+
 def outcome_counts(done: list[dict[str, Any]]) -> dict[str, int]:
     """How finished samples ended (answered, max_rounds, context_full, ...), from each row's ``outcome``
     (rows written before it was a field kept it in ``extra``)."""
@@ -84,6 +140,7 @@ def build_results(
     snapshot,
     scores: dict[str, Any] | None,
     scoring_note: str | None,
+    search_space: dict[str, Any] | None = None,
 ) -> RunResults:
     info = dataset.info
     usage = usage_totals(done)
@@ -143,6 +200,7 @@ def build_results(
         # the strategy summarizes what it recorded (its searches, evidence recall, packing)
         "retrieval": agent.summarize([r.get("extra") or {} for r in done]),
         "snapshot": snapshot_info(snapshot),
+        **({"search_space": search_space} if search_space else {}),  # none: results.json as before
         "invocations": invocations,
         "scores": scores,
         "scoring_note": scoring_note,

@@ -44,7 +44,7 @@ echo "== snapshot"
 "$PY" -m harness snapshot build --from tests/fixtures/hotpot_dev_distractor_first100.json --out "$OUT/hotpot.db"
 
 echo "== open-book, native tool calls"
-timeout 150 "$PY" -m harness run "${RUN[@]}" --setting open-book --snapshot "$OUT/hotpot.db" --out "$OUT/native"
+timeout 150 "$PY" -m harness run "${RUN[@]}" --setting open-book --snapshot "$OUT/hotpot.db" --search-space evidence-only --out "$OUT/native"
 
 echo "== closed-book"
 timeout 120 "$PY" -m harness run "${RUN[@]}" --setting closed-book --out "$OUT/closed"

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterable, Iterator, TextIO
 
 from wiki_snapshot.errors import SnapshotError
+from wiki_snapshot.space import SCOPE_SOURCE
 from wiki_snapshot.store import BuildLock, Page, SnapshotWriter
 
 
@@ -92,6 +93,11 @@ class Builder:
 
     def revision_date(self) -> str | None:
         return None
+
+    def scope(self) -> tuple[str, str | None]:
+        """``(scope, dataset)`` the snapshot records (``wiki_snapshot.space``): all the source held,
+        unless the builder knows it fetched a dataset's evidence or contexts."""
+        return SCOPE_SOURCE, None
 
     def bytes_read(self) -> int | None:
         """Input bytes consumed so far (for progress), when known."""
@@ -255,6 +261,9 @@ def _build(source, out: Path, kind: str, lock: BuildLock, overwrite, progress, f
             writer.set_metadata("revision_date", builder.revision_date())
         writer.set_metadata("source_description", builder.source_description())
         writer.set_metadata("stats", builder.stats)
+        scope, scope_dataset = builder.scope()  # what the space is made of: read by every run over it
+        writer.set_metadata("scope", scope)
+        writer.set_metadata("scope_dataset", scope_dataset)
         finish_started = time.perf_counter()
         meta = writer.finish()
         index_seconds = time.perf_counter() - finish_started

@@ -22,6 +22,7 @@ from typing import Any, Iterable, Iterator
 
 from wiki_snapshot.builders import BUILDERS, Builder, Redirect, read_small_file, unique_evidence
 from wiki_snapshot.errors import SnapshotError
+from wiki_snapshot.space import SCOPE_EVIDENCE, SCOPE_SOURCE
 from wiki_snapshot.store import Page
 
 _NAME = re.compile(r"^(\d+)-dated\.md$")
@@ -106,6 +107,12 @@ class FanOutQACacheBuilder(Builder):
 
     def revision_date(self) -> str | None:
         return None if self.options.get("titles") else FANOUTQA_EPOCH
+
+    def scope(self) -> tuple[str, str | None]:
+        # titled by a dataset's evidence, it holds those pages only; a --titles file says nothing of what it is
+        if self.options.get("titles"):
+            return SCOPE_SOURCE, None
+        return SCOPE_EVIDENCE, self.options.get("dataset") or "fanoutqa"
 
     def source_description(self) -> str:
         return f"{self.description}; {len(self.files)} files in {self.path}"

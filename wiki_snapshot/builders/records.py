@@ -25,6 +25,7 @@ from typing import Any, Iterator
 
 from wiki_snapshot.builders import BUILDERS, Builder, Redirect, require_file
 from wiki_snapshot.errors import SnapshotError
+from wiki_snapshot.space import SCOPE_CONTEXTS, SCOPE_SOURCE
 from wiki_snapshot.store import Page, normalize_title, stable_pageid
 
 
@@ -87,6 +88,12 @@ class RecordsBuilder(Builder):
         if self.layout == "hotpotqa":
             opts["merge"] = "each distinct title once, first occurrence wins; text = sentences joined with ''"
         return opts
+
+    def scope(self) -> tuple[str, str | None]:
+        # HotpotQA's context paragraphs: each question's gold pages and its few distractors
+        if self.layout == "hotpotqa":
+            return SCOPE_CONTEXTS, f"hotpotqa ({self.path.name})"
+        return SCOPE_SOURCE, None
 
     def source_description(self) -> str:
         if self.layout == "hotpotqa":
