@@ -179,7 +179,7 @@ def query_child(backend: str, path: str, queries_file: str) -> None:
     elif backend == "zim":
         zimwiki = None
         try:
-            from wiki_snapshot.space import open_wiki
+            from wiki_snapshot.backends import open_wiki
 
             zimwiki = open_wiki(path)
             res["via"] = type(zimwiki).__module__ + "." + type(zimwiki).__name__
