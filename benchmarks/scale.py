@@ -247,13 +247,13 @@ def step_corpus(n: int, d: Path, formats: list[str], log) -> None:
         if paths[fmt].exists():
             log(f"  {paths[fmt]} exists: kept")
             continue
-        res = timed(["nice", sys.executable, ROOT / "benchmarks/synth_wiki.py", "--pages", n, "--out", d,
+        res = timed(["nice", "-n", os.environ.get("SCALE_NICE", "10"), sys.executable, ROOT / "benchmarks/synth_wiki.py", "--pages", n, "--out", d,
                      "--formats", fmt], f"corpus {fmt}", log)  # fmt: skip
         record(d, {"step": "corpus", "size": n, "format": fmt, **res, "bytes": du(paths[fmt])})
 
 
 def harness(*args) -> list:
-    return ["nice", sys.executable, "-m", "harness", *args]
+    return ["nice", "-n", os.environ.get("SCALE_NICE", "10"), sys.executable, "-m", "harness", *args]
 
 
 def step_build(n: int, d: Path, fmt: str, workers: list[int], log) -> None:
@@ -281,7 +281,7 @@ def queries_file(n: int, d: Path, count: int) -> Path:
 def step_queries(n: int, d: Path, backend: str, count: int, log, code: str | None = None) -> None:
     qf = queries_file(n, d, count)
     path = synth_wiki.corpus_paths(d, n)["zim"] if backend == "zim" else d / f"snap{n}-records.db"
-    res = timed(["nice", sys.executable, ROOT / "benchmarks/scale.py", "--child", backend, path, qf, *([code] if code else [])],
+    res = timed(["nice", "-n", os.environ.get("SCALE_NICE", "10"), sys.executable, ROOT / "benchmarks/scale.py", "--child", backend, path, qf, *([code] if code else [])],
                 f"queries {backend}", log)  # fmt: skip
     line = [ln for ln in res["output"].splitlines() if ln.startswith("RESULT ")][-1]
     out = json.loads(line[7:])
@@ -297,7 +297,7 @@ def step_bm25(n: int, d: Path, workers: list[int], count: int, log) -> None:
         idx = Path(f"{snap}.index")
         record(d, {"step": "bm25", "size": n, "workers": w, **res, "pages": n, "bytes": du(idx)})
     qf = queries_file(n, d, count)
-    res = timed(["nice", sys.executable, ROOT / "benchmarks/scale.py", "--child", "bm25", snap, qf], "bm25 q", log)
+    res = timed(["nice", "-n", os.environ.get("SCALE_NICE", "10"), sys.executable, ROOT / "benchmarks/scale.py", "--child", "bm25", snap, qf], "bm25 q", log)
     out = json.loads([ln for ln in res["output"].splitlines() if ln.startswith("RESULT ")][-1][7:])
     record(d, {"step": "bm25q", "size": n, **out, "peak_rss_mb": res["peak_rss_mb"], "wall_s": res["wall_s"]})
 
