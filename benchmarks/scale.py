@@ -356,7 +356,7 @@ def report(d: Path) -> None:
     for (step, size, _, _, be), r in sorted(latest.items(), key=lambda kv: (kv[0][1], str(kv[0]))):
         if step == "queries":
             cells = [_lat(r[k]) for k in ("resolve_title", "similar_titles", "search")]
-            label = f"SQLite snapshot{be[6:]}" if be.startswith("sqlite") else f"ZIM in place ({r.get('via', '')})"
+            label = ("SQLite snapshot" + (", before this round's fixes" if "(" in be else "")) if be.startswith("sqlite") else f"ZIM in place ({r.get('via', '')})"
             print(f"| {size:,} | {label} | {r['open_s']} | {r.get('first_search_s', '')} | {' | '.join(cells)} | "
                   f"{r['peak_rss_mb']:,.0f} |")  # fmt: skip
         elif step == "bm25q":
@@ -376,19 +376,19 @@ def report(d: Path) -> None:
         if step in ("build", "bm25") or (step == "corpus" and fmt == "zim"):
             name = {"build": f"snapshot build from {fmt}, {w} worker(s)", "bm25": f"bm25 index, {w} worker(s)",
                     "corpus": "ZIM write"}[step]  # fmt: skip
-            for key, unit, scale in (("cpu_s", "CPU h", 3600), ("wall_s", "wall h", 3600), ("bytes", "GB", 1e9)):
+            for key, unit, scale in (("cpu_s", "CPU h", 3600), ("wall_s", "wall h (this shared machine)", 3600), ("bytes", "GB", 1e9)):
                 sl = _slope({s: r[key] for s, r in by_size.items()})
                 if sl:
                     total = (sl[0] * WIKI_ARTICLES + sl[1]) / scale
-                    print(f"| {name}: {unit} | {', '.join(f'{s:,}' for s in sorted(by_size))} | "
-                          f"{sl[0] * 1000 / (scale / 3600 if unit != 'GB' else 1):.3g} "
-                          f"{'ms' if unit != 'GB' else 'B'}/page | {total:,.2f} {unit} |")  # fmt: skip
+                    per_page = f"{sl[0]:,.0f} B/page" if unit == "GB" else f"{sl[0] * 1000:.3g} ms/page"
+                    print(f"| {name}: {unit} | {', '.join(f'{s:,}' for s in sorted(by_size))} | {per_page} | "
+                          f"{total:,.2f} {unit} |")  # fmt: skip
             alpha = _loglog({s: r["peak_rss_mb"] for s, r in by_size.items()})
             if alpha is not None:
                 top = max(by_size)
                 est = by_size[top]["peak_rss_mb"] * (WIKI_ARTICLES / top) ** alpha
                 print(f"| {name}: peak RSS | | alpha {alpha:.2f} | {est:,.0f} MB |")
-        elif step in ("queries", "bm25q"):
+        elif step in ("queries", "bm25q") and "(" not in (be or ""):
             calls = ("resolve_title", "similar_titles", "search") if step == "queries" else ("search",)
             for call in calls:
                 key = "cpu_p95_ms" if all("cpu_p95_ms" in r[call] for r in by_size.values()) else "p95_ms"
