@@ -356,7 +356,7 @@ def report(d: Path) -> None:
     for (step, size, _, _, be), r in sorted(latest.items(), key=lambda kv: (kv[0][1], str(kv[0]))):
         if step == "queries":
             cells = [_lat(r[k]) for k in ("resolve_title", "similar_titles", "search")]
-            label = ("SQLite snapshot" + (", before this round's fixes" if "(" in be else "")) if be.startswith("sqlite") else f"ZIM in place ({r.get('via', '')})"
+            label = ("SQLite snapshot" + (", before this round's fixes" if "(" in be else "")) if be.startswith("sqlite") else ("ZIM in place" + ("" if "ZimWiki" in r.get("via", "") else f" ({r.get('via', '')})"))
             print(f"| {size:,} | {label} | {r['open_s']} | {r.get('first_search_s', '')} | {' | '.join(cells)} | "
                   f"{r['peak_rss_mb']:,.0f} |")  # fmt: skip
         elif step == "bm25q":
