@@ -1,7 +1,8 @@
 """Synthetic Wikipedia-shaped corpora from the real article text in tests/fixtures, for scale tests.
 
     python benchmarks/synth_wiki.py --pages 100000 --out DIR [--formats jsonl,zim,xml] [--seed 0]
-    python benchmarks/synth_wiki.py --extra 100000 --with-hotpot --out hotpot_plus100k.jsonl
+    python benchmarks/synth_wiki.py --extra 100000 --with-hotpot --out hotpot_plus100k.jsonl \
+        --snapshot hotpot_plus100k.db
 
 What a corpus is made of (all deterministic for a seed):
 
@@ -390,6 +391,7 @@ def main() -> int:
     ap.add_argument("--pages", type=int, help="synthetic pages in the corpus")
     ap.add_argument("--extra", type=int, help="write only the JSONL of this many extra pages (see --with-hotpot)")
     ap.add_argument("--with-hotpot", action="store_true", help="--extra: the HotpotQA distractor pages first")
+    ap.add_argument("--snapshot", help="--extra: then build this snapshot from the JSONL (harness snapshot build)")
     ap.add_argument("--out", required=True, help="a folder (--pages) or the .jsonl file (--extra)")
     ap.add_argument("--formats", default="jsonl,zim,xml")
     ap.add_argument("--seed", type=int, default=0)
@@ -408,6 +410,11 @@ def main() -> int:
         stats = write_jsonl(records(), out)
         print(f"{out}: {len(hot):,} HotpotQA pages + {stats['pages'] - len(hot):,} synthetic pages, "
               f"{stats['redirects']:,} redirects ({out.stat().st_size / 1e6:,.0f} MB)")  # fmt: skip
+        if args.snapshot:
+            from wiki_snapshot import build_snapshot
+
+            summary = build_snapshot(str(out), args.snapshot, kind="records", overwrite=True, progress=None)
+            print(f"{args.snapshot}: {summary['pages']:,} pages in {summary['seconds']:,.0f} s")
         return 0
     if not args.pages:
         ap.error("give --pages N or --extra N")
