@@ -264,8 +264,8 @@ def step_build(n: int, d: Path, fmt: str, workers: list[int], log) -> None:
         if w is not None:
             cmd += ["--workers", w]
         res = timed(cmd, f"build {fmt}", log)
-        meta = json.loads(subprocess.run(harness("snapshot", "info", out)[1:], cwd=ROOT, capture_output=True,
-                                         text=True).stdout or "{}")  # fmt: skip
+        meta = json.loads(subprocess.run([sys.executable, "-m", "harness", "snapshot", "info", str(out)], cwd=ROOT,
+                                         capture_output=True, text=True).stdout or "{}")  # fmt: skip
         pages = meta.get("pages") or meta.get("metadata", {}).get("pages") or n
         record(d, {"step": "build", "size": n, "format": fmt, "workers": w or 1, **res, "pages": pages,
                    "bytes": du(out), "source_bytes": du(src)})  # fmt: skip
