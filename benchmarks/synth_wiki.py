@@ -317,7 +317,8 @@ def write_dump(records, path: Path) -> dict:
     """A MediaWiki export-0.10 ``pages-articles`` XML dump, bzip2-compressed as Wikimedia's are."""
     n = nr = 0
     esc = html.escape
-    with bz2.open(path, "wt", encoding="utf-8", compresslevel=9) as f:
+    tmp = path.with_name(path.name + ".partial")  # appears under its name only when complete
+    with bz2.open(tmp, "wt", encoding="utf-8", compresslevel=9) as f:
         f.write(
             '<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/" version="0.10" xml:lang="en">\n'
             "  <siteinfo>\n    <sitename>Wikipedia</sitename>\n    <dbname>enwiki</dbname>\n"
@@ -342,6 +343,7 @@ def write_dump(records, path: Path) -> dict:
                 f"{esc(text, quote=False)}</text>\n    </revision>\n  </page>\n"
             )
         f.write("</mediawiki>\n")
+    os.replace(tmp, path)
     return {"pages": n, "redirects": nr}
 
 
