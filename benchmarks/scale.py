@@ -247,13 +247,18 @@ def step_corpus(n: int, d: Path, formats: list[str], log) -> None:
         if paths[fmt].exists():
             log(f"  {paths[fmt]} exists: kept")
             continue
-        res = timed(["nice", "-n", os.environ.get("SCALE_NICE", "10"), sys.executable, ROOT / "benchmarks/synth_wiki.py", "--pages", n, "--out", d,
-                     "--formats", fmt], f"corpus {fmt}", log)  # fmt: skip
+        cmd = niced(ROOT / "benchmarks/synth_wiki.py", "--pages", n, "--out", d, "--formats", fmt)
+        res = timed(cmd, f"corpus {fmt}", log)
         record(d, {"step": "corpus", "size": n, "format": fmt, **res, "bytes": du(paths[fmt])})
 
 
+def niced(*args) -> list:
+    """A child command at SCALE_NICE (default 10): the machine is shared."""
+    return ["nice", "-n", os.environ.get("SCALE_NICE", "10"), sys.executable, *args]
+
+
 def harness(*args) -> list:
-    return ["nice", "-n", os.environ.get("SCALE_NICE", "10"), sys.executable, "-m", "harness", *args]
+    return niced("-m", "harness", *args)
 
 
 def step_build(n: int, d: Path, fmt: str, workers: list[int], log) -> None:
@@ -281,8 +286,8 @@ def queries_file(n: int, d: Path, count: int) -> Path:
 def step_queries(n: int, d: Path, backend: str, count: int, log, code: str | None = None) -> None:
     qf = queries_file(n, d, count)
     path = synth_wiki.corpus_paths(d, n)["zim"] if backend == "zim" else d / f"snap{n}-records.db"
-    res = timed(["nice", "-n", os.environ.get("SCALE_NICE", "10"), sys.executable, ROOT / "benchmarks/scale.py", "--child", backend, path, qf, *([code] if code else [])],
-                f"queries {backend}", log)  # fmt: skip
+    cmd = niced(ROOT / "benchmarks/scale.py", "--child", backend, path, qf, *([code] if code else []))
+    res = timed(cmd, f"queries {backend}", log)
     line = [ln for ln in res["output"].splitlines() if ln.startswith("RESULT ")][-1]
     out = json.loads(line[7:])
     record(d, {"step": "queries", "size": n, "backend": backend + (f" ({code})" if code else ""), "queries": count,
@@ -297,7 +302,7 @@ def step_bm25(n: int, d: Path, workers: list[int], count: int, log) -> None:
         idx = Path(f"{snap}.index")
         record(d, {"step": "bm25", "size": n, "workers": w, **res, "pages": n, "bytes": du(idx)})
     qf = queries_file(n, d, count)
-    res = timed(["nice", "-n", os.environ.get("SCALE_NICE", "10"), sys.executable, ROOT / "benchmarks/scale.py", "--child", "bm25", snap, qf], "bm25 q", log)
+    res = timed(niced(ROOT / "benchmarks/scale.py", "--child", "bm25", snap, qf), "bm25 q", log)
     out = json.loads([ln for ln in res["output"].splitlines() if ln.startswith("RESULT ")][-1][7:])
     record(d, {"step": "bm25q", "size": n, **out, "peak_rss_mb": res["peak_rss_mb"], "wall_s": res["wall_s"]})
 
@@ -356,7 +361,10 @@ def report(d: Path) -> None:
     for (step, size, _, _, be), r in sorted(latest.items(), key=lambda kv: (kv[0][1], str(kv[0]))):
         if step == "queries":
             cells = [_lat(r[k]) for k in ("resolve_title", "similar_titles", "search")]
-            label = ("SQLite snapshot" + (", before this round's fixes" if "(" in be else "")) if be.startswith("sqlite") else ("ZIM in place" + ("" if "ZimWiki" in r.get("via", "") else f" ({r.get('via', '')})"))
+            if be.startswith("sqlite"):
+                label = "SQLite snapshot" + (", before this round's fixes" if "(" in be else "")
+            else:
+                label = "ZIM in place" + ("" if "ZimWiki" in r.get("via", "") else f" ({r.get('via', '')})")
             print(f"| {size:,} | {label} | {r['open_s']} | {r.get('first_search_s', '')} | {' | '.join(cells)} | "
                   f"{r['peak_rss_mb']:,.0f} |")  # fmt: skip
         elif step == "bm25q":
@@ -376,7 +384,8 @@ def report(d: Path) -> None:
         if step in ("build", "bm25") or (step == "corpus" and fmt == "zim"):
             name = {"build": f"snapshot build from {fmt}, {w} worker(s)", "bm25": f"bm25 index, {w} worker(s)",
                     "corpus": "ZIM write"}[step]  # fmt: skip
-            for key, unit, scale in (("cpu_s", "CPU h", 3600), ("wall_s", "wall h (this shared machine)", 3600), ("bytes", "GB", 1e9)):
+            measures = (("cpu_s", "CPU h", 3600), ("wall_s", "wall h (this shared machine)", 3600), ("bytes", "GB", 1e9))
+            for key, unit, scale in measures:
                 sl = _slope({s: r[key] for s, r in by_size.items()})
                 if sl:
                     total = (sl[0] * WIKI_ARTICLES + sl[1]) / scale
@@ -396,7 +405,8 @@ def report(d: Path) -> None:
                 if alpha is not None:
                     top = max(by_size)
                     est = by_size[top][call][key] * (WIKI_ARTICLES / top) ** alpha
-                    print(f"| {be or 'bm25'} {call} {'CPU ' if key.startswith('cpu') else ''}p95 | {', '.join(f'{s:,}' for s in sorted(by_size))} | "
+                    what = f"{be or 'bm25'} {call} {'CPU ' if key.startswith('cpu') else ''}p95"
+                    print(f"| {what} | {', '.join(f'{s:,}' for s in sorted(by_size))} | "
                           f"alpha {alpha:.2f} | {est:,.1f} ms |")  # fmt: skip
 
 
