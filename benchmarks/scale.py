@@ -384,7 +384,7 @@ def report(d: Path) -> None:
         if step in ("build", "bm25") or (step == "corpus" and fmt == "zim"):
             name = {"build": f"snapshot build from {fmt}, {w} worker(s)", "bm25": f"bm25 index, {w} worker(s)",
                     "corpus": "ZIM write"}[step]  # fmt: skip
-            measures = (("cpu_s", "CPU h", 3600), ("wall_s", "wall h (this shared machine)", 3600), ("bytes", "GB", 1e9))
+            measures = (("cpu_s", "CPU h", 3600), ("wall_s", "wall h (shared machine)", 3600), ("bytes", "GB", 1e9))
             for key, unit, scale in measures:
                 sl = _slope({s: r[key] for s, r in by_size.items()})
                 if sl:
