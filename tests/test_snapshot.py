@@ -11,6 +11,7 @@ import hashlib
 import html
 import json
 import signal
+import random
 import sqlite3
 import subprocess
 import threading
@@ -207,6 +208,50 @@ def test_similar_titles_finds_misspelt_titles(snap):
     results = snap.similar_titles("asphalt concrete road", k=10)
     assert len(results) == len(set(results)) <= 10 and "Asphalt" in results
     assert snap.similar_titles("Albdeo", k=1) == ["Albedo"]
+
+
+def _similar_titles_unpruned(snap, query: str, k: int) -> list[str]:
+    """similar_titles' ranking computed the slow way: every candidate scored in full with difflib."""
+    import difflib
+
+    from wiki_snapshot.store import _STOPWORDS, _dedupe, _words, normalize_title, split_fragment
+
+    q = (split_fragment(query)[0] or normalize_title(query))[:300]
+    qkey = q.casefold()
+    qwords = _dedupe(_words(qkey))
+    scored_words = ([w for w in qwords if w not in _STOPWORDS] or qwords)[:16]
+    best: dict[str, float] = {}
+    for indexed, page_title in snap._title_candidates(qkey, qwords):
+        ikey = indexed.casefold()
+        iwords = _dedupe(_words(ikey))
+        overlap = 0.0
+        for w in scored_words:
+            m = 1.0 if w in iwords else max(
+                (difflib.SequenceMatcher(None, w, iw, autojunk=False).ratio() for iw in iwords), default=0.0
+            )
+            overlap += m if m >= 0.8 else 0.0
+        overlap = overlap / len(scored_words) if scored_words else 0.0
+        score = 0.5 * difflib.SequenceMatcher(None, qkey, ikey, autojunk=False).ratio() + 0.5 * overlap
+        best[page_title] = max(score, best.get(page_title, -1.0))
+    out = [t for t, _ in sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))[:k]]
+    for t, _ in snap.search(q, k * 2) if len(out) < k else []:
+        if t not in best and len(out) < k:
+            out.append(t)
+            best[t] = 0.0
+    return out
+
+
+def test_similar_titles_pruning_keeps_the_full_ranking(snap, dump_pages):
+    # the bounds that skip difflib work (issue 40: 10x faster at scale) must never change a result
+    rng = random.Random(7)
+    titles = sorted(dump_pages)
+    queries = ["Albdeo", "Abraham Lincon", "asphalt concrete road", "the history of the americas", "einstien"]
+    for t in rng.sample(titles, 15):
+        i = rng.randrange(1, max(2, len(t) - 1))
+        queries += [t, t.lower(), t[:i] + t[i + 1 :], " ".join(reversed(t.split()))]
+    for query in queries:
+        for k in (1, 10):
+            assert snap.similar_titles(query, k) == _similar_titles_unpruned(snap, query, k), (query, k)
 
 
 def test_search_ranks_full_text(snap):

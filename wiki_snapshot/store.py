@@ -748,9 +748,11 @@ class Snapshot:
             return []
         if self._fts:
             match = " OR ".join(_quote(w) for w in content)
+            # The k best rowids first, then their titles: joining before the LIMIT looked up every
+            # matching page (a B-tree search each: most of the time for common words at 100k pages).
             rows = self._safe_all(
-                "SELECT p.title, bm25(pages_fts, 5.0, 1.0) AS s FROM pages_fts "
-                "JOIN pages p ON p.pageid = pages_fts.rowid WHERE pages_fts MATCH ? ORDER BY s LIMIT ?",
+                "SELECT p.title, f.s FROM (SELECT rowid AS id, bm25(pages_fts, 5.0, 1.0) AS s FROM pages_fts "
+                "WHERE pages_fts MATCH ? ORDER BY s LIMIT ?) f JOIN pages p ON p.pageid = f.id ORDER BY f.s",
                 (match, int(k)),
             )
             return [(t, -float(s)) for t, s in rows]
@@ -765,9 +767,11 @@ class Snapshot:
 
     def _title_candidates(self, qkey: str, qwords: list[str]) -> list[tuple[str, str]]:
         """(indexed title, page title) pairs worth scoring for ``qkey``."""
+        # the best LIMIT rowids first, then their titles (joining before the LIMIT looks up every match)
         join = (
-            "SELECT ti.title, p.title FROM {fts} f JOIN title_index ti ON ti.id = f.rowid "
-            "JOIN pages p ON p.pageid = ti.pageid "
+            "SELECT ti.title, p.title FROM (SELECT rowid AS id, rank FROM {fts} WHERE {fts} MATCH ? "
+            "ORDER BY rank LIMIT {limit}) f JOIN title_index ti ON ti.id = f.id "
+            "JOIN pages p ON p.pageid = ti.pageid ORDER BY f.rank"
         )
         out: list[tuple[str, str]] = []
         if self._fts:
@@ -778,9 +782,7 @@ class Snapshot:
                 )
                 any_word = " OR ".join(_quote(w) for w in words)
                 for match in (all_words, any_word):
-                    out += self._safe_all(
-                        join.format(fts="titles_fts") + "WHERE titles_fts MATCH ? ORDER BY f.rank LIMIT 50", (match,)
-                    )
+                    out += self._safe_all(join.format(fts="titles_fts", limit=50), (match,))
             if self._trigram and len(qkey) >= 3:
                 grams = _dedupe(qkey[i : i + 3] for i in range(len(qkey) - 2))
                 if len(grams) > 12:
@@ -794,10 +796,7 @@ class Snapshot:
                     grams = sorted((g for g in grams if g in freq), key=lambda g: freq[g])[:12]
                 if grams:
                     match = " OR ".join(_quote(g) for g in grams)
-                    out += self._safe_all(
-                        join.format(fts="titles_trigram") + "WHERE titles_trigram MATCH ? ORDER BY f.rank LIMIT 100",
-                        (match,),
-                    )
+                    out += self._safe_all(join.format(fts="titles_trigram", limit=100), (match,))
         else:
             pieces = _dedupe([w[:4] for w in qwords[:8] if len(w) >= 2]) or ([qkey[:4]] if qkey else [])
             for piece in pieces:
@@ -823,29 +822,66 @@ class Snapshot:
         scored_words = ([w for w in qwords if w not in _STOPWORDS] or qwords)[:16]
         best: dict[str, float] = {}
         scored: set[str] = set()
+        word_match: dict[tuple[str, str], float] = {}  # title words recur across candidates
+
+        letters: dict[str, dict[str, int]] = {}
+
+        def counts(word: str) -> dict[str, int]:
+            c = letters.get(word)
+            if c is None:
+                c = letters[word] = {}
+                for ch in word:
+                    c[ch] = c.get(ch, 0) + 1
+            return c
+
+        def match(w: str, iw: str) -> float:
+            """How well query word ``w`` matches title word ``iw``: 1, or the ratio if >= 0.8, else 0.
+            The ratio's upper bounds (difflib's real_quick_ratio and quick_ratio: the lengths, then
+            the shared letters, in the ratio's own formula) settle most pairs below 0.8 exactly."""
+            key = (w, iw)
+            m = word_match.get(key)
+            if m is None:
+                m, size = 0.0, len(w) + len(iw)
+                if 2.0 * min(len(w), len(iw)) / size >= 0.8:
+                    cw, ci = counts(w), counts(iw)
+                    if 2.0 * sum(min(n, ci.get(ch, 0)) for ch, n in cw.items()) / size >= 0.8:
+                        r = difflib.SequenceMatcher(None, w, iw, autojunk=False).ratio()
+                        m = r if r >= 0.8 else 0.0
+                word_match[key] = m
+            return m
+
+        candidates = []
         for indexed, page_title in self._title_candidates(qkey, qwords):
             ikey = indexed.casefold()
             if ikey in scored:
                 continue
             scored.add(ikey)
-            # Whole-string similarity, plus how well each query word matches some title word
-            # (a misspelt word still counts: "einstien" ~ "einstein" 0.88; below 0.8 it does not).
-            ratio = difflib.SequenceMatcher(None, qkey, ikey, autojunk=False).ratio()
+            # How well each query word matches some title word (a misspelt word still counts:
+            # "einstien" ~ "einstein" 0.88; below 0.8 it does not), plus whole-string similarity.
             iwords = _dedupe(_words(ikey))
             overlap = 0.0
             for w in scored_words:
-                m = (
-                    1.0
-                    if w in iwords
-                    else max(
-                        (difflib.SequenceMatcher(None, w, iw, autojunk=False).ratio() for iw in iwords), default=0.0
-                    )
-                )
-                overlap += m if m >= 0.8 else 0.0
+                overlap += 1.0 if w in iwords else max((match(w, iw) for iw in iwords), default=0.0)
             overlap = overlap / len(scored_words) if scored_words else 0.0
-            score = 0.5 * ratio + 0.5 * overlap
+            # an upper bound of the score: the whole-string ratio is at most 2 * shorter / both lengths
+            bound = 0.5 * (2.0 * min(len(qkey), len(ikey)) / (len(qkey) + len(ikey))) + 0.5 * overlap
+            candidates.append((bound, overlap, ikey, page_title))
+        # The whole-string ratio is the costly part (quadratic). Best bounds first: once a bound is
+        # below the k-th best score found, no later candidate can enter the k best (exact pruning).
+        candidates.sort(key=lambda c: -c[0])
+        whole = difflib.SequenceMatcher(None, qkey, "", autojunk=False)
+        kth = -1.0
+        for bound, overlap, ikey, page_title in candidates:
+            if bound < kth:
+                break
+            whole.set_seq2(ikey)
+            if 0.5 * whole.quick_ratio() + 0.5 * overlap < kth:
+                continue
+            score = 0.5 * whole.ratio() + 0.5 * overlap
             if score > best.get(page_title, -1.0):
                 best[page_title] = score
+                if len(best) >= k:
+                    kth = sorted(best.values(), reverse=True)[k - 1]
         ranked = sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))
         out = [t for t, _ in ranked[:k]]
         if len(out) < k:
