@@ -103,15 +103,16 @@ def run_table(run_dirs: list[str], samples) -> None:
         found = sum(1 for _, s in searches if s.get("found_title"))
         scores = results.get("scores") or {}
 
-        def metric(name: str, key: str):
-            value = ((scores.get(name) or {}).get(key) or {})
-            value = value.get("mean", value) if isinstance(value, dict) else value
-            return "n/a" if value is None else f"{value:.3f}"
+        def metric(name: str, *path: str) -> str:
+            value = scores.get(name)
+            for key in path:
+                value = value.get(key) if isinstance(value, dict) else None
+            return "n/a" if not isinstance(value, (int, float)) else f"{value:.3f}"
 
         label = (results.get("search_space") or {}).get("label", "?")
         n = len(rows)
         print(
-            f"| {Path(d).name} | {label} | {n} | {metric('fanoutqa-string', 'acc_loose')} | {metric('em-f1', 'f1')} | "
+            f"| {Path(d).name} | {label} | {n} | {metric('fanoutqa-string', 'acc', 'loose')} | {metric('em-f1', 'f1')} | "
             f"{metric('agent', 'evidence_recall')} | {len(searches) / max(n, 1):.2f} | "
             f"{found / max(len(searches), 1):.1%} | "
             f"{sum(t.casefold() in gold_of.get(i, set()) for i, t in listed) / max(len(listed), 1):.1%} | "
