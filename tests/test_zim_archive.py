@@ -361,3 +361,27 @@ def test_open_book_run_over_an_archive_without_full_text_index_says_so(zims, tmp
                           "--no-cache", "--out", str(tmp_path / "ob"))  # fmt: skip
     assert code == 0, err
     assert sum("no full-text index" in line for line in err.splitlines()) == 1
+
+
+def test_gold_pages_are_counted_without_rendering_a_page(zims, tmp_path, monkeypatch):
+    """Counting a run's gold pages happens before the first model call: on a whole Wikipedia it must
+    not render thousands of pages. resolve_pageid names the same page as resolve_title, unrendered."""
+    from types import SimpleNamespace
+
+    from harness.execution.summary import search_space_info
+
+    calls = []
+    real = builders.html_to_markdown
+    monkeypatch.setattr(builders, "html_to_markdown", lambda html: calls.append(1) or real(html))
+    wiki = ZimWiki.open(zims["science"], cache_dir=tmp_path / "zimcache")
+    titles = ["Aristotle", "aristotle", *(t for t, _ in REDIRECTS), "No Such Page At All"]
+    ids = [wiki.resolve_pageid(t) for t in titles]
+    assert calls == [] and ids[-1] is None and ids[0] == ids[1] is not None
+    samples = [SimpleNamespace(needed_titles=titles)]
+    space = search_space_info(wiki, samples)
+    assert calls == [] and space["gold_pages"] == len({i for i in ids if i is not None})
+    # the same pages as the rendering lookup, and get_page knows them afterwards
+    for title, pageid in zip(titles, ids):
+        page = wiki.resolve_title(title)
+        assert (page.pageid if page else None) == pageid
+        assert pageid is None or wiki.get_page(pageid) == page

@@ -178,6 +178,22 @@ class ZimWiki:
         capitalized), then a title suggestion equal to it case folded; redirects followed (at most
         ``MAX_REDIRECT_HOPS``). ``#section`` is ignored. None when nothing matches or the entry is
         not an HTML page (an image, a stylesheet)."""
+        found = self._resolve_entry(title)
+        return None if found is None else self._page_of(*found)
+
+    def resolve_pageid(self, title: str) -> int | None:
+        """The pageid :meth:`resolve_title` would return, without rendering the page: what counting
+        a run's gold pages needs (a few thousand lookups on a whole Wikipedia stay a few seconds)."""
+        found = self._resolve_entry(title)
+        if found is None:
+            return None
+        entry, _ = found
+        pageid = stable_pageid(self._title_of(entry))
+        self._pageid_paths[pageid] = entry.path
+        return pageid
+
+    def _resolve_entry(self, title: str):
+        """``(entry, item)`` of the HTML page ``title`` names (redirects followed), or None."""
         title = _clean(title)
         if not title or len(title.encode("utf-8")) > MAX_TITLE_BYTES:
             return None
@@ -190,12 +206,18 @@ class ZimWiki:
         entry = self._follow(entry)
         if entry is None:
             return None
-        return self._page_of(entry)
+        try:
+            item = entry.get_item()
+        except (RuntimeError, KeyError):
+            return None
+        if not item.mimetype.startswith("text/html"):
+            return None
+        return entry, item
 
     def get_page(self, pageid: int) -> Page | None:
-        """A page already returned by :meth:`resolve_title` in this process, by its pageid; None for
-        any other (a ZIM has no page ids: they are derived from titles, and the title of an id is
-        not known without scanning the archive)."""
+        """A page already returned by :meth:`resolve_title` (or named by :meth:`resolve_pageid`) in this
+        process, by its pageid; None for any other (a ZIM has no page ids: they are derived from
+        titles, and the title of an id is not known without scanning the archive)."""
         try:
             path = self._pageid_paths.get(int(pageid))
         except (TypeError, ValueError):
@@ -204,9 +226,10 @@ class ZimWiki:
             return None
         try:
             entry = self._archive.get_entry_by_path(path)
+            item = entry.get_item()
         except (KeyError, RuntimeError):
             return None
-        return self._page_of(entry)
+        return self._page_of(entry, item)
 
     def similar_titles(self, query: str, k: int = 10) -> list[str]:
         """Page titles like ``query``: the archive's title suggestions (a redirect's target in its
@@ -355,13 +378,7 @@ class ZimWiki:
                 return []
 
     # pages ------------------------------------------------------------------------------------
-    def _page_of(self, entry) -> Page | None:
-        try:
-            item = entry.get_item()
-        except (RuntimeError, KeyError):
-            return None
-        if not item.mimetype.startswith("text/html"):
-            return None
+    def _page_of(self, entry, item) -> Page:
         title = self._title_of(entry)
         text = self._text(entry.path, item)
         pageid = stable_pageid(title)

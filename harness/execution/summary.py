@@ -79,10 +79,16 @@ def search_space_info(snapshot, samples: list) -> dict[str, Any] | None:
         gold_note = "not counted: each title would be a request to the live API"
     elif needed:
         found = set()
+        # a ZIM names a title's pageid without rendering the page: gold is counted before the first model call
+        resolve_pageid = getattr(snapshot, "resolve_pageid", None)
         for title in needed.values():
-            page = snapshot.resolve_title(title)
-            if page is not None:
-                found.add(page.pageid)
+            if resolve_pageid is not None:
+                pageid = resolve_pageid(title)
+            else:
+                page = snapshot.resolve_title(title)
+                pageid = None if page is None else page.pageid
+            if pageid is not None:
+                found.add(pageid)
         gold_pages = len(found)
         gold_share = gold_pages / pages if pages else None
     else:
