@@ -574,9 +574,12 @@ class Snapshot:
         self._metadata = metadata
         self._fts = {"pages_fts", "titles_fts"} <= tables
         self._trigram = {"titles_trigram", "titles_trigram_vocab"} <= tables
+        self._fulltext = None  # a tantivy sidecar (wiki_snapshot.fulltext) when one matches this snapshot
 
     @classmethod
-    def open(cls, path: str | os.PathLike) -> "Snapshot":
+    def open(cls, path: str | os.PathLike, fulltext: bool = True) -> "Snapshot":
+        """Open read-only. With ``fulltext`` (default), a ``<SNAP>.fulltext/`` tantivy sidecar built
+        from this snapshot's content answers :meth:`search` (a stale one is ignored with a warning)."""
         p = Path(path)
         if not p.exists():
             raise SnapshotError(f"snapshot not found: {p}")
@@ -615,7 +618,13 @@ class Snapshot:
                 f"{p}: snapshot format version {meta.get('format_version')} is newer than this harness reads "
                 f"({FORMAT_VERSION}); upgrade the harness"
             )
-        return cls(p, con, meta, tables)
+        snap = cls(p, con, meta, tables)
+        if fulltext and snap._fts:
+            from wiki_snapshot.fulltext import open_fulltext, sidecar_path
+
+            if sidecar_path(p).exists():
+                snap._fulltext = open_fulltext(p, meta.get("content_sha256"))
+        return snap
 
     # plumbing
     def _all(self, sql: str, params: tuple = ()) -> list[tuple]:
@@ -654,7 +663,11 @@ class Snapshot:
 
     @property
     def metadata(self) -> dict[str, Any]:
-        return dict(self._metadata)
+        meta = dict(self._metadata)
+        if self._fulltext is not None:  # the engine changes which pages search returns: recorded
+            meta["text_search"] = self._fulltext.meta["text_search"]
+            meta["fulltext"] = dict(self._fulltext.meta)
+        return meta
 
     def close(self) -> None:
         with self._lock:
@@ -662,7 +675,7 @@ class Snapshot:
 
     @property
     def full_text_search(self) -> bool:
-        """True when :meth:`search` is FTS5 bm25 over page text (False: the LIKE fallback)."""
+        """True when :meth:`search` is bm25 over page text (FTS5, or a tantivy sidecar; False: the LIKE fallback)."""
         return self._fts
 
     def get_page(self, pageid: int) -> Page | None:
@@ -746,6 +759,9 @@ class Snapshot:
         content = content[:32]
         if not content:
             return []
+        if self._fulltext is not None:
+            with self._lock:
+                return self._fulltext.search(content, int(k))
         if self._fts:
             match = " OR ".join(_quote(w) for w in content)
             # The k best rowids first, then their titles: joining before the LIMIT looked up every

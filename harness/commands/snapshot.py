@@ -87,12 +87,26 @@ def add_parser(sub) -> None:
         help="full-text search instead (titles with bm25 scores; a ZIM: its Xapian index, scored 1/(1+rank))",
     )
     s.add_argument("--json", action="store_true", help="print JSON")
+    f = sub.add_parser(
+        "fulltext",
+        help="build a tantivy full-text index beside a snapshot (SNAP.db.fulltext/)",
+        description=(
+            "Build SNAP.db.fulltext/, a tantivy index (BM25 with block-max WAND: top-k pruning) of the snapshot's "
+            "titles and texts, title matches boosted 5x as FTS5's are. Opening the snapshot then answers full-text "
+            "search from it (metadata text_search tantivy-bm25, part of a run's key) while its content_sha256 "
+            "matches the snapshot's. FTS5 scores every posting, so its search p95 grows linearly (1.2 s at 1M "
+            "pages); tantivy's stays in milliseconds. Needs tantivy (pip install tantivy); a rebuild replaces "
+            "the folder, an interrupted build leaves none."
+        ),
+    )
+    f.add_argument("snapshot", help="SNAP.db (a SQLite snapshot; a ZIM archive has its own full-text index)")
+    f.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(snapshot_parser=p)
 
 
 def command(args: argparse.Namespace) -> int:
     return run_subcommand(
-        args, {"build": _build, "info": _info, "search": _search}, "snapshot_command", "snapshot_parser"
+        args, {"build": _build, "info": _info, "search": _search, "fulltext": _fulltext}, "snapshot_command", "snapshot_parser"
     )
 
 
@@ -172,6 +186,30 @@ def _build(args: argparse.Namespace) -> int:
     missing = (meta.get("stats") or {}).get("missing")
     if missing:
         print(f"{len(missing)} page(s) missing (see `harness snapshot info`)", file=sys.stderr)
+    return 0
+
+
+def _fulltext(args: argparse.Namespace) -> int:
+    from wiki_snapshot.backends import is_zim
+    from wiki_snapshot.fulltext import build_fulltext, sidecar_path
+
+    path = Path(args.snapshot)
+    if not path.is_file():
+        raise HarnessError(f"snapshot not found: {path}")
+    if is_zim(path):
+        raise HarnessError(f"{path} is a ZIM archive: it has its own full-text index (read in place); nothing to build")
+    try:
+        with sigterm_interrupts():
+            meta = build_fulltext(path, progress=None if args.quiet else sys.stderr)
+    except KeyboardInterrupt:
+        print(f"interrupted: nothing written to {sidecar_path(path)}", file=sys.stderr)
+        return 130
+    secs = meta["build_seconds"]
+    print(
+        f"wrote {sidecar_path(path)}: {meta['pages']:,} pages in {secs:.1f} s "
+        f"({meta['pages'] / secs if secs else 0:,.1f} pages/s); tantivy {meta['tantivy_version']}, "
+        f"sha256 {meta['content_sha256'][:12]}"
+    )
     return 0
 
 

@@ -26,7 +26,7 @@ from harness.execution.progress import Progress
 from harness.execution.record import RunResults, read_results, results_dict, write_results
 from harness.execution.scoring import run_metrics, score_records, stopped_reason
 from harness.scoring.metrics import reads_rows, resolve_metrics
-from harness.execution.summary import build_results, now_iso, search_space_info, snapshot_hash
+from harness.execution.summary import build_results, now_iso, search_space_info, snapshot_hash, snapshot_text_search
 from harness.execution.watchdog import LoopWatch
 from harness.models import create_backend
 from harness.models.batch import REQUEST_ORIGIN
@@ -164,6 +164,9 @@ class Run:
         self.hash_extra.update(self.backend.identity_facts())  # e.g. an endpoint named by OPENAI_BASE_URL
         if self.snapshot is not None:
             self.hash_extra["snapshot_content_hash"] = snapshot_hash(self.snapshot)
+            text_search = snapshot_text_search(self.snapshot)  # a tantivy sidecar answers search
+            if text_search is not None:
+                self.hash_extra["snapshot_text_search"] = text_search
         if config.epochs > 1 and config.generation.temperature == 0:
             print(
                 f"--epochs {config.epochs} at temperature 0: greedy decoding repeats its answers unless the "

@@ -44,6 +44,15 @@ def snapshot_hash(snapshot) -> str:
     return str(meta.get("content_hash") or meta.get("content_sha256") or meta.get("hash"))
 
 
+def snapshot_text_search(snapshot) -> dict[str, Any] | None:
+    """The full-text engine when it is not the snapshot's own (a tantivy sidecar): it changes which
+    pages a search returns, so it joins the run key. None otherwise, so existing run keys stay."""
+    fulltext = snapshot.metadata.get("fulltext")
+    if not isinstance(fulltext, dict):
+        return None
+    return {k: fulltext.get(k) for k in ("text_search", "tokenizer", "boosts")}
+
+
 def snapshot_info(snapshot) -> dict[str, Any] | None:
     if snapshot is None:
         return None
