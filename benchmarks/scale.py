@@ -12,6 +12,8 @@ Wikipedia's page-length distribution and title shapes; see its docstring). For e
   ``--workers 1`` and ``2``; records has no workers);
 - ``sqliteq``, ``zimq``: resolve_title, similar_titles (k=10) and full-text search (k=10) over the
   same 1,000 queries on the SQLite snapshot and on the ZIM read in place;
+- ``--child fts5|fulltext SNAP QUERIES``: full-text search only, FTS5 or the tantivy sidecar
+  (``harness snapshot fulltext SNAP``); ``sqliteq`` always times FTS5;
 - ``bm25``: ``harness index build --kind bm25`` (words100) with 1 and 2 workers, then query
   latency.
 
