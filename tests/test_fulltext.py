@@ -21,6 +21,11 @@ from wiki_snapshot.builders import build_snapshot
 from wiki_snapshot.fulltext import build_fulltext, sidecar_path
 from wiki_snapshot.store import Snapshot
 
+
+def build_sidecar(path):
+    with Snapshot.open(path, fulltext=False) as snap:
+        return build_fulltext(snap)
+
 tantivy = pytest.importorskip("tantivy")
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -35,7 +40,7 @@ def built(tmp_path_factory):
     with_it, without = base / "with.db", base / "without.db"
     build_snapshot(str(HOTPOT), with_it, progress=None)
     shutil.copyfile(with_it, without)
-    build_fulltext(with_it)
+    build_sidecar(with_it)
     return {"with": with_it, "without": without}
 
 
@@ -101,7 +106,7 @@ def test_hostile_queries_never_raise(built):
 def test_a_stale_sidecar_is_ignored_with_a_warning(built, tmp_path, capsys):
     snap_path = tmp_path / "s.db"
     shutil.copyfile(built["with"], snap_path)
-    build_fulltext(snap_path)
+    build_sidecar(snap_path)
     # the snapshot rebuilt from other content (the first 50 questions): another content hash
     records = tmp_path / "half.json"
     records.write_text(json.dumps(json.loads(HOTPOT.read_text())[:50]))
@@ -113,7 +118,7 @@ def test_a_stale_sidecar_is_ignored_with_a_warning(built, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "built from another snapshot" in err[0] and "ignored" in err[0], err
     assert hits[0][0] == "Scott Derrickson"  # FTS5 answered
-    build_fulltext(snap_path)  # a rebuild replaces it
+    build_sidecar(snap_path)  # a rebuild replaces it
     with Snapshot.open(snap_path) as snap:
         assert snap.metadata["text_search"] == "tantivy-bm25"
     assert capsys.readouterr().err == ""
@@ -132,14 +137,14 @@ def test_a_failed_build_leaves_no_folder_and_keeps_the_old_one(built, tmp_path, 
 
     monkeypatch.setattr(Snapshot, "pages", failing)
     with pytest.raises(OSError):
-        build_fulltext(snap_path)
+        build_sidecar(snap_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.db"]  # no sidecar, no temporary folder
     monkeypatch.setattr(Snapshot, "pages", real_pages)
-    build_fulltext(snap_path)
+    build_sidecar(snap_path)
     before = json.loads((sidecar_path(snap_path) / "meta.json").read_text())
     monkeypatch.setattr(Snapshot, "pages", failing)
     with pytest.raises(OSError):
-        build_fulltext(snap_path)
+        build_sidecar(snap_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.db", "s.db.fulltext"]
     assert json.loads((sidecar_path(snap_path) / "meta.json").read_text()) == before
     monkeypatch.setattr(Snapshot, "pages", real_pages)

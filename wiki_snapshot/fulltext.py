@@ -81,66 +81,64 @@ def read_meta(snapshot_path: str | os.PathLike) -> dict[str, Any] | None:
         return None
 
 
-def build_fulltext(
-    snapshot_path: str | os.PathLike, progress: TextIO | None = None, every: int = 100_000
-) -> dict[str, Any]:
-    """Write ``<SNAP>.fulltext/`` from ``Snapshot.pages()`` (streamed; the writer's heap bounds the
-    memory). Built in a temporary folder beside it and renamed into place: an interrupted build
-    leaves no folder, a rebuild replaces the old one. Returns the meta.json written."""
-    from wiki_snapshot.store import Snapshot
-
+def build_fulltext(snap, progress: TextIO | None = None, every: int = 100_000) -> dict[str, Any]:
+    """Write ``<SNAP>.fulltext/`` beside the open snapshot ``snap`` (a ``Snapshot`` opened with
+    ``fulltext=False``; passed in, so this module never imports the store that reads it) from
+    ``snap.pages()`` (streamed; the writer's heap bounds the memory). Built in a temporary folder
+    beside it and renamed into place: an interrupted build leaves no folder, a rebuild replaces the
+    old one. Returns the meta.json written."""
     tantivy = _tantivy()
     started = time.monotonic()
+    snapshot_path = snap.path
     target = sidecar_path(snapshot_path)
     tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
-    with Snapshot.open(snapshot_path, fulltext=False) as snap:
-        content_sha256 = snap.metadata.get("content_sha256")
-        if not content_sha256:
-            raise SnapshotError(f"{snapshot_path}: snapshot metadata has no content_sha256")
-        shutil.rmtree(tmp, ignore_errors=True)
-        (tmp / INDEX_DIR).mkdir(parents=True)
+    content_sha256 = snap.metadata.get("content_sha256")
+    if not content_sha256:
+        raise SnapshotError(f"{snapshot_path}: snapshot metadata has no content_sha256")
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / INDEX_DIR).mkdir(parents=True)
+    writer = index = None
+    try:
+        schema = _schema(tantivy)
+        index = tantivy.Index(schema, path=str(tmp / INDEX_DIR), reuse=False)
+        index.register_tokenizer(TOKENIZER, _analyzer(tantivy))
+        writer = index.writer(WRITER_HEAP, WRITER_THREADS)
+        n = 0
+        for page in snap.pages():
+            writer.add_document(tantivy.Document(title=page.title, body=page.text, pageid=int(page.pageid)))
+            n += 1
+            if progress is not None and n % every == 0:
+                rate = n / max(time.monotonic() - started, 1e-9)
+                print(f"fulltext: {n:,} pages ({rate:,.0f} pages/s)", file=progress, flush=True)
+        writer.commit()
+        writer.wait_merging_threads()
+        meta = {
+            "engine": ENGINE,
+            "text_search": TEXT_SEARCH,
+            "tantivy_version": tantivy_version(),
+            "content_sha256": content_sha256,
+            "tokenizer": TOKENIZER,
+            "tokenizer_spec": TOKENIZER_SPEC,
+            "boosts": {"title": TITLE_BOOST, "body": 1.0},
+            "pages": n,
+            "build_seconds": round(time.monotonic() - started, 3),
+        }
+        (tmp / META).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        old = target.with_name(f"{target.name}.old-{os.getpid()}")
+        if target.exists():
+            os.replace(target, old)
+        os.replace(tmp, target)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        # the writer's threads hold files in tmp: stop them before removing it
+        if writer is not None:
+            try:
+                writer.rollback()
+            except Exception:  # noqa: BLE001
+                pass
         writer = index = None
-        try:
-            schema = _schema(tantivy)
-            index = tantivy.Index(schema, path=str(tmp / INDEX_DIR), reuse=False)
-            index.register_tokenizer(TOKENIZER, _analyzer(tantivy))
-            writer = index.writer(WRITER_HEAP, WRITER_THREADS)
-            n = 0
-            for page in snap.pages():
-                writer.add_document(tantivy.Document(title=page.title, body=page.text, pageid=int(page.pageid)))
-                n += 1
-                if progress is not None and n % every == 0:
-                    rate = n / max(time.monotonic() - started, 1e-9)
-                    print(f"fulltext: {n:,} pages ({rate:,.0f} pages/s)", file=progress, flush=True)
-            writer.commit()
-            writer.wait_merging_threads()
-            meta = {
-                "engine": ENGINE,
-                "text_search": TEXT_SEARCH,
-                "tantivy_version": tantivy_version(),
-                "content_sha256": content_sha256,
-                "tokenizer": TOKENIZER,
-                "tokenizer_spec": TOKENIZER_SPEC,
-                "boosts": {"title": TITLE_BOOST, "body": 1.0},
-                "pages": n,
-                "build_seconds": round(time.monotonic() - started, 3),
-            }
-            (tmp / META).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-            old = target.with_name(f"{target.name}.old-{os.getpid()}")
-            if target.exists():
-                os.replace(target, old)
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        except BaseException:
-            # the writer's threads hold files in tmp: stop them before removing it
-            if writer is not None:
-                try:
-                    writer.rollback()
-                except Exception:  # noqa: BLE001
-                    pass
-            writer = index = None
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return meta
 
 

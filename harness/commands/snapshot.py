@@ -192,6 +192,7 @@ def _build(args: argparse.Namespace) -> int:
 def _fulltext(args: argparse.Namespace) -> int:
     from wiki_snapshot.backends import is_zim
     from wiki_snapshot.fulltext import build_fulltext, sidecar_path
+    from wiki_snapshot.store import Snapshot
 
     path = Path(args.snapshot)
     if not path.is_file():
@@ -200,7 +201,8 @@ def _fulltext(args: argparse.Namespace) -> int:
         raise HarnessError(f"{path} is a ZIM archive: it has its own full-text index (read in place); nothing to build")
     try:
         with sigterm_interrupts():
-            meta = build_fulltext(path, progress=None if args.quiet else sys.stderr)
+            with Snapshot.open(path, fulltext=False) as snap:
+                meta = build_fulltext(snap, progress=None if args.quiet else sys.stderr)
     except KeyboardInterrupt:
         print(f"interrupted: nothing written to {sidecar_path(path)}", file=sys.stderr)
         return 130
