@@ -151,8 +151,10 @@ def test_llamacpp_server_through_openai_backend(hotpot_snapshot, tmp_path):
         # the server reports no context: refused before any request, nothing written
         for setting in ("evidence-provided", "open-book"):
             out = tmp_path / f"refused-{setting}"
+            space = ["--search-space", "evidence-only"] if setting == "open-book" else []
             proc = run_harness("run", "--setting", setting, "--dataset", "hotpotqa:dev", "--snapshot",
-                               str(hotpot_snapshot), "--limit", "1", "--out", str(out), "--no-cache", *model)  # fmt: skip
+                               str(hotpot_snapshot), *space, "--limit", "1", "--out", str(out), "--no-cache",
+                               *model)  # fmt: skip
             assert proc.returncode == 2 and "pass --context-size N" in proc.stderr, proc.stderr
             assert "internal error" not in proc.stderr and not out.exists()
         # a context the reserve fills: refused before the run
