@@ -198,7 +198,9 @@ def test_ablation_table_is_the_headline_with_display_names(two_sweeps):
     assert rows[2][:7] == ["4096", "n/a (failed)", "n/a (failed)", "0.5000", "0.2500", "0", "3"]  # never 0.0000
 
 
-def write_run(folder: Path, model: str, em: float | None, *, finished: int = 3, setting: str = "closed-book") -> Path:
+def write_run(
+    folder: Path, model: str, em: float | None, *, finished: int = 3, setting: str = "closed-book", space: str | None = None
+) -> Path:
     aggregate = {"em": em, "f1": None if em is None else em + 0.1}
     uncertainty = {
         f"em-f1.{k}": {"stderr": 0.1, "ci95": [v - 0.1, v + 0.1], "method": "wilson"}
@@ -220,6 +222,7 @@ def write_run(folder: Path, model: str, em: float | None, *, finished: int = 3, 
                 "uncertainty": uncertainty,
                 "meta": {"metrics": ["em-f1"]},
             },
+            **({"search_space": {"label": space, "evidence_only": space.startswith("evidence")}} if space else {}),
         }
     )
     folder.mkdir(parents=True, exist_ok=True)
@@ -265,6 +268,22 @@ def test_a_missing_value_is_n_a_not_zero(tmp_path):
     alike = [write_run(tmp_path / name, "m", 0.5) for name in ("x", "y")]  # named by their folders
     spec = scores_spec([(str(p / "results.json"), read_results(p)) for p in alike])
     assert spec.panels[0].position_labels == ["m (x)", "m (y)"]
+
+
+def test_the_search_space_is_said_where_the_scores_are(tmp_path):
+    tiny = "evidence-only: hotpotqa:dev contexts, 991 pages (gold 19%)"
+    whole = "whole source: records synth.jsonl, 100,991 pages (gold 0.19%)"
+    runs = [write_run(tmp_path / "a", "m", 0.3, setting="open-book", space=tiny)]
+    runs.append(write_run(tmp_path / "b", "m", 0.2, setting="open-book", space=whole))
+    spec = scores_spec([(str(p), read_results(p)) for p in runs])
+    # the spaces differ: each row says its own, and no caption claims one for all
+    assert spec.panels[0].position_labels == [f"m, searched {tiny}", f"m, searched {whole}"] and spec.caption is None
+    spec = scores_spec([(str(runs[0]), read_results(runs[0]))])
+    assert spec.caption == f"search space: {tiny}"  # one space: said once, above the panels
+    assert drawn(spec)._suptitle.get_text() == f"search space: {tiny}"
+    closed = write_run(tmp_path / "c", "m2", 0.1)  # a run that searched nothing beside one that did
+    spec = scores_spec([(str(p), read_results(p)) for p in (runs[0], closed)])
+    assert spec.caption is None and spec.panels[0].position_labels[0].endswith(tiny)
 
 
 def test_inline_svg_names_no_url_and_escapes_labels(three_runs):

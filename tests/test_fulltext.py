@@ -196,6 +196,7 @@ def test_cli_builds_and_reports_one_line_errors(built, tmp_path):
     (shim / "tantivy.py").write_text("raise ImportError('no tantivy here')\n")
     for argv, env, needle in [
         ((str(tmp_path / "missing.db"),), None, "snapshot not found"),
+        ((str(shim),), None, "is a folder: give the snapshot file"),
         ((str(zim),), None, "has its own full-text index"),
         ((str(snap_path),), {"PYTHONPATH": f"{shim}:{Path(__file__).parents[1]}"}, "pip install tantivy"),
     ]:

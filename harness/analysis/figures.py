@@ -70,6 +70,7 @@ class FigureSpec(BaseModel):
     panels: list[Panel]
     legend: bool
     notes: list[str] = []  # what is not drawn and why (a run that failed)
+    caption: str | None = None  # a condition every value shares (the search space), drawn above the panels
 
 
 class SweepPoint(BaseModel):
@@ -278,6 +279,7 @@ def scores_spec(
                 ("", r.agent_name),
                 ("", r.dataset.spec),
                 ("context", r.context_size),
+                ("searched", r.search_space_label),  # shown on each row where the runs' spaces differ
             ]
             for _, r in runs
         ],
@@ -322,7 +324,10 @@ def scores_spec(
             )
         )
     notes = [f"{name}: answered nothing (failed): no value drawn" for name, dead in zip(names, failed) if dead]
-    return FigureSpec(kind="scores", panels=panels, legend=False, notes=notes)
+    spaces = {r.search_space_label for _, r in runs}
+    # one space for every run: said once, above the panels (a row label shows it only where they differ)
+    caption = f"search space: {next(iter(spaces))}" if len(spaces) == 1 and None not in spaces else None
+    return FigureSpec(kind="scores", panels=panels, legend=False, notes=notes, caption=caption)
 
 
 # --------------------------------------------------------------------------- drawing
@@ -352,6 +357,8 @@ def draw(spec: FigureSpec):
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     for ax in axes[len(spec.panels) :]:
         ax.remove()
+    if spec.caption:
+        fig.suptitle(spec.caption, fontsize="small")
 
     def nan(v: float | None) -> float:
         return math.nan if v is None else v

@@ -195,6 +195,8 @@ def _fulltext(args: argparse.Namespace) -> int:
     from wiki_snapshot.store import Snapshot
 
     path = Path(args.snapshot)
+    if path.is_dir():
+        raise HarnessError(f"{path} is a folder: give the snapshot file (SNAP.db) the index goes beside")
     if not path.is_file():
         raise HarnessError(f"snapshot not found: {path}")
     if is_zim(path):
