@@ -66,7 +66,7 @@ def renderer_description() -> str:
         md = "unknown"
     return (
         f"wiki_snapshot.builders.html_to_markdown: markdownify {md} as fanoutqa.utils.markdownify "
-        "(heading_style=atx, links as text, images as alt); the text `snapshot build --kind zim` stores"
+        "(heading_style=atx, links as text, images as alt, no <head>); the text `snapshot build --kind zim` stores"
     )
 
 

@@ -323,7 +323,9 @@ def html_to_markdown(html: str) -> str:
     markdownify with ATX headings, and its own rules for four kinds of tag: a link is its text
     alone, an image is ``![ALT](image)`` (ALT empty when missing), a div is its text stripped plus
     a newline (nothing when that is empty), and script and style elements vanish. Every other tag
-    renders as markdownify renders it."""
+    renders as markdownify renders it. One addition: a whole document's ``<head>`` vanishes (a Kiwix
+    page's ``<title>`` would otherwise print the title twice); the API's parse HTML that fanoutqa
+    renders has no head, and redel's Kiwix client drops it too (html_to_markdown, default_title=False)."""
     return _md_converter().convert(html)
 
 
@@ -357,6 +359,7 @@ def _md_converter():
             "convert_div": block_line,
             "convert_script": dropped,
             "convert_style": dropped,
+            "convert_head": dropped,
         }
         _MD = type("FanOutQAMarkdown", (MarkdownConverter,), rules)(heading_style="atx")
     return _MD

@@ -49,12 +49,12 @@ class ZimBuilder(Builder):
                     self.zim_metadata[key] = bytes(self.archive.get_metadata(key)).decode("utf-8", "replace")
             except (RuntimeError, KeyError):
                 pass
-        self.stats = {"entries": 0, "html_pages": 0, "redirects": 0, "skipped_non_html": 0, "dangling_redirects": 0}
+        self.stats = {"entries": 0, "html_pages": 0, "redirects": 0, "skipped_non_html": 0, "dangling_redirects": 0, "self_redirects": 0}
         self._done = 0
 
     def recorded_options(self) -> dict[str, Any]:
         return {
-            "text": "markdownify as fanoutqa.utils.markdownify (heading_style=atx, links as text, images as alt)",
+            "text": "markdownify as fanoutqa.utils.markdownify (heading_style=atx, links as text, images as alt, no <head>)",
             "zim_uuid": str(self.archive.uuid),
             "zim_metadata": self.zim_metadata,
         }
@@ -87,11 +87,21 @@ class ZimBuilder(Builder):
             if entry.is_redirect:
                 try:
                     target = entry.get_redirect_entry()
+                    final = entry.get_item()  # the end of the redirect chain
                 except (RuntimeError, KeyError):
                     self.stats["dangling_redirects"] += 1
                     continue
+                target_title = target.title or target.path
+                if not final.mimetype.startswith("text/html"):
+                    # Kiwix archives alias files too (MWOffliner's "favicon" -> "favicon.png"): no page
+                    self.stats["skipped_non_html"] += 1
+                    continue
+                if target_title == title:
+                    # a path alias of the page under its own title ("Page" -> "Page.html"): nothing to add
+                    self.stats["self_redirects"] += 1
+                    continue
                 self.stats["redirects"] += 1
-                yield ("redirect", title, target.title or target.path)
+                yield ("redirect", title, target_title)
                 continue
             item = entry.get_item()
             if not item.mimetype.startswith("text/html"):
