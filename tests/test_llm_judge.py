@@ -12,6 +12,7 @@ from conftest import run_harness
 from harness.datasets import load_dataset
 from harness.datasets.base import Sample
 from harness.errors import HarnessError
+from harness.models import scripted
 from harness.models.scripted import register_script, unregister_script
 from harness.scoring import llm_judge
 from harness.scoring.metrics import ScoringOptions, get_metric, score_answers
@@ -239,3 +240,74 @@ def test_cli_needs_judge(tmp_path):
     assert "Traceback" not in proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "--judge" in lines[0], proc.stderr
+
+
+def official_score_gpt(questions, answers):
+    """The installed fanoutqa 1.1.1 ``Scorer`` (eval/scorer.py) with its ``score_gpt`` run as is; its
+    ``get_llm_factuality`` (eval/llm.py, which needs kani) replaced by one that records the prompt
+    the official ``factuality_prompt`` builds from the answer it is given and replies "B"."""
+    import itertools
+    import typing
+    import warnings
+
+    fanoutqa = pytest.importorskip("fanoutqa")
+    path = Path(fanoutqa.__file__).parent / "eval" / "scorer.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    scorer_class = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Scorer"]
+    official = official_llm_module()
+    str_answer = official_str_answer()
+    prompts: dict = {}
+
+    async def get_llm_factuality(question, answer, cache_key=None):
+        prompts[question.id] = official["factuality_prompt"](question.question, str_answer(question.answer), answer)
+        return "reasoning\nB\nB"
+
+    def batched(iterable, n):  # fanoutqa/utils.py's (that module makes ~/.cache/fanoutqa on import)
+        it = iter(iterable)
+        while batch := tuple(itertools.islice(it, n)):
+            yield batch
+
+    namespace = {"get_llm_factuality": get_llm_factuality, "batched": batched, "asyncio": asyncio}
+    namespace.update(warnings=warnings, **{name: getattr(typing, name) for name in ("Optional", "Iterable", "Tuple", "Dict")})
+    names = ("DevQuestion", "Answer", "AccuracyScore", "RougeScore", "EvaluationScore", "EvaluationSingleScore")
+    namespace.update(dict.fromkeys(names, object))  # only in annotations and the other scorers
+    namespace.update(RougeScorer=lambda *a, **k: None, BleurtScorer=lambda *a: None, ROUGE_TYPES=())  # made in __init__
+    exec(compile(ast.Module(body=scorer_class, type_ignores=[]), str(path), "exec"), namespace)  # noqa: S102 - the installed reference's own code
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        asyncio.run(namespace["Scorer"](questions, answers).score_gpt())
+    return prompts
+
+
+def test_list_answers_cut_as_official(tmp_path, script, monkeypatch):
+    """scorer.py cuts ``len(answer) > 4000``: a list of fewer than 4000 items is sent whole however long
+    its repr (this harness used to cut the written list at 4000 characters), a list of more is cut to
+    its first 4000 items; a text at 4000 characters. Real answers: HotpotQA sentences and words."""
+    hotpot = json.loads((Path(__file__).parent / "fixtures" / "hotpot_dev_distractor_first100.json").read_text())
+    sentences = [s for e in hotpot for para in e["context"]["sentences"] for s in para]
+    words = " ".join(sentences).split()
+    qs = load_dataset("fanoutqa:dev").samples[:7]
+    answers = [
+        {"id": qs[0].id, "answer": sentences[:60]},  # 60 items, over 4000 characters written: sent whole
+        {"id": qs[1].id, "answer": words[:4001]},  # 4001 items: the first 4000
+        {"id": qs[2].id, "answer": words[:4000]},  # 4000 items: whole
+        {"id": qs[3].id, "answer": " ".join(words)},  # a text: its first 4000 characters
+        {"id": qs[4].id, "answer": sentences[:3]},
+        {"id": qs[5].id, "answer": "Pat Burrell"},
+    ]
+    assert len(str(answers[0]["answer"])) > 4000 and len(answers[0]["answer"]) < 4000
+    expected = official_score_gpt(qs, answers)
+    monkeypatch.setattr(scripted, "DEFAULT_CONTEXT_SIZE", 100_000)  # 4000 items are 4000 whitespace tokens
+    options = ScoringOptions(judge="scripted/judge", cache_path=str(tmp_path / "judge.sqlite"))
+    result = get_metric("llm-judge")(qs, answers, False, options=options)
+    sent = {}
+    for request in script.requests:
+        prompt = request["messages"][1]["content"]
+        sent[next(q.id for q in qs if f"[Question]: {q.question}\n" in prompt)] = prompt
+    assert set(sent) == set(expected) == {a["id"] for a in answers}
+    for qid in expected:
+        assert sent[qid] == expected[qid], qid
+    assert str(answers[0]["answer"]) in sent[qs[0].id]
+    assert str(words[:4000]) in sent[qs[1].id] and str(words[:4001]) not in sent[qs[1].id]
+    assert result["info"]["trimmed_to_4000_chars"] == [qs[1].id, qs[3].id]
+    assert result["raw"][qs[6].id] == {"llm_judge": 0, "judge_output": None}

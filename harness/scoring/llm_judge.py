@@ -3,8 +3,9 @@
 
 The judge reads the question, the reference (``str_answer(reference)``) and the submission in the
 official factuality prompt, reasons, and ends with a letter A-F. ``result.strip()[-1].lower()`` in
-"bce" scores 1, anything else 0. Unanswered questions score 0 without a request; answers longer
-than 4000 characters are cut to 4000, as the official scorer does. Temperature 0, seed 31415.
+"bce" scores 1, anything else 0. Unanswered questions score 0 without a request; an answer longer
+than 4000 is cut to 4000 as the official scorer cuts it (``len`` and a slice: a text's characters, a
+list's items, before the list is written into the prompt). Temperature 0, seed 31415.
 
 The judge is never run unless ``--judge MODEL`` names one (FanOutQA used ``gpt-4-0613``; the
 current leaderboard uses ``gpt-4o-2024-11-20``). Every judge response goes through the harness's
@@ -40,7 +41,7 @@ def factuality_prompt(question: str, reference: str, answer: str) -> str:
     return FACTUALITY_TEMPLATE.format(question=question, reference=reference, answer=answer)
 
 
-MAX_ANSWER_CHARS = 4000  # scorer.py cuts longer answers (degenerate, repeating text) to this length
+MAX_ANSWER_LEN = 4000  # scorer.py cuts longer answers (degenerate, repeating text) to this length
 # The official engine: OpenAIEngine(model=..., temperature=0, seed=31415) with no max_tokens, i.e. as
 # long as the model likes. A cap is needed here; 2048 leaves room for the step-by-step reasoning.
 JUDGE_PARAMS = GenerationParams(temperature=0.0, top_p=1.0, max_tokens=2048, seed=31415)
@@ -55,13 +56,23 @@ def prompt_sha256() -> str:
     return hashlib.sha256((factuality_system + "\n" + FACTUALITY_TEMPLATE).encode()).hexdigest()
 
 
-def judge_messages(question: str, reference: Any, answer: str) -> list[dict[str, Any]]:
-    """The chat kani sends: the system prompt, then one user turn."""
-    if len(answer) > MAX_ANSWER_CHARS:
-        answer = answer[:MAX_ANSWER_CHARS]
+def cut_answer(answer: Any) -> tuple[Any, bool]:
+    """scorer.py (``Scorer.score_gpt``): ``if len(answer) > 4000: answer = answer[:4000]``, on the
+    answer as submitted: a text keeps its first 4000 characters, a list its first 4000 items (a list of
+    fewer items is sent whole, however long it is written out). Other values have no length there (a
+    dict of over 4000 keys cannot be sliced): they are sent whole. Returns (answer, whether it was cut)."""
+    if isinstance(answer, (str, list)) and len(answer) > MAX_ANSWER_LEN:
+        return answer[:MAX_ANSWER_LEN], True
+    return answer, False
+
+
+def judge_messages(question: str, reference: Any, answer: Any) -> list[dict[str, Any]]:
+    """The chat kani sends: the system prompt, then one user turn, the answer cut as scorer.py cuts it
+    and written as the official f-string writes it (``str``: a list as its Python repr)."""
+    answer, _ = cut_answer(answer)
     return [
         {"role": "system", "content": factuality_system},
-        {"role": "user", "content": factuality_prompt(question, gold_text(reference), answer)},
+        {"role": "user", "content": factuality_prompt(question, gold_text(reference), str(answer))},
     ]
 
 
@@ -279,8 +290,7 @@ def llm_judge(
         answer = by_id.get(q.id)
         if answer is None:
             continue  # unanswered: 0, no request
-        answer = answer if isinstance(answer, str) else str(answer)
-        if len(answer) > MAX_ANSWER_CHARS:
+        if cut_answer(answer)[1]:
             trimmed.append(q.id)
         pairs.append((q.id, judge_messages(q.question, q.answer, answer)))
 
@@ -300,7 +310,7 @@ def llm_judge(
         "params": JUDGE_PARAMS.model_dump(),
         "n_judged": len(pairs),
         "n_unanswered": len(pool) - len(pairs),
-        "trimmed_to_4000_chars": trimmed,
+        "trimmed_to_4000_chars": trimmed,  # the key as before; a list is cut to 4000 items (cut_answer)
         "prompt_sha256": prompt_sha256(),
         "rule": 'result.strip()[-1].lower() in "bce" -> 1, else 0',
         "reference": "fanoutqa eval/llm.py",
