@@ -14,6 +14,7 @@ from reference_topiocqa import topiocqa_aggregate, topiocqa_turn
 from harness.datasets.conversation import format_history
 from harness.datasets import load_dataset
 from harness.scoring.metrics import score_answers
+from harness.scoring import topiocqa_metrics
 from harness.scoring.topiocqa_metrics import sentence_bleu, topiocqa
 
 
@@ -210,6 +211,24 @@ def test_metric_aggregate_breakdown_and_bleu(dev):
     scores = score_answers(dev, qs, answers)
     assert set(scores["breakdown"]) == {"turn_type", "is_nq"}
     assert scores["breakdown"]["turn_type"]["first"]["n"] == 1
+
+
+def test_aggregate_in_the_official_order(dev):
+    """evaluate_reader.py aggregate_scores: ``total / turns * 100``. 23 of 80 real turns right: that is
+    28.749999999999996, printed 28.7 by the official script; ``100 * total / turns`` (this harness
+    before) made it 28.75, printed 28.8. The streamed aggregate computes the same."""
+    qs = dev.samples[:80]
+    answers = [{"id": q.id, "answer": q.answer} for q in qs[:23]]
+    answers += [{"id": q.id, "answer": "purple elephants"} for q in qs[23:]]
+    out = topiocqa(qs, answers, only_answered=False)
+    preds = {a["id"]: a["answer"] for a in answers}
+    ref = topiocqa_aggregate([([q.answer], preds.get(q.id)) for q in qs])
+    assert sum(r["em"] for r in out["raw"].values()) == 23
+    assert out["aggregate"]["em"] == ref["em"] == 23 / 80 * 100  # exactly, not approximately
+    assert round(out["aggregate"]["em"], 1) == 28.7 and f"{out['aggregate']['em']:.1f}" == "28.7"
+    assert out["aggregate"]["f1"] == ref["f1"]
+    streamed = topiocqa_metrics._aggregate_topiocqa(list(out["raw"].values()), len(qs))
+    assert streamed["em"] == out["aggregate"]["em"] and streamed["f1"] == out["aggregate"]["f1"]
 
 
 # --- end to end ----------------------------------------------------------------------------------

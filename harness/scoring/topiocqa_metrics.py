@@ -10,8 +10,9 @@ authors adapted from CoQA's), plus BLEU-4 from sacrebleu. Written here from that
   reference: the turn scores what it scores against it. Several: CoQA's leave-one-out rule, each
   reference left out in turn, the best score over the others taken, and those bests averaged;
 - the aggregate is the mean over every gold turn, a turn without a prediction counting 0, times
-  100. The official script prints it rounded to 1 decimal; we keep the unrounded value
-  (``round(x, 1)`` gives the printed one).
+  100, in the official order (``total / n * 100``: ``100 * total / n`` can differ in the last bit,
+  23 of 80 giving 28.75 where the official 28.749999999999996 prints 28.7). The official script
+  prints it rounded to 1 decimal; we keep the unrounded value (``round(x, 1)`` gives the printed one).
 
 Not in the official evaluator: BLEU. We add sentence BLEU-4 (sacrebleu defaults: 13a tokenization,
 exp smoothing, 0-100), taking the max over the references per turn, and a corpus BLEU over the
@@ -117,13 +118,22 @@ def bleu_from_stats(rows: list[dict[str, Any]]) -> float | None:
     return _bleu_of_sums([sum(column) for column in zip(*stats)]) if stats else 0.0
 
 
+def official_percent(turn_scores: list[float], n: int) -> float:
+    """evaluate_reader.py ``aggregate_scores``: the turn scores added to 0.0 in turn order, then
+    ``total / max(1, turns) * 100``, in that order (the last bit decides how it prints rounded)."""
+    total = 0.0
+    for value in turn_scores:
+        total += value
+    return total / max(1, n) * 100
+
+
 def _aggregate_topiocqa(rows: list[dict[str, Any]], n: int) -> dict[str, Any]:
     """The aggregate from per-turn rows, as the batch call computes it: EM/F1 x100 and BLEU means over
     all ``n`` turns, corpus BLEU from the summed per-turn statistics (bit-identical to sacrebleu's
     corpus_score, which sums the same integers)."""
     return {
-        "em": 100.0 * sum(r["em"] for r in rows) / max(1, n),
-        "f1": 100.0 * sum(r["f1"] for r in rows) / max(1, n),
+        "em": official_percent([r["em"] for r in rows], n),
+        "f1": official_percent([r["f1"] for r in rows], n),
         "bleu": sum(r["bleu"] for r in rows) / max(1, n),
         "bleu_corpus": bleu_from_stats(rows) if n else 0.0,
         "turns": n,
@@ -167,8 +177,8 @@ def topiocqa(
     corpus_metric = BLEU()
     corpus = corpus_metric.corpus_score(hyps, [refs]) if n else None
     aggregate = {
-        "em": 100.0 * sum(r["em"] for r in raw.values()) / max(1, n),
-        "f1": 100.0 * sum(r["f1"] for r in raw.values()) / max(1, n),
+        "em": official_percent([r["em"] for r in raw.values()], n),
+        "f1": official_percent([r["f1"] for r in raw.values()], n),
         "bleu": sum(r["bleu"] for r in raw.values()) / max(1, n),
         "bleu_corpus": corpus.score if corpus else 0.0,
         "turns": n,
