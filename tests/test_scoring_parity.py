@@ -147,6 +147,59 @@ def test_normalize_basics():
     assert normalize_many(["1,000", "Cats", "1,000"]) == ["1000", "cat", "1000"]
 
 
+def _long_text(size: int, run: int) -> str:
+    """Real text (Wikipedia's Aristotle and Albert Einstein, tests/fixtures) of ``size`` characters
+    with a ``run``-character stretch without spaces (the same text's words run together) at 40%,
+    ending "Really?" (whose "?" leaves the official output a trailing space)."""
+    import json
+
+    articles = json.loads((ROOT / "tests" / "fixtures" / "wikipedia_en_science_physics_10.json").read_text())
+    base = articles[0]["text"] + "\n\n" + articles[-1]["text"]
+    words = "".join(w.capitalize() for w in articles[0]["text"].split())[:run]
+    at = int(size * 0.4)
+    return base[:at] + " " + words + " " + base[at : size - run - 10] + " Really?"
+
+
+def _official_normalize():
+    bench.load_official()
+    import fanoutqa.norm as fnorm
+
+    return fnorm.normalize
+
+
+def test_long_text_pieces_equal_the_official_whole(monkeypatch):
+    """A text over LONG_TEXT_CHARS is lemmatized in pieces; the result is the official one-doc result:
+    a run without spaces longer than a piece stays one piece (it was cut in two: two tokens), each
+    piece is read with its context (alone, its first words took other lemmas), and the trailing space
+    the official output keeps stays (it was stripped). Sizes scaled down 20 times to stay fast."""
+    monkeypatch.setattr(norm_mod, "LONG_TEXT_CHARS", 5_000)
+    monkeypatch.setattr(norm_mod, "PIECE_CHARS", 1_000)
+    monkeypatch.setattr(norm_mod, "CONTEXT_CHARS", 100)
+    text = _long_text(6_000, 1_250)
+    pieces = norm_mod._pieces(norm_mod._pre(text))
+    assert len(pieces) > 4 and pieces[0][0] == 0 and pieces[-1][1] == len(norm_mod._pre(text))
+    assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:]))
+    assert max(end - start for start, end in pieces) > 1_250  # the run is in one piece
+    norm_mod.clear_cache()
+    ours = normalize(text)
+    import fanoutqa.norm as fnorm  # the official function, on our pipeline (ner off changes no lemma: see above)
+
+    monkeypatch.setattr(fnorm.nlp, "pipe", norm_mod._load())
+    expected = fnorm.normalize(text)
+    assert ours == expected and ours.endswith(" ")
+    norm_mod.clear_cache()
+    assert normalize_many([text, "Cats"]) == [expected, "cat"]
+
+
+@pytest.mark.slow
+def test_long_text_at_full_size_equals_official():
+    """The same at the real sizes: 102,000 characters, a 25,000-character run without spaces."""
+    text = _long_text(102_000, 25_000)
+    assert len(text) > norm_mod.LONG_TEXT_CHARS
+    norm_mod.clear_cache()
+    assert normalize(text) == _official_normalize()(text)
+
+
 def test_answer_in_text_numbers_and_word_boundaries():
     assert answer_in_text(1000, "about 1,000 people") == (True, 1, [])
     assert answer_in_text("1,000", "about 1000 people") == (True, 1, [])

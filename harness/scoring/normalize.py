@@ -59,34 +59,62 @@ def _pre(text: str) -> str:
     return _NUM_COMMA.sub(lambda m: m[0].replace(",", ""), text)
 
 
-def _post(doc) -> str:
-    return _SPACE.sub(" ", _PUNCT.sub("", " ".join(tok.lemma_ for tok in doc)))
+def _post(lemmas: Iterable[str]) -> str:
+    """The lemmas joined by spaces, ``[,.?!:;]`` deleted, whitespace runs made one space."""
+    return _SPACE.sub(" ", _PUNCT.sub("", " ".join(lemmas)))
 
 
 # Longer texts are lemmatized in pieces: spaCy refuses a doc over nlp.max_length (1M characters) and
 # its memory grows with doc length (a 900k-character answer took 4 GB). Official answers are far shorter.
+# Each piece is lemmatized with CONTEXT_CHARS of the text on either side and only its own tokens kept:
+# a token's tag (hence its lemma) depends on its neighbours, so a piece read alone lemmatizes its first
+# and last words differently from the whole text ("sciences" at a piece's start became "science").
+# Pieces and their context end just after a space or line break, never inside a token.
 LONG_TEXT_CHARS = 100_000
 PIECE_CHARS = 20_000
+CONTEXT_CHARS = 2_000
+_BREAK = re.compile(r"[ \n]")
 
 
-def _pieces(text: str) -> list[str]:
-    """``text`` cut at whitespace into pieces of at most about PIECE_CHARS characters."""
+def _break_after(text: str, start: int, end: int) -> int:
+    """Where a piece from ``start`` that wants to end at ``end`` ends: just after the last space or line
+    break before ``end``; with none, just after the first one at or after it (a run with neither
+    stays whole: cut, it would be two tokens, not one), or the end of the text."""
+    if end >= len(text):
+        return len(text)
+    cut = max(text.rfind(" ", start, end), text.rfind("\n", start, end))
+    if cut >= start:
+        return cut + 1
+    after = _BREAK.search(text, end)
+    return after.end() if after else len(text)
+
+
+def _pieces(text: str) -> list[tuple[int, int]]:
+    """``text`` cut into (start, end) pieces of about PIECE_CHARS characters (``_break_after``)."""
     out, start = [], 0
     while start < len(text):
-        end = min(start + PIECE_CHARS, len(text))
-        if end < len(text):
-            cut = max(text.rfind(" ", start, end), text.rfind("\n", start, end))
-            end = cut + 1 if cut > start else end
-        out.append(text[start:end])
+        end = _break_after(text, start, start + PIECE_CHARS)
+        out.append((start, end))
         start = end
     return out
+
+
+def _with_context(text: str, start: int, end: int) -> tuple[int, int]:
+    """The span lemmatized for the piece [start, end): CONTEXT_CHARS more on each side, cut at breaks."""
+    before = text.rfind(" ", 0, max(0, start - CONTEXT_CHARS)), text.rfind("\n", 0, max(0, start - CONTEXT_CHARS))
+    return max(before) + 1, _break_after(text, end, end + CONTEXT_CHARS)
 
 
 def _lemmatize(pre: str) -> str:
     nlp = _load()
     if len(pre) <= LONG_TEXT_CHARS:
-        return _post(nlp(pre))
-    return _SPACE.sub(" ", " ".join(_post(doc) for doc in nlp.pipe(_pieces(pre), batch_size=4))).strip()
+        return _post(tok.lemma_ for tok in nlp(pre))
+    spans = [(piece, _with_context(pre, *piece)) for piece in _pieces(pre)]
+    docs = nlp.pipe((pre[lo:hi] for _, (lo, hi) in spans), batch_size=4)
+    lemmas = []  # the tokens that start in each piece, read in their context: the whole text's tokens
+    for ((start, end), (lo, _)), doc in zip(spans, docs):
+        lemmas.extend(tok.lemma_ for tok in doc if start <= lo + tok.idx < end)
+    return _post(lemmas)
 
 
 def _store(key: str, value: str) -> None:
@@ -116,7 +144,7 @@ def normalize_many(texts: Iterable[Any]) -> list[str]:
         with _lock:
             docs = _load().pipe(_pre(k) for k in todo)
             for key, doc in zip(todo, docs):
-                _store(key, _post(doc))
+                _store(key, _post(tok.lemma_ for tok in doc))
     for key in long:
         normalize(key)
     # Re-check: a tiny CACHE_MAX could evict entries stored in this very call.
