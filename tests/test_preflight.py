@@ -40,6 +40,7 @@ def fault_run(url, out, *extra):
     [
         (["--metrics", "em-f1,nosuchmetric"], "unknown metric 'nosuchmetric'"),
         (["--setting", "evidence-provided"], "pass --context-size N"),
+        (["--cluster-by", "nosuchfield"], "--cluster-by nosuchfield: no question of hotpotqa"),
     ],
 )
 def test_doomed_runs_send_nothing(tmp_path, capsys, extra, needle, hotpot_snapshot):

@@ -392,6 +392,7 @@ def check_metrics(
             )
     if not dataset.info.has_answers:  # nothing is scored
         return entries
+    check_clustering(dataset, questions, options)
     declared = getattr(dataset, "answer_types", None)
     golds: dict[str, str] = {}  # answer type -> the first question that has it
     for q in questions:
@@ -714,18 +715,28 @@ def run_metric(entry: Entry[MetricFn], call: Callable[[], dict[str, Any]], timeo
     return result
 
 
+def check_clustering(dataset: Dataset, questions: list[Sample], options: ScoringOptions) -> str | None:
+    """The field clustering the error bars (the option, else the dataset's default; ``"none"``: None),
+    refused when no question has it: checked before a run's first sample, not after its last."""
+    field = options.cluster_by or getattr(dataset, "cluster_by", None)
+    if not field or field.lower() == "none":
+        return None
+    if not any(field in (q.groups or {}) or field in (q.raw or {}) for q in questions):
+        fields = sorted({k for q in questions[:50] for k in (*(q.groups or {}), *(q.raw or {}))})
+        known = f" (fields: {', '.join(fields[:12])}{', ...' if len(fields) > 12 else ''})" if fields else ""
+        raise HarnessError(f"--cluster-by {field}: no question of {dataset.info.spec()} has that field{known}")
+    return field
+
+
 def _clustering(dataset: Dataset, questions: list[Sample], order: list[str], options: ScoringOptions):
     """(what meta records of the clustering, {question id: cluster} or None). ``cluster_by``: the
     option, else the dataset's default; ``"none"`` turns a default off."""
     from harness.scoring.uncertainty import cluster_labels
 
-    field = options.cluster_by or getattr(dataset, "cluster_by", None)
+    field = check_clustering(dataset, questions, options)
     source = "option" if options.cluster_by else "dataset default"
-    if not field or field.lower() == "none":
+    if field is None:
         return {"by": None}, None
-    known = any(field in (q.groups or {}) or field in (q.raw or {}) for q in questions)
-    if not known:
-        raise HarnessError(f"--cluster-by {field}: no question of {dataset.info.spec()} has that field")
     labels = cluster_labels(questions, order, field)
     clusters = dict(zip(order, labels))
     return {"by": field, "source": source, "n_clusters": len(set(labels)), "clusters": clusters}, clusters
