@@ -295,6 +295,32 @@ def test_clustering_and_aggregates_do_not_depend_on_the_order(tmp_path):
     assert ab["metrics"]["topiocqa.em"]["kind"] == "mean"  # x100 the mean of 0/1, in either order
 
 
+def test_multi_epoch_runs_say_why_corpus_bleu_is_not_compared():
+    """Runs of 3 epochs keep no per-question parts of TopiOCQA's corpus BLEU (epochs.reduce_values
+    drops them): compare says so, naming the run, not "scored before the metric kept them"; a run of
+    one epoch beside one of three: the three-epoch run is named."""
+    from harness.execution.scoring import score_records
+
+    ds = load_dataset("topiocqa:dev")
+    qs = ds.samples[:30]
+
+    def scored(shift, epochs):
+        records = [
+            {"id": q.id, "epoch": e + 1, "answer": q.answer if (i + e + shift) % 3 else "no idea"}
+            for e in range(epochs)
+            for i, q in enumerate(qs)
+        ]
+        return score_records(ds, qs, records, epochs=epochs, reducer="mean")
+
+    a, b = loaded_run("a", scored(0, 3), ds), loaded_run("b", scored(1, 3), ds)
+    single = loaded_run("c", scored(1, 1), ds)
+    why = compare_runs([a, b])["skipped"]["topiocqa.bleu_corpus"]
+    assert "a has 3 epochs" in why and "scored before" not in why
+    assert "topiocqa.em" in compare_runs([a, b])["metrics"]
+    why = compare_runs([single, b])["skipped"]["topiocqa.bleu_corpus"]
+    assert "b has 3 epochs" in why and "scored before" not in why
+
+
 @pytest.fixture
 def broken_script():
     def broken(messages, tools, tool_choice, params):

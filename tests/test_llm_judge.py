@@ -268,11 +268,13 @@ def official_score_gpt(questions, answers):
             yield batch
 
     namespace = {"get_llm_factuality": get_llm_factuality, "batched": batched, "asyncio": asyncio}
-    namespace.update(warnings=warnings, **{name: getattr(typing, name) for name in ("Optional", "Iterable", "Tuple", "Dict")})
+    namespace.update({name: getattr(typing, name) for name in ("Optional", "Iterable", "Tuple", "Dict")})
+    namespace["warnings"] = warnings
     names = ("DevQuestion", "Answer", "AccuracyScore", "RougeScore", "EvaluationScore", "EvaluationSingleScore")
     namespace.update(dict.fromkeys(names, object))  # only in annotations and the other scorers
     namespace.update(RougeScorer=lambda *a, **k: None, BleurtScorer=lambda *a: None, ROUGE_TYPES=())  # made in __init__
-    exec(compile(ast.Module(body=scorer_class, type_ignores=[]), str(path), "exec"), namespace)  # noqa: S102 - the installed reference's own code
+    code = compile(ast.Module(body=scorer_class, type_ignores=[]), str(path), "exec")
+    exec(code, namespace)  # noqa: S102 - the installed reference's own code
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         asyncio.run(namespace["Scorer"](questions, answers).score_gpt())

@@ -353,7 +353,7 @@ def _compare_answered(runs: list[LoadedRun], metrics: list[str] | None) -> dict[
             if plan is not None and plan["kind"] != "mean":
                 continue  # a count, or no value: nothing to compare
             if plan is None:
-                reason = _no_aggregate(fn, why_not, name, path, per)
+                reason = _no_aggregate(fn, why_not, name, path, per, runs)
                 if reason:
                     out["skipped"][key] = f"not a mean of per-question values, and {reason}"
                     continue
@@ -399,17 +399,32 @@ def _adjust(out: dict[str, Any]) -> None:
     out["multiple_testing"] = {"method": "holm", "n_tests": len(tests), "alpha": ALPHA}
 
 
-def _no_aggregate(fn, why_not, name, path, per) -> str | None:
+def _epochs(runs: list[LoadedRun]) -> list[int]:
+    """Each run's number of epochs (1 when it records none)."""
+    found = []
+    for run in runs:
+        scores = run.results.scores
+        n = (scores.epochs or {}).get("n") if scores is not None else None
+        found.append(n if isinstance(n, int) and n > 1 else 1)
+    return found
+
+
+def _no_aggregate(fn, why_not, name, path, per, runs: list[LoadedRun]) -> str | None:
     """Why a leaf that is no mean cannot be recomputed on the shared questions (None: it can)."""
     if fn is None:
         return f"{why_not}: no other implementation stands in for it"
     if getattr(fn, "aggregate_rows", None) is None:
         return f"{name} has no aggregate of per-question rows (aggregate_rows) to recompute it on the shared questions"
-    for col in per:
+    for col, run, epochs in zip(per, runs, _epochs(runs)):
         try:
             value = leaf(fn.aggregate_rows(col, len(col)), path)
         except Exception as exc:  # noqa: BLE001 - a metric's failure skips its number, not the comparison
             return f"{name}'s aggregate of the shared rows failed: {_error_line(exc)}"
+        if value is None and epochs > 1:  # epochs.reduce_values drops a corpus number's parts
+            return (
+                f"{run.path} has {epochs} epochs: a question's parts of a corpus number are each epoch's own, "
+                "not kept once the epochs are combined"
+            )
         if value is None:
             return "the per-question values lack what it is computed from (scored before the metric kept them)"
     return None
