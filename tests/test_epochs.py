@@ -150,8 +150,11 @@ def test_every_number_is_the_mean_of_the_epochs_own_strict_accuracy_included(tmp
     strict = scores["uncertainty"]["fanoutqa-string.acc.strict"]
     assert strict["per_question"] == ["acc==1"] and strict["n"] == 10 and strict["method"] == "analytic"
     assert strict["stderr"] == pytest.approx(stats.mean_ci(column)["stderr"])
-    share = scores["uncertainty"]["set-f1.f1_ge_0.5"]  # no mean of a per-question value: bootstrapped
-    assert share["method"] == "bootstrap-percentile" and share["n"] == 10
+    # set-f1's F1>=0.5 share likewise: each question's f1>=0.5 is the share of its epochs at F1 >= 0.5
+    share = scores["uncertainty"]["set-f1.f1_ge_0.5"]
+    column = [row["set-f1"]["f1>=0.5"] for row in scores["raw"]]
+    assert sum(column) / len(column) == pytest.approx(scores["set-f1"]["f1_ge_0.5"], abs=1e-12)
+    assert share["per_question"] == ["f1>=0.5"] and share["n"] == 10 and share["method"].startswith("analytic")
     assert share["value"] == scores["set-f1"]["f1_ge_0.5"]
     assert score_run(tmp_path / "run") == scores
 

@@ -279,3 +279,29 @@ def test_a_share_of_0_of_20_prints_its_wilson_interval():
     assert line.startswith("em-f1: em 0.0000 ± n/a [0.0000, 0.1611] f1 0.0000 ± n/a [0.0000, 0.1611]")
     ds, scores = _hotpot(lambda i: i > 0)
     assert summary_lines(scores)[0].startswith("em-f1: em 0.9500 ± 0.0500 [0.7639, 0.9911]")
+
+
+def test_qampari_threshold_shares_get_wilson_at_0_of_n_and_n_of_n():
+    """set-f1's F1>=0.5 and recall>=0.8 are shares of questions (the means of the indicators f1>=0.5,
+    recall>=0.8): Wilson like every other share, at 0/n and n/n too (bootstrapped, every resample gave
+    one value: no interval at all), equal to statsmodels; a question at F1 exactly 0.5 counts."""
+    ds = load_dataset("qampari:sample")
+    qs = ds.samples[:12]
+    texts = [[a["answer_text"] for a in q.answer] for q in qs]
+    for answers, k in (
+        (["no idea"] * 12, 0),  # 0/12
+        (texts, 12),  # 12/12
+        # two right answers of 5 (F1 0.571, recall 0.4), and of 6 for the fifth question: F1 exactly 0.5 counts
+        ([t[:2] if i < 7 else ["no idea"] for i, t in enumerate(texts)], 7),
+    ):
+        scores = score_answers(ds, qs, [{"id": q.id, "answer": a} for q, a in zip(qs, answers)], ["set-f1"])
+        for key, expected in (("f1_ge_0.5", k), ("recall_ge_0.8", k if k in (0, 12) else 0)):
+            entry = scores["uncertainty"][f"set-f1.{key}"]
+            assert scores["set-f1"][key] == expected / 12
+            assert entry["method"] == "wilson" and entry["n"] == 12, entry
+            assert entry["ci95"] == pytest.approx(wilson_ref(expected, 12), abs=1e-12)
+    rows = [{"f1": 0.5, "recall": 0.8}, {"f1": 0.49, "recall": 0.79}]
+    from harness.scoring.uncertainty import leaf
+
+    assert [leaf(r, ("f1>=0.5",)) for r in rows] == [1.0, 0.0]
+    assert [leaf(r, ("recall>=0.8",)) for r in rows] == [1.0, 0.0]

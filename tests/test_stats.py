@@ -139,7 +139,8 @@ def test_every_headline_number_has_an_interval(hotpot_scores):
     assert f"em {em['value']:.4f} ± {em['stderr']:.4f} [{em['ci95'][0]:.4f}, {em['ci95'][1]:.4f}]" in line
 
 
-def test_thresholds_with_a_dot_in_their_name_are_bootstrapped():
+def test_thresholds_with_a_dot_in_their_name_are_shares_of_an_indicator():
+    """set-f1's f1_ge_0.5 (a key with a dot) is the mean of the indicator f1>=0.5: a share's interval."""
     ds = load_dataset("qampari:sample")
     qs = ds.samples[:10]
     answers = [
@@ -147,7 +148,7 @@ def test_thresholds_with_a_dot_in_their_name_are_bootstrapped():
     ]
     s = score_answers(ds, qs, answers, ["set-f1"])
     e = s["uncertainty"]["set-f1.f1_ge_0.5"]
-    assert e["value"] == s["set-f1"]["f1_ge_0.5"] and e["method"] == "bootstrap-percentile"
+    assert e["value"] == s["set-f1"]["f1_ge_0.5"] and e["method"] == "wilson" and e["per_question"] == ["f1>=0.5"]
     assert s["uncertainty"]["set-f1.f1"]["method"] == "analytic"
 
 
@@ -188,9 +189,11 @@ def test_repeats_of_a_question_are_averaged_first():
     ]
 
 
-def test_compare_bootstraps_a_number_that_is_not_a_mean():
-    """set-f1's f1_ge_0.5 (a share at a threshold, no per-question leaf): compared through the
-    metric's own aggregate on the same resamples of both runs; a run against itself: 0, p = 1."""
+def test_compare_treats_a_threshold_share_as_a_share():
+    """set-f1's f1_ge_0.5 (a share at a threshold: the mean of the indicator f1>=0.5) is compared as
+    every share is: Newcombe's paired interval, McNemar's test; a run against itself: 0, p = 1.
+    (A number that is no mean is bootstrapped through its metric's aggregate: tests/test_compare.py's
+    micro F1 plugin.)"""
     from harness.analysis.compare import compare_runs
 
     ds = load_dataset("qampari:sample")
@@ -206,7 +209,8 @@ def test_compare_bootstraps_a_number_that_is_not_a_mean():
     a, b = run("a", 0), run("b", 2)
     result = compare_runs([a, b])
     e = result["metrics"]["set-f1.f1_ge_0.5"]
-    assert e["kind"] == "aggregate"
+    assert e["kind"] == "mean" and e["diffs"][0]["interval"] == "newcombe paired score"
+    assert e["diffs"][0]["test"] == "McNemar exact"
     want = b.scores["set-f1"]["f1_ge_0.5"] - a.scores["set-f1"]["f1_ge_0.5"]
     assert e["diffs"][0]["diff"] == pytest.approx(want) and want > 0
     assert e["diffs"][0]["ci95"][0] <= want <= e["diffs"][0]["ci95"][1] and 0 < e["diffs"][0]["p"] <= 1

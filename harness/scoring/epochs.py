@@ -30,7 +30,7 @@ from typing import Any
 
 from harness.errors import ConfigError
 from harness.scoring.results import numeric_leaves
-from harness.scoring.uncertainty import compute_uncertainty, leaf
+from harness.scoring.uncertainty import compute_uncertainty, is_indicator, key_path, leaf
 
 REDUCERS = ("mean", "max", "mode")
 MEANING = {
@@ -120,9 +120,9 @@ def _reduced_row(bundle: list[Any], reducer: str, declared: list[tuple[str, ...]
 
 
 def _indicator_leaves(fn: Any) -> list[tuple[str, ...]]:
-    """The metric's declared per-question indicator leaves (``KEY==NUMBER``) as key paths."""
+    """The metric's declared per-question indicator leaves (``KEY==NUMBER``, ``KEY>=NUMBER``) as key paths."""
     sources = (getattr(fn, "per_question_leaves", None) or {}).values()
-    return [tuple(s.split(".")) for s in sources if "==" in s.split(".")[-1]]
+    return [path for path in map(key_path, sources) if is_indicator(path[-1])]
 
 
 class OverEpochs:

@@ -301,7 +301,8 @@ class SetF1Options(MetricOptions):
 
 
 @declare(accepts=(*FANOUTQA_SHAPES, "entity_list"), options=SetF1Options)
-@streamable(aggregate_set_f1)
+# the two shares are the means of per-question indicators: a share's interval (Wilson), as every share
+@streamable(aggregate_set_f1, per_question_leaves={"f1_ge_0.5": "f1>=0.5", "recall_ge_0.8": "recall>=0.8"})
 @METRICS.register("set-f1")
 def set_f1(
     questions: list,

@@ -23,22 +23,40 @@ Several rows of one question (epochs) are averaged per question first (``collaps
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Callable
 
 SECTION = "uncertainty"
 
 
+_INDICATOR = re.compile(r"^(.+?)(==|>=)(-?\d+(?:\.\d+)?)$")
+
+
+def key_path(text: str) -> tuple[str, ...]:
+    """A declared leaf's key path: split at each dot not followed by a digit (``acc.loose`` is two
+    keys; set-f1's ``f1_ge_0.5`` and the indicator ``f1>=0.5`` are one)."""
+    return tuple(re.split(r"\.(?!\d)", text))
+
+
+def is_indicator(key: str) -> bool:
+    """Whether a last key is an indicator, ``KEY==NUMBER`` or ``KEY>=NUMBER``."""
+    return _INDICATOR.match(key) is not None
+
+
 def leaf(values: Any, path: tuple[str, ...] | list[str] | str) -> Any:
     """The value at ``path`` (a tuple of keys: a key may hold a dot, as set-f1's ``f1_ge_0.5``). A
-    last key ``KEY==NUMBER`` is the indicator 1.0/0.0 of that value (fanoutqa-string's strict
-    accuracy is the mean of ``acc==1``: analytic, not bootstrapped)."""
+    last key ``KEY==NUMBER`` or ``KEY>=NUMBER`` is the indicator 1.0/0.0 of that value (fanoutqa-string's
+    strict accuracy is the mean of ``acc==1``, set-f1's ``f1_ge_0.5`` the mean of ``f1>=0.5``: shares,
+    with a share's interval, not bootstrapped)."""
     parts = path.split(".") if isinstance(path, str) else list(path)
     for i, part in enumerate(parts):
-        if i == len(parts) - 1 and "==" in part and isinstance(values, dict) and part not in values:
-            key, target = part.split("==", 1)
+        found = _INDICATOR.match(part) if i == len(parts) - 1 else None
+        if found and isinstance(values, dict) and part not in values:
+            key, op, target = found.groups()
             if key not in values or not isinstance(values[key], (bool, int, float)):
                 return None
-            return 1.0 if float(values[key]) == float(target) else 0.0
+            value = float(values[key])
+            return 1.0 if (value == float(target) if op == "==" else value >= float(target)) else 0.0
         if not isinstance(values, dict) or part not in values:
             return None
         values = values[part]
@@ -81,7 +99,7 @@ def declared_sources(fn: Any, aggregate: dict[str, Any] | None = None) -> dict[t
     """{aggregate key path: per-question key path} the metric declares: its ``per_question_leaves``,
     and those ``fn.per_question_paths(aggregate)`` gives (key paths whose keys may hold dots)."""
     declared = {
-        tuple(k.split(".")): tuple(v.split(".")) for k, v in (getattr(fn, "per_question_leaves", None) or {}).items()
+        key_path(k): key_path(v) for k, v in (getattr(fn, "per_question_leaves", None) or {}).items()
     }
     paths = getattr(fn, "per_question_paths", None)
     if paths is not None and isinstance(aggregate, dict):
