@@ -305,3 +305,28 @@ def test_qampari_threshold_shares_get_wilson_at_0_of_n_and_n_of_n():
 
     assert [leaf(r, ("f1>=0.5",)) for r in rows] == [1.0, 0.0]
     assert [leaf(r, ("recall>=0.8",)) for r in rows] == [1.0, 0.0]
+
+
+def test_an_interval_that_excludes_0_beside_p_above_005_says_where_each_comes_from():
+    """Five real HotpotQA questions, each answered better by B (a word of the answer against nothing
+    right): the bootstrap interval of the F1 difference excludes 0, the exact sign-flip test gives
+    p = 2/32 = 0.0625. compare says which procedure each comes from (console and table notes);
+    where they agree nothing is added."""
+    from harness.analysis.compare import comparison_grid, disagreement_note
+
+    ds = load_dataset("hotpotqa:dev")
+    qs = [q for q in ds.samples if len(str(q.answer).split()) >= 2][:5]
+    a = score_answers(ds, qs, [{"id": q.id, "answer": "no idea"} for q in qs], ["em-f1"])
+    b = score_answers(ds, qs, [{"id": q.id, "answer": str(q.answer).split()[0]} for q in qs], ["em-f1"])
+    result = compare_runs([loaded_run("a", a, ds), loaded_run("b", b, ds)])
+    d = result["metrics"]["em-f1.f1"]["diffs"][0]
+    assert d["ci95"][0] > 0 and d["p"] == pytest.approx(2 / 32) and d["test"] == "sign-flip permutation (exact)"
+    note = disagreement_note(d)
+    assert note.startswith("the interval excludes 0 while p = 0.0625 >= 0.05")
+    assert "percentile bootstrap that resamples the questions" in note and "sign-flip permutation test" in note
+    assert note in format_comparison(result, headline_only=False)
+    assert any(note in line for line in comparison_grid(result, headline_only=False).notes)
+    # the other way round: an interval around 0 beside p < 0.05
+    flipped = {**d, "ci95": [-0.01, 0.2], "p": 0.03}
+    assert disagreement_note(flipped).startswith("the interval includes 0 while p = 0.03 < 0.05")
+    assert disagreement_note({**d, "p": 0.01}) is None and disagreement_note({**d, "ci95": [-0.1, 0.2]}) is None

@@ -577,6 +577,43 @@ def min_p_note(d: dict[str, Any], alpha: float = ALPHA) -> str | None:
     )
 
 
+# what each procedure does, for the note where the interval and the p-value seem to disagree
+_INTERVALS = {
+    "newcombe paired score": "Newcombe's paired score interval (from the two runs' Wilson intervals)",
+    "paired bootstrap-percentile": "a percentile bootstrap that resamples the questions",
+    "paired bootstrap-percentile-clustered": "a percentile bootstrap that resamples whole clusters",
+}
+_TESTS = {
+    "McNemar exact": "McNemar's exact test on the questions only one run got right",
+    "sign-flip permutation (exact)": "a sign-flip permutation test of the per-{unit} differences",
+    "sign-flip permutation (Monte Carlo)": "a sign-flip permutation test of the per-{unit} differences",
+    "paired swap permutation": "a permutation test that swaps each question's two rows between the runs",
+    "paired swap permutation of whole clusters": "a permutation test that swaps whole clusters between the runs",
+}
+
+
+def disagreement_note(d: dict[str, Any], alpha: float = ALPHA) -> str | None:
+    """Where the 95% interval excludes 0 beside p >= alpha (or includes 0 beside p < alpha): which
+    procedure each comes from. They are two procedures, not one: near the threshold they can
+    disagree (a percentile bootstrap is narrow at small n), and significance here follows the test."""
+    ci, p = d.get("ci95"), d.get("p")
+    if not ci or p is None or any(v is None for v in ci):
+        return None
+    excludes = ci[0] > 0 or ci[1] < 0
+    if excludes == (p < alpha):
+        return None
+    interval = d.get("interval") or "the interval"
+    test = d.get("test") or "the test"
+    unit = (d.get("test_detail") or {}).get("unit") or "question"
+    said = "excludes 0" if excludes else "includes 0"
+    from_test = _TESTS.get(test, test).replace("{unit}", unit)
+    return (
+        f"the interval {said} while p = {p:.4g} {'>=' if excludes else '<'} {alpha}: the interval is "
+        f"{_INTERVALS.get(interval, interval)}, the p-value {from_test}; two procedures that can disagree "
+        "near the threshold, and significance follows the test"
+    )
+
+
 def _shown(result: dict[str, Any], headline_only: bool) -> list[str]:
     from harness.analysis.leaderboard import is_headline
 
@@ -615,9 +652,9 @@ def format_comparison(result: dict[str, Any], headline_only: bool = True) -> str
             mark = "significant" if d["significant"] else "not significant"
             ci = _ci(d["ci95"]) or f"[n/a: {d.get('note') or 'no interval'}]"
             lines.append(f"  {name}  {d['diff']:+.4f} {ci}  {p_text(d)} ({d['test']}; {mark} at {result['alpha']})")
-            note = min_p_note(d, result["alpha"])
-            if note:
-                lines.append(f"    {note}")
+            for note in (min_p_note(d, result["alpha"]), disagreement_note(d, result["alpha"])):
+                if note:
+                    lines.append(f"    {note}")
             if d["most_changed"]:
                 moved = ", ".join(
                     f"{c['question_id']} {_fmt(c['baseline'], 2)}->{_fmt(c['run'], 2)}" for c in d["most_changed"]
@@ -677,9 +714,9 @@ def comparison_grid(result: dict[str, Any], headline_only: bool = True) -> Any:
                     Cell(value="yes" if d["significant"] else "no"),
                     Cell(value=d["test"]),
                 ]
-                note = min_p_note(d, result["alpha"])
-                if note:
-                    notes.append(f"{display_name(key)}, {run_letter(i)} vs A: {note}")
+                for note in (min_p_note(d, result["alpha"]), disagreement_note(d, result["alpha"])):
+                    if note:
+                        notes.append(f"{display_name(key)}, {run_letter(i)} vs A: {note}")
             rows.append(
                 [
                     Cell(value=key),
