@@ -72,7 +72,8 @@ def test_three_epochs_reduce_per_question_and_resume(tmp_path, script, capsys):
     script.requests.clear()
     results = run(tmp_path, epochs=4, epoch_reducer="max", cache=False)
     assert len(script.requests) == 4 and {req["params"].seed for req in script.requests} == {3}
-    assert results["run_id"] == json.loads((tmp_path / "run" / "config.json").read_text())["config_hash"][:12]
+    claim = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert results["run_id"] == claim["run_id"] and results["run_id"].startswith(claim["config_hash"][:12] + "-")
     assert results["scores"]["em-f1"]["em"] == 1.0  # max over epochs: pass@4-like
     assert results["scores"]["epochs"]["reducer"] == "max" and results["scores"]["epochs"]["n"] == 4
 

@@ -16,6 +16,7 @@ import pytest
 from harness.cli import main
 from harness.datasets import load_dataset
 from harness.execution.config import RunConfig, build_config
+from harness.execution.paths import portable_text
 from harness.models.scripted import register_script, unregister_script
 from wiki_snapshot.builders import build_snapshot
 from wiki_snapshot.builders.fanoutqa_cache import FanOutQACacheBuilder
@@ -152,7 +153,8 @@ def test_accepted_with_the_option_recorded_in_results_and_run_key(spaces, answer
     assert r["config"]["search_space"] == "evidence-only"
     assert space["backend"] == "wiki-snapshot" and space["pages"] == 991 and space["redirects"] == 0
     assert space["scope"] == "dataset-contexts" and space["scope_dataset"] == CONTEXTS and space["evidence_only"]
-    assert space["source"] == str(HOTPOT) and space["path"] == str(spaces["contexts"])
+    # paths as results.json writes them (tests/fixtures/... from the repository, never a home directory)
+    assert space["source"] == portable_text(str(HOTPOT)) and space["path"] == portable_text(str(spaces["contexts"]))
     assert f"search space: {space['label']}" in printed.splitlines()
     claim = json.loads((out / "config.json").read_text())
     assert claim["config"]["search_space"] == "evidence-only"
@@ -162,7 +164,7 @@ def test_accepted_with_the_option_recorded_in_results_and_run_key(spaces, answer
     assert with_it.identity()["search_space"] == "evidence-only" and "search_space" not in without.identity()
     assert with_it.config_hash() != without.config_hash()
     recorded = RunConfig.model_validate(claim["config"])
-    extra = {k: v for k, v in claim.items() if k not in ("config_hash", "config")}
+    extra = {k: v for k, v in claim.items() if k not in ("config_hash", "config", "run_id")}
     assert recorded.config_hash(extra) == r["config_hash"] == claim["config_hash"]
     assert recorded.model_copy(update={"search_space": None}).config_hash(extra) != r["config_hash"]
     # a strategy that does not search (closed-book, given the snapshot) is not refused, and records the space too

@@ -22,6 +22,7 @@ import yaml
 from harness.cli import main
 from harness.datasets import load_dataset
 from harness.execution.config import build_config
+from harness.execution.paths import portable_text
 from harness.execution.selection import select_samples, shard_of
 from harness.models.scripted import register_script
 
@@ -99,9 +100,11 @@ def assert_equals_whole(merged: Path, whole: Path, ignore=TIMING):
     assert rows(merged, "failures.jsonl", ignore) == rows(whole, "failures.jsonl", ignore)
     m, w = results(merged), results(whole)
     assert m["scores"] == w["scores"]  # every number, every interval, the raw rows and breakdowns
-    for key in ("counts", "tokens", "model_calls", "sample_ids", "outcomes", "run_id", "config_hash", "dataset",
+    for key in ("counts", "tokens", "model_calls", "sample_ids", "outcomes", "config_hash", "dataset",
                 "max_tokens_source"):  # as the shards recorded it, not as their config reads back
         assert m[key] == w[key], key
+    # one key; each directory its own run id (the key's 12 characters first)
+    assert m["run_id"] != w["run_id"] and m["run_id"][:13] == w["run_id"][:13] == m["config_hash"][:12] + "-"
     return m, w
 
 
@@ -140,7 +143,7 @@ def test_merged_shards_equal_the_whole_run(runs, capsys):
     assert merged["max_tokens_source"] == "default 512"  # read back, its config has max_tokens set
     assert merged["counts"] == {"selected": 40, "questions": 20, "epochs": 2, "finished": 40, "failed": 0,
                                 "pending": 0, "truncated_output": 0}  # fmt: skip
-    assert merged["config"]["shard"] is None and merged["config"]["out"] == str(runs / "merged")
+    assert merged["config"]["shard"] is None and merged["config"]["out"] == portable_text(str(runs / "merged"))
     assert merged["model"] == w["model"]
     assert [(i["number"], i["shard"], i["shard_number"]) for i in merged["invocations"]] == [
         (1, "1/3", 1), (2, "2/3", 1), (3, "3/3", 1)

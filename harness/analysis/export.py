@@ -81,6 +81,7 @@ class RunForExport:
 
     def __init__(self, run_dir: Path):
         from harness.datasets import load_dataset
+        from harness.execution.paths import recorded_path
         from harness.execution.record import read_results
         from harness.records import RESULTS_FILE, load_finished
 
@@ -102,7 +103,7 @@ class RunForExport:
         check_strategy_implements(run_dir, results.agent_name, results.agent.settings if results.agent else None, self.setting)
         self.context_size = results.context_size
         self.native_tool_calling = results.native_tool_calling
-        test = load_dataset(dataset.spec, results.config.data_path)
+        test = load_dataset(dataset.spec, recorded_path(results.config.data_path, run_dir, results.config.out))
         if test.info.sha256 != dataset.sha256:
             raise HarnessError(f"{run_dir}: {dataset.spec} changed since the run (sha256 differs)")
         finished = load_finished(run_dir)

@@ -28,6 +28,7 @@ from typing import Any
 
 from harness.errors import HarnessError
 from harness.execution.config import RunConfig, parse_shard
+from harness.execution.paths import directory_run_id, portable_record, recorded_path
 from harness.execution.record import RunClaim, RunResults
 from harness.records import (
     CONFIG_FILE,
@@ -225,7 +226,8 @@ def _write_merged(shards: list[Shard], tmp: Path, out: Path) -> RunResults:
     first = shards[0]
     config = first.config.model_copy(update={"shard": None, "out": str(out), "only_failed": False})
     claim = first.claim.model_dump(mode="json") if first.claim is not None else {}
-    claim.update(config_hash=first.config_hash, config=config.model_dump(mode="json"))
+    run_id = directory_run_id(first.config_hash, out, now_iso())  # the merged directory's run, not a shard's
+    claim.update(config_hash=first.config_hash, run_id=run_id, config=config.model_dump(mode="json"))
     write_json_atomic(tmp / CONFIG_FILE, claim)
     ok_rows = [row for shard in shards for row in shard.ok_rows]
     failure_rows = [row for shard in shards for row in shard.failure_rows]
@@ -273,7 +275,7 @@ def _write_merged(shards: list[Shard], tmp: Path, out: Path) -> RunResults:
     pending = len(keys) - len(done) - len(failed)
     status = "complete" if not failed and not pending else "budget_exhausted" if stopped_on_budget else "incomplete"
     record = build_results(
-        run_id=first.config_hash[:12],
+        run_id=run_id,
         config_hash=first.config_hash,
         status=status,
         config=config,
@@ -302,6 +304,7 @@ def _write_merged(shards: list[Shard], tmp: Path, out: Path) -> RunResults:
     space = _merged_search_space(shards, config, selected)
     if space is not None:
         record.search_space = space
+    record = portable_record(record)
     write_json_atomic(tmp / RESULTS_FILE, record.model_dump(mode="json", exclude_unset=True))
     return record
 
@@ -319,7 +322,7 @@ def _merged_search_space(shards: list[Shard], config, selected: list):
     try:
         from wiki_snapshot import open_wiki
 
-        wiki = open_wiki(config.snapshot)
+        wiki = open_wiki(recorded_path(config.snapshot, shards[0].path, shards[0].config.out))
     except Exception:  # noqa: BLE001 - moved or unreadable here: said in the record
         facts = recorded.model_dump()
         facts.update(gold_pages=None, gold_share=None, gold_needed=None)

@@ -22,6 +22,7 @@ from harness.execution.attempt import SampleAttempts
 from harness.execution.config import RunConfig
 from harness.execution.cost import Budget, load_price_table, pricing_for, run_cost, spent_in_records
 from harness.execution.lock import RunLock
+from harness.execution.paths import directory_run_id, portable, portable_record
 from harness.execution.progress import Progress
 from harness.execution.record import RunResults, read_results, results_dict, write_results
 from harness.execution.scoring import run_metrics, score_records, stopped_reason
@@ -339,6 +340,9 @@ class Run:
             old = read_json(cfg_path)
             if old.get("config_hash") != self.config_hash:
                 raise ConfigError(self._other_run(old))
+            # the directory's run: its id as claimed (a directory claimed before ids had one: the key's)
+            if isinstance(old.get("run_id"), str) and old["run_id"].startswith(self.config_hash[:12]):
+                self.run_id = old["run_id"]
             held = (old.get("config") or {}).get("shard") if isinstance(old.get("config"), dict) else None
             if held != self.config.shard:  # what `harness merge` reads a directory's part of the run from
                 raise ConfigError(
@@ -366,9 +370,11 @@ class Run:
         )
         try:
             claim = RunClaim.model_validate(old)
-            extra = {k: v for k, v in old.items() if k not in ("config_hash", "config")}
-            changes = identity_changes(
-                claim.config.identity(extra), self.config.identity(self.hash_extra), self.config.model_dump(mode="json")
+            extra = {k: v for k, v in old.items() if k not in ("config_hash", "config", "run_id")}
+            changes = identity_changes(  # this configuration's paths as the claim writes them
+                claim.config.identity(extra),
+                portable(self.config.identity(self.hash_extra)),
+                portable(self.config.model_dump(mode="json")),
             )
         except Exception:  # noqa: BLE001 - an unreadable claim: the refusal without the differences
             return f"{head}. {ways}"
@@ -379,10 +385,10 @@ class Run:
     def _claim_run_dir(self) -> None:
         cfg_path = self.run_dir / CONFIG_FILE
         if not cfg_path.exists():
-            write_json_atomic(
-                cfg_path,
-                {"config_hash": self.config_hash, "config": self.config.model_dump(mode="json"), **self.hash_extra},
-            )
+            self.run_id = directory_run_id(self.config_hash, self.run_dir, now_iso())
+            config = self.config.model_dump(mode="json")
+            claim = {"config_hash": self.config_hash, "run_id": self.run_id, "config": config}
+            write_json_atomic(cfg_path, portable({**claim, **self.hash_extra}))  # no home directory in it
 
     # the loop --------------------------------------------------------------------
     def _start_scorer_early(self):
@@ -522,6 +528,7 @@ class Run:
                     self.invocation["status"] = status
                     invocations.append(self.invocation)
                     record = self._results(finished, failures, status, model_info, invocations, previous)
+                    record = portable_record(record)  # no home directory in it
                     write_results(self.run_dir / RESULTS_FILE, record)
                     results = results_dict(record)
             finally:

@@ -194,14 +194,22 @@ def run_config(results: RunResults | None, claim: RunClaim | None) -> RunConfig:
     raise HarnessError("the run records no configuration")
 
 
-def load_run_dataset(results: RunResults | None, claim: RunClaim | None = None, data_path: str | None = None) -> Dataset:
+def load_run_dataset(
+    results: RunResults | None,
+    claim: RunClaim | None = None,
+    data_path: str | None = None,
+    run_dir: str | Path | None = None,
+) -> Dataset:
     """The dataset a run read, loaded again: its recorded spec (``NAME:SPLIT@VERSION[+file]``) and
     ``--data-path`` file (``data_path`` overrides the recorded one, e.g. after a move), refused
-    unless its sha256 is the one recorded."""
+    unless its sha256 is the one recorded. A recorded path relative to the run's working directory
+    is found from ``run_dir`` too (``paths.recorded_path``)."""
+    from harness.execution.paths import recorded_path
+
     config = run_config(results, claim)
     spec = (results.dataset.spec if results else None) or (claim.dataset_resolved if claim else None) or config.dataset
     sha256 = (results.dataset.sha256 if results else None) or (claim.dataset_sha256 if claim else None)
-    path = data_path or config.data_path
+    path = data_path or recorded_path(config.data_path, run_dir, config.out)
     try:
         dataset = load_dataset(spec, path)
     except DatasetError as exc:
@@ -216,8 +224,13 @@ def load_run_dataset(results: RunResults | None, claim: RunClaim | None = None, 
 
 
 def recorded_options(config: RunConfig) -> ScoringOptions:
-    """The scoring options the run was made with (judge, BLEURT checkpoint, response cache)."""
-    return config.scoring_options()
+    """The scoring options the run was made with (judge, BLEURT checkpoint, response cache), their
+    recorded paths read back (``paths.recorded_path``)."""
+    from harness.execution.paths import recorded_path
+
+    options = config.scoring_options()
+    paths = {k: recorded_path(getattr(options, k)) for k in ("cache_path", "bleurt_checkpoint")}
+    return options.model_copy(update=paths)
 
 
 def score_run(
@@ -237,7 +250,7 @@ def score_run(
     run_dir = Path(run_dir)
     results, claimed = read_run_files(run_dir)
     config = run_config(results, claimed)
-    dataset = load_run_dataset(results, claimed, data_path)
+    dataset = load_run_dataset(results, claimed, data_path, run_dir)
     if not dataset.info.has_answers:
         raise HarnessError(f"{dataset.info.spec()} has no reference answers; export the generations to score them")
     if results is not None and "sample_ids" in results.model_fields_set:
@@ -328,6 +341,7 @@ def rescore_run(
     holds the metrics scored now alone."""
     from harness.execution.cost import refresh_judge_cost
     from harness.execution.lock import RunLock
+    from harness.execution.paths import portable_record
     from harness.records import write_json_atomic
 
     run_dir = Path(run_dir)
@@ -354,7 +368,7 @@ def rescore_run(
         data.update(results_format=RESULTS_FORMAT, scores=scores)  # written in this harness's format
         if results.cost is not None:  # a judge named now has a cost of its own
             data["cost"] = refresh_judge_cost(data["cost"], results.config.price_table, scores)
-        record = parse_results(data, run_dir / RESULTS_FILE)  # what is written validates
+        record = portable_record(parse_results(data, run_dir / RESULTS_FILE))  # what is written validates
         write_json_atomic(run_dir / RESULTS_FILE, record.model_dump(mode="json", exclude_unset=True))
     return Rescored(scores, True, scored, kept, dropped)
 
