@@ -100,26 +100,31 @@ def test_ablation_figure_of_two_folders(two_sweeps):
     assert [p.key for p in spec.panels] == HOTPOT and [p.title for p in spec.panels] == ["EM", "F1"]
     em = spec.panels[0]
     assert em.positions == [1024, 2048, 4096] and em.position_labels == ["1k", "2k", "4k"] and em.log2
-    assert em.value_lim == (-0.02, 1.02) and em.ceiling == "strict" and spec.panels[1].ceiling == "loose"
-    small, large, *ceilings = em.lines
+    assert em.value_lim == (-0.02, 1.02) and em.ceiling is None and spec.panels[1].ceiling is None  # not their measure
+    small, large = em.lines
     assert (small.label, large.label) == ("local/smollm2", "openai/gpt-4o")
     # the size that answered nothing is a gap, not the 0.0 its row holds
     assert [p.y for p in small.points] == [0.2, 0.4, None]
     assert (small.points[0].lo, small.points[0].hi) == (0.0, pytest.approx(0.4))
     assert small.points[2].lo is None and "context size 4096 answered nothing" in spec.notes[0]
-    # different ceilings (each model's tokenizer packs its own): one dashed line each, in its colour
-    assert [(c.label, c.color, [p.y for p in c.points]) for c in ceilings] == [
+    # different ceilings (each model's tokenizer packs its own): one dashed line each, in its colour,
+    # on the strict accuracy panel
+    strict = ablation_spec([read_sweep(f) for f in two_sweeps], metrics=["fanoutqa-string.acc.strict"]).panels[0]
+    assert strict.ceiling == "strict" and [line.color for line in strict.lines[:2]] == [small.color, large.color]
+    assert [(c.label, c.color, [p.y for p in c.points]) for c in strict.lines[2:]] == [
         ("local/smollm2 (ceiling)", small.color, [0.25, 0.25, 0.25]),
         ("openai/gpt-4o (ceiling)", large.color, [0.3, 0.45]),
     ]
+    lines = series_lines(drawn(spec.model_copy(update={"panels": [strict]})).get_axes()[0])
+    assert list(lines) == ["local/smollm2", "openai/gpt-4o", "local/smollm2 (ceiling)", "openai/gpt-4o (ceiling)"]
+    assert lines["local/smollm2 (ceiling)"].get_linestyle() == "--" and lines["local/smollm2"].get_linestyle() == "-"
 
     fig = drawn(spec)
     axes = fig.get_axes()
     assert [ax.get_title() for ax in axes] == ["EM", "F1"] and [ax.get_ylabel() for ax in axes] == ["EM", "F1"]
     lines = series_lines(axes[0])
-    assert list(lines) == ["local/smollm2", "openai/gpt-4o", "local/smollm2 (ceiling)", "openai/gpt-4o (ceiling)"]
+    assert list(lines) == ["local/smollm2", "openai/gpt-4o"]
     assert same(lines["local/smollm2"].get_ydata(), [0.2, 0.4, None])
-    assert lines["local/smollm2 (ceiling)"].get_linestyle() == "--" and lines["local/smollm2"].get_linestyle() == "-"
     assert same(series_lines(axes[1])["openai/gpt-4o"].get_ydata(), [0.6, 0.8])
     assert axes[0].get_ylim() == pytest.approx((-0.02, 1.02)) and axes[0].get_xscale() == "log"
     assert [t.get_text() for t in axes[0].get_xticklabels()] == ["1k", "2k", "4k"]
@@ -140,26 +145,27 @@ def test_a_shared_ceiling_is_one_black_line_and_the_metric_keeps_its_scale(tmp_p
         data["agent"], data["metrics"] = name, list(rows[0]["metrics"])
         (folder / "ablation.json").write_text(json.dumps(data))
         sweeps.append(read_sweep(folder))
-    spec = ablation_spec(sweeps, metrics=["topiocqa.f1"])
-    (panel,) = spec.panels
-    assert panel.value_lim == (-2.0, 102.0) and panel.title == "F1"
+    spec = ablation_spec(sweeps, metrics=["topiocqa.f1", "fanoutqa-string.acc.loose"])
+    f1, accuracy = spec.panels
+    assert f1.value_lim == (-2.0, 102.0) and f1.title == "F1" and f1.ceiling is None  # 0-100, no ceiling
     # the same model, two agents: the agent names the line; one ceiling (they agree where both
-    # have a size) over every size, on the 0-100 scale
-    assert [line.label for line in panel.lines] == [
+    # have a size) over every size
+    assert [line.label for line in f1.lines] == ["local/smollm2, react", "local/smollm2, ircot"]
+    assert [line.label for line in accuracy.lines] == [
         "local/smollm2, react",
         "local/smollm2, ircot",
         "Answerability ceiling",
     ]
-    ceiling = panel.lines[-1]
+    ceiling = accuracy.lines[-1]
     assert ceiling.color == "black" and [(p.x, p.y) for p in ceiling.points] == [
-        (1024, 50.0),
-        (2048, 50.0),
-        (4096, 50.0),
+        (1024, 0.5),
+        (2048, 0.5),
+        (4096, 0.5),
     ]
-    ax = drawn(spec).get_axes()[0]
-    assert ax.get_ylim() == pytest.approx((-2.0, 102.0))
-    assert same(series_lines(ax)["local/smollm2, react"].get_ydata(), [30.0, 50.0])
-    assert series_lines(ax)["Answerability ceiling"].get_linestyle() == "--"
+    f1_ax, accuracy_ax = drawn(spec).get_axes()
+    assert f1_ax.get_ylim() == pytest.approx((-2.0, 102.0))
+    assert same(series_lines(f1_ax)["local/smollm2, react"].get_ydata(), [30.0, 50.0])
+    assert series_lines(accuracy_ax)["Answerability ceiling"].get_linestyle() == "--"
 
 
 def test_metric_choice_labels_and_older_files(tmp_path, two_sweeps):
@@ -332,3 +338,27 @@ def test_the_report_draws_the_run_s_scores_inline(three_runs):
     assert section.startswith('<section id="figures">') and "<svg " in section and ">EM</text>" in section
     assert not re.search(r"https?://", section)
     assert "(failed)" in _figure_section(read_results(three_runs[2]))
+
+
+def test_the_ceiling_is_drawn_only_against_the_measure_it_is(tmp_path):
+    """The answerability ceiling is FanOutQA's string accuracy of the packed documents: it is drawn
+    on the accuracy panels (loose against loose, strict against strict) and on no other, since
+    F1, EM, ROUGE and TopiOCQA's F1 match differently. The issue's sweep: F1 0.083 at 1k where not
+    one answer item was packed (ceiling 0.000)."""
+    rows = [sweep_row(1024, 0.0, 0.083, ceiling=0.0), sweep_row(2048, 0.2, 0.4, ceiling=0.5)]
+    for r in rows:
+        r["metrics"]["fanoutqa-string.rouge.rouge1.fscore"] = r["metrics"]["em-f1.f1"]
+        r["metrics"]["topiocqa.f1"] = r["metrics"]["em-f1.f1"] * 100
+    sweep = read_sweep(write_ablation(tmp_path / "one", "local/smollm2", rows))
+    keys = ["fanoutqa-string.acc.loose", "fanoutqa-string.acc.strict", "em-f1.f1", "em-f1.em"]
+    keys += ["fanoutqa-string.rouge.rouge1.fscore", "topiocqa.f1"]
+    spec = ablation_spec([sweep], metrics=keys)
+    by_key = {p.key: p for p in spec.panels}
+    assert [by_key[k].ceiling for k in keys] == ["loose", "strict", None, None, None, None]
+    for key in keys[2:]:
+        assert [line.role for line in by_key[key].lines] == ["series"], key
+    loose = by_key["fanoutqa-string.acc.loose"].lines[-1]
+    assert loose.role == "ceiling" and [(p.x, p.y) for p in loose.points] == [(1024, 0.0), (2048, 0.5)]
+    assert [p.y for p in by_key["fanoutqa-string.acc.strict"].lines[-1].points] == [0.0, 0.25]
+    axes = drawn(spec).get_axes()
+    assert [list(series_lines(ax)) for ax in axes[2:]] == [["local/smollm2"]] * 4  # no dashed line, no legend entry

@@ -8,7 +8,9 @@ import asyncio
 import csv
 import io
 import json
+import re
 import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -216,7 +218,9 @@ def test_table_latex_booktabs_bold_and_escaping(runs, tmp_path):
     assert main(["table", str(r["right"]), str(twin), str(r["half"]), str(r["broken"]), "--format", "latex", "--out", str(out)]) == 0
     tex = out.read_text()
     lines = tex.splitlines()
-    assert lines[1] == "\\begin{tabular}{lllrrrrr}" and lines[-1].startswith("%")
+    fit = "\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}{!}{%"  # scaled down only where wider
+    assert lines[1:3] == [fit, "\\begin{tabular}{lllrrrrr}"]
+    assert lines[-1].startswith("%") and "\\end{tabular}}" in lines
     assert [line for line in lines if line in ("\\toprule", "\\midrule", "\\bottomrule")] == ["\\toprule", "\\midrule", "\\bottomrule"]
     assert "Model & Setting & Agent & Context & EM & F1 & n & Failed \\\\" in lines
     body = [line for line in lines if line.endswith("\\\\") and not line.startswith("Model")]
@@ -225,6 +229,8 @@ def test_table_latex_booktabs_bold_and_escaping(runs, tmp_path):
     assert body[0].startswith(escaped + " & ") and body[1].startswith(escaped + " & ")
     assert body[0].count("\\textbf{1.000}") == 2 and body[1].count("\\textbf{1.000}") == 2  # EM and F1, tied
     assert "\\textbf" not in body[2] and "\\textbf" not in body[3]
+    # the interval on the value's second line, braced so that \\ does not take it for its [space]
+    assert body[2].split(" & ")[4] == "\\begin{tabular}[t]{@{}r@{}}0.600\\\\ {[0.231, 0.882]}\\end{tabular}"
     assert body[3].split(" & ")[4:] == ["failed", "failed", "0", "3 \\\\"]
     assert latex_escape("a_b & 50% #1 {x} ~ ^ \\ ≥") == (
         "a\\_b \\& 50\\% \\#1 \\{x\\} \\textasciitilde{} \\textasciicircum{} \\textbackslash{} $\\geq$"
@@ -316,3 +322,96 @@ def test_best_is_lowest_for_spending_and_n_a_is_never_bold():
     grid = Grid(columns=[Column(key="x", title="x", kind="score", best="high")], rows=[[Cell(value=None)], [Cell(value=0.2)]])
     mark_best(grid)  # one value: nothing to be best among
     assert not any(c.bold for row in grid.rows for c in row)
+
+
+# ---------------------------------------------------------------------------- bold, LaTeX on a page
+def test_bold_only_among_runs_scored_on_the_same_questions(runs, tmp_path):
+    """Three runs of HotpotQA over other questions (the first 3; 5 with one failed, so 4 scored)
+    and TopiOCQA scored with em-f1 too: no two are over the same questions, nothing is bold; the
+    notes say which runs share questions."""
+    root, r = runs
+    fewer = _run(tmp_path / "fewer", "tab-half", limit=3)
+    register_script("tab-flaky", lambda messages, *_: _gold(messages)[1] if _gold(messages)[0] != 1 else 1 / 0)
+    try:
+        flaky = _run(tmp_path / "flaky", "tab-flaky")
+    finally:
+        unregister_script("tab-flaky")
+    config = build_config(
+        {"model": "scripted/tab-topi", "dataset": "topiocqa:dev", "out": str(tmp_path / "topi-em"), "limit": 4,
+         "cache": False, "metrics": ["em-f1", "topiocqa"]}
+    )  # fmt: skip
+    asyncio.run(Run(config, show_progress=False).execute())
+    table = build_table([r["half"], fewer, flaky, tmp_path / "topi-em"], ["em-f1.f1"])
+    assert [row.n for row in table.rows] == [5, 3, 4, 4] and len({row.questions for row in table.rows}) == 4
+    md = render(table_grid(table), "md")
+    assert "**" not in md  # the flaky run's 1.000 over 4 questions was bold over 0.600 over 5
+    assert "bold compares only runs scored on the same questions" in md
+    # the same 5 questions: compared; the 3 of another selection stand apart
+    rows = md_rows(render(table_grid(build_table([r["right"], r["half"], fewer])), "md"))
+    assert [row[4].startswith("**") for row in rows[1:]] == [True, False, False]
+    assert rows[3][4].startswith("0.667")  # better than half's 0.600, over other questions: not bold
+    # a results.json without per-question scores: its selection and how many were answered
+    from harness.analysis.table import question_set
+    from harness.execution.record import read_results
+
+    def without_raw(path):
+        results = read_results(path)
+        results.scores.raw = []
+        return question_set(results)
+
+    assert without_raw(r["right"]) == without_raw(r["half"]) != without_raw(fewer)
+    assert without_raw(flaky).startswith("4 questions #") and without_raw(flaky) != without_raw(r["half"])
+
+
+def test_a_column_where_every_run_agrees_has_no_bold(runs, tmp_path):
+    root, r = runs
+    twin = tmp_path / "twin"  # the same answers: every number equal, 0.000 EM on every row
+    shutil.copytree(r["wrong"], twin)
+    rows = md_rows(render(table_grid(build_table([r["wrong"], twin])), "md"))
+    assert [row[4] for row in rows[1:]] == ["0.000 [0.000, 0.434]"] * 2  # no best where all agree
+    assert "**" not in "".join(map("".join, rows))
+    rows = md_rows(render(table_grid(build_table([r["right"], twin, r["wrong"]])), "md"))
+    assert [row[4].startswith("**") for row in rows[1:]] == [True, False, False]  # a best among unequal values
+
+
+def pdflatex(tex: str, tmp_path, name: str) -> tuple[str, float, float]:
+    """Compile ``tex`` as the table float of an article page; the log, and the table's width in pt
+    as typeset and at its own size (without the scaling to the line width), each measured in a box."""
+    body = "\n".join(line for line in tex.splitlines() if not line.startswith("%"))
+    lines = body.splitlines()
+    assert lines[0].startswith("\\resizebox{") and lines[-1] == "\\end{tabular}}"
+    natural = "\n".join([*lines[1:-1], "\\end{tabular}"])
+    document = (
+        "\\documentclass{article}\n\\usepackage{booktabs}\n\\usepackage{graphicx}\n\\newsavebox\\tb\n"
+        "\\begin{document}\n\\begin{table}\n\\centering\n" + body + "\n\\end{table}\n"
+        "\\sbox\\tb{" + body + "}\\typeout{TYPESET=\\the\\wd\\tb}\n"
+        "\\sbox\\tb{" + natural + "}\\typeout{NATURAL=\\the\\wd\\tb}\n\\end{document}\n"
+    )
+    (tmp_path / f"{name}.tex").write_text(document)
+    done = subprocess.run(
+        ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", f"{name}.tex"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    log = (tmp_path / f"{name}.log").read_text(errors="replace")
+    assert done.returncode == 0, log[-2000:]
+    typeset, natural_width = (float(re.search(rf"{k}=([0-9.]+)pt", log).group(1)) for k in ("TYPESET", "NATURAL"))
+    return log, typeset, natural_width
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex absent (Debian: texlive-latex-base)")
+def test_latex_tables_fit_an_article_page(runs, tmp_path):
+    """One dataset (it overflowed an article page by 169 pt) and two (408 pt), compiled: no
+    overfull line, scaled to the text width (345 pt); a table that fits keeps its own size."""
+    root, r = runs
+    widths = {}
+    for name, paths, metrics in (
+        ("one", [r["right"], r["half"], r["broken"]], None),
+        ("two", [r["right"], r["topi"], r["half"]], None),
+        ("narrow", [r["half"]], ["em-f1.em"]),
+    ):
+        log, typeset, natural = pdflatex(render(table_grid(build_table(paths, metrics)), "latex"), tmp_path, name)
+        assert "Overfull \\hbox" not in log, (name, re.findall(r"Overfull \\hbox \(([0-9.]+pt) too wide\)", log))
+        assert typeset == pytest.approx(min(natural, 345.0), abs=0.01), name  # scaled down, never up
+        widths[name] = natural
+    # intervals on a second line: the scale a page needs is 345/455 and 345/694 (it was 345/514, 345/753)
+    assert widths["one"] > 345 and widths["two"] > widths["one"] and widths["narrow"] < 345

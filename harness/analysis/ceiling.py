@@ -1,14 +1,32 @@
 """Answerability ceiling: with no model, how much of the gold answer is even present in what the
 evidence-provided setting would pack at each context size. The score is FanOutQA's own string
 accuracy of the packed documents against the reference (loose: share of answer items found;
-strict: all found), so it bounds what a perfect reader could reach at that size."""
+strict: all found), so it bounds what a perfect reader could reach at that size.
+
+It bounds that measure only (``BOUNDS``): the same ``answer_in_text`` applied to the model's answer,
+FanOutQA's loose and strict accuracy. Other metrics match differently and are not bounded by it: F1
+and ROUGE give credit for overlapping tokens with no answer item packed (a sweep measured F1 0.083
+at 1k tokens where the ceiling was 0.000), EM compares the whole answer under another normalization
+(SQuAD's, no lemmas), a judge reads meaning. Figures draw the ceiling on BOUNDS' panels alone."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from harness.execution.config import RunConfig
 from harness.errors import ConfigError, MissingEvidenceError
+
+# The metric keys the ceiling bounds, each with the ceiling of its own measure: the share of answer
+# items present (loose) or every item present (strict).
+BOUNDS: dict[str, Literal["loose", "strict"]] = {
+    "fanoutqa-string.acc.loose": "loose",
+    "fanoutqa-string.acc.strict": "strict",
+}
+
+
+def ceiling_of(key: str) -> Literal["loose", "strict"] | None:
+    """Which ceiling bounds the metric key (``BOUNDS``); None: the ceiling is not its measure."""
+    return BOUNDS.get(key)
 
 
 async def compute_ceiling(config: RunConfig, context_sizes: list[int]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from harness.analysis.ceiling import ceiling_of
 from harness.errors import HarnessError
 from harness.execution.record import RunResults, metric_names_of
 from harness.records import write_bytes_atomic
@@ -158,17 +159,11 @@ def short_size(size: float) -> str:
     return f"{size // 1024}k" if size >= 1024 and size % 1024 == 0 else str(size)
 
 
-def ceiling_kind(key: str) -> str:
-    """Which ceiling bounds a metric: all-or-nothing ones (strict accuracy, exact match) the strict
-    one (every answer item present), the rest the loose one (the share present)."""
-    leaf = key.split(".", 1)[-1]
-    return "strict" if leaf.endswith("strict") or leaf == "em" else "loose"
-
-
 # --------------------------------------------------------------------------- ablation
 def ablation_spec(sweeps: list[Sweep], metrics: list[str] | None = None, labels: list[str] | None = None) -> FigureSpec:
     """One panel per metric (default: the sweeps' headline), one line per sweep with its interval
-    band, the answerability ceiling dashed (one black line where the sweeps share it)."""
+    band, the answerability ceiling dashed (one black line where the sweeps share it) on the panels
+    of the metric it bounds (``harness.analysis.ceiling.BOUNDS``: FanOutQA's accuracy) and no other."""
     if not sweeps:
         raise HarnessError("no ablation to draw")
     available = list(dict.fromkeys(k for s in sweeps for k in [*s.keys, *s.headline]))
@@ -209,7 +204,7 @@ def ablation_spec(sweeps: list[Sweep], metrics: list[str] | None = None, labels:
                 positions=positions,
                 position_labels=[short_size(x) for x in positions],
                 log2=len(positions) > 1,
-                ceiling=ceiling_kind(key) if ceilings else None,
+                ceiling=ceiling_of(key) if ceilings else None,
                 lines=lines + ceilings,
             )
         )
@@ -223,9 +218,9 @@ def ablation_spec(sweeps: list[Sweep], metrics: list[str] | None = None, labels:
 
 
 def _ceilings(sweeps: list[Sweep], names: list[str], key: str, scale: float | None) -> list[Line]:
-    if scale is None:  # a count or an unbounded score: no share of the answer bounds it
+    kind = ceiling_of(key)
+    if kind is None or scale is None:  # the ceiling is not this metric's measure: drawn there, it would mislead
         return []
-    kind = ceiling_kind(key)
     series = []
     for i, sweep in enumerate(sweeps):
         values = {

@@ -5,7 +5,10 @@ A ``Grid`` is columns and rows of ``Cell``s. A score is printed on its metric's 
 three decimals, 0-100: one, an unbounded number by its size) with its 95% interval,
 ``0.412 [0.361, 0.465]``; a value that does not exist is ``n/a`` (never 0) and a column a row does
 not have is blank. The best value of a column that asks for it is bold (markdown ``**``, LaTeX
-``\\textbf``), compared as printed so that equal-looking numbers are all bold. CSV keeps every
+``\\textbf``) among the rows of one group (``Grid.groups``: rows over the same questions), compared
+as printed so that equal-looking numbers are all bold, and nowhere in a group whose values all
+print the same. LaTeX puts a score's interval on a second line of its cell and scales the tabular
+down to the line width where it is wider (``\\resizebox``), never up. CSV keeps every
 number unformatted, a score's interval in two more columns (``KEY.ci_low``, ``KEY.ci_high``), ``n/a``
 for no value and an empty field for a column the row lacks (both read as missing by pandas).
 """
@@ -45,6 +48,7 @@ class Grid(BaseModel):
     columns: list[Column]
     rows: list[list[Cell]]
     notes: list[str] = []
+    groups: list[str] | None = None  # per row: rows whose numbers compare (bold); None: all of them
 
 
 def format_number(value: float | int, scale: float | None = 1.0, signed: bool = False) -> str:
@@ -73,18 +77,26 @@ def _numeric(cell: Cell) -> bool:
 
 
 def mark_best(grid: Grid) -> None:
-    """Bold the best value of each column that has ``best`` (ties, as printed, all bold), where at
-    least two rows have a value."""
+    """Bold the best value of each column that has ``best`` among the rows of each group (ties, as
+    printed, all bold), where at least two rows of the group have a value and not all print the
+    same (a column of equal values has no best)."""
+    groups = grid.groups if grid.groups is not None else [""] * len(grid.rows)
+    if len(groups) != len(grid.rows):
+        raise ValueError(f"{len(groups)} groups for {len(grid.rows)} rows")
     for j, column in enumerate(grid.columns):
         if column.best is None:
             continue
-        cells = [row[j] for row in grid.rows if _numeric(row[j])]
-        if len(cells) < 2:
-            continue
-        shown = [float(format_number(c.value, c.scale)) for c in cells]
-        best = max(shown) if column.best == "high" else min(shown)
-        for cell, value in zip(cells, shown):
-            cell.bold = value == best
+        by_group: dict[str, list[Cell]] = {}
+        for row, group in zip(grid.rows, groups):
+            if _numeric(row[j]):
+                by_group.setdefault(group, []).append(row[j])
+        for cells in by_group.values():
+            shown = [float(format_number(c.value, c.scale)) for c in cells]
+            if len(set(shown)) < 2:  # one value, or all alike: nothing is best
+                continue
+            best = max(shown) if column.best == "high" else min(shown)
+            for cell, value in zip(cells, shown):
+                cell.bold = value == best
 
 
 def render(grid: Grid, fmt: str) -> str:
@@ -176,11 +188,21 @@ def _latex_number(text: str) -> str:
     return text.replace("-", "$-$") if text[:1] in "+-0123456789[" else latex_escape(text)
 
 
+# The tabular at its own width, or the line's where it is wider (graphicx evaluates \width, the
+# box's natural width, inside \resizebox's size): the only choice that fits whatever the columns.
+# Compiled in an article (text 345 pt wide), a table of two HotpotQA runs was 514 pt wide, with a
+# TopiOCQA run too 753 pt; intervals on a second line make them 455 and 694 pt, so the scale is 0.76
+# and 0.50 rather than 0.67 and 0.46. tabularx cannot fit them: a model name or a dataset spec has
+# no space to break at, and the score columns alone can be wider than the page.
+_LATEX_FIT = "\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}{!}{%"
+
+
 def _latex(grid: Grid) -> str:
     cols = _printed_columns(grid)
     spec = "".join("l" if grid.columns[j].kind == "text" else "r" for j in cols)
     lines = [
-        "% \\usepackage{booktabs}",
+        "% \\usepackage{booktabs,graphicx}",
+        _LATEX_FIT,
         f"\\begin{{tabular}}{{{spec}}}",
         "\\toprule",
         " & ".join(latex_escape(grid.columns[j].title) for j in cols) + " \\\\",
@@ -195,10 +217,12 @@ def _latex(grid: Grid) -> str:
             value = _latex_number(value) if numeric else latex_escape(value)
             after = _latex_number(after.strip()) if after else ""
             text = f"\\textbf{{{value}}}" if cell.bold else value
-            text = f"{text} {after}" if after else text
+            if after:  # the interval on a second line, braced so that \\ does not read it as [..]
+                align = "l" if column.kind == "text" else "r"
+                text = f"\\begin{{tabular}}[t]{{@{{}}{align}@{{}}}}{text}\\\\ {{{after}}}\\end{{tabular}}"
             cells.append("{" + text + "}" if text.startswith("[") else text)  # not read as \\[..]
         lines.append(" & ".join(cells) + " \\\\")
-    lines += ["\\bottomrule", "\\end{tabular}"]
+    lines += ["\\bottomrule", "\\end{tabular}}"]
     lines += [f"% {note}" for note in grid.notes]
     return "\n".join(lines)
 

@@ -3,6 +3,12 @@ setting, agent, context size), the chosen numbers each with its 95% interval, th
 answered (n) and those failed or never asked; as markdown, LaTeX (booktabs, the best value per
 column bold) or CSV (``harness.analysis.grid``).
 
+Bold compares only runs scored on the same questions (``question_set``: the dataset's spec, its
+file's sha256 and the ids of the questions scored, as results.json records them): a run of another
+dataset, of another selection or with a question failed averages over other questions, and its
+number is no better or worse than theirs. A column where every such run prints the same value has
+no best.
+
 The numbers are each dataset's headline (``harness.scoring.display.dataset_headline``) unless
 ``--metric`` names others; runs of several datasets get the union of their columns, blank where a
 run has no such number. A number without a value (a judge that was not available) is ``n/a``; a
@@ -12,7 +18,9 @@ harness versions, are never shown) and why in the notes.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
+
 from pydantic import BaseModel
 
 from harness.analysis.compare import answered_nothing, run_label
@@ -43,6 +51,7 @@ class TableRow(BaseModel):
     notes: dict[str, str] = {}  # why a number or its interval is n/a
     search_space: str | None = None  # its label (None: the run searched nothing)
     evidence_only: bool = False
+    questions: str | None = None  # the questions its numbers average over (question_set); None: unknown
 
 
 class RunTable(BaseModel):
@@ -73,6 +82,21 @@ def not_answered(results: RunResults) -> int:
     return failed + pending
 
 
+def question_set(results: RunResults) -> str:
+    """What a run's numbers average over, as ``N questions #DIGEST``: the scored questions' ids
+    (``scores.raw``), else the selection's (``sample_ids``), hashed with the dataset's spec and its
+    file's sha256; equal for two runs only when they scored the same questions of the same data."""
+    raw = results.scores.raw if results.scores is not None else []
+    ids = sorted({str(q["question_id"]) for q in raw if isinstance(q, dict) and q.get("question_id") is not None})
+    count = len(ids)
+    if not ids:  # no per-question scores: the selection, and how many of it were answered
+        answered = results.scores.meta.n_answered if results.scores is not None else None
+        ids = [*(sorted(results.sample_ids) or [f"first {results.dataset.n_selected}"]), f"answered {answered}"]
+        count = answered if answered is not None else results.dataset.n_selected
+    digest = hashlib.sha256("\n".join([results.dataset.spec, results.dataset.sha256 or "", *ids]).encode()).hexdigest()
+    return f"{count} questions #{digest[:8]}"
+
+
 def table_row(path: Path, results: RunResults) -> TableRow:
     nothing = answered_nothing(results)
     uncertainty = results.scores.uncertainty if results.scores is not None else {}
@@ -101,6 +125,7 @@ def table_row(path: Path, results: RunResults) -> TableRow:
         notes=notes,
         search_space=results.search_space_label,
         evidence_only=results.search_space is not None and results.search_space.evidence_only,
+        questions=question_set(results),
     )
 
 
@@ -178,9 +203,14 @@ def table_grid(table: RunTable) -> Grid:
         cells += [_cell(r, key) for key in table.keys]
         cells += [Cell(value=r.n), Cell(value=r.failed), Cell(value=r.status)]
         rows.append(cells)
-    grid = Grid(columns=columns, rows=rows, notes=_notes(table, titles))
+    grid = Grid(columns=columns, rows=rows, notes=_notes(table, titles), groups=[_group(r) for r in table.rows])
     mark_best(grid)
     return grid
+
+
+def _group(row: TableRow) -> str:
+    """Rows that bold compares: the same dataset and questions."""
+    return f"{row.dataset} {row.questions}" if row.questions else f"{row.dataset} n={row.n}"
 
 
 def _titles(keys: list[str]) -> dict[str, str]:
@@ -193,8 +223,22 @@ def _titles(keys: list[str]) -> dict[str, str]:
 
 def _notes(table: RunTable, titles: dict[str, str]) -> list[str]:
     notes = [
-        "Each number with its 95% interval; n: questions answered; Failed: questions that failed or were never asked."
+        "Each number with its 95% interval; n: questions answered; Failed: questions that failed or were never asked.",
+        "Bold: the best of a column among runs scored on the same questions, none where they all print the same.",
     ]
+    sets: dict[str, list[TableRow]] = {}
+    for r in table.rows:
+        if not r.failed_reason and r.values:
+            sets.setdefault(_group(r), []).append(r)
+    if len(sets) > 1:
+        names = [r.label for r in table.rows]
+        named = {
+            id(r): r.label if names.count(r.label) == 1 else f"{r.label} ({Path(r.path).name})" for r in table.rows
+        }
+        notes.append(
+            "The runs scored different questions, so bold compares only runs scored on the same questions: "
+            + "; ".join(f"{group}: {', '.join(named[id(r)] for r in rows)}" for group, rows in sets.items())
+        )
     if any(r.evidence_only for r in table.rows):
         notes.append(
             "Search space evidence-only: the runs searched a snapshot of the dataset's own evidence pages or contexts "

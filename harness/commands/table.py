@@ -13,8 +13,10 @@ def add_parser(sub) -> None:
             "interval on the metric's own scale, the questions answered (n) and those failed or never asked. "
             "A folder stands for every run under it (symlinks followed, each run once). Columns have display "
             "names; a run of another dataset leaves a column blank; a number without a value is n/a, and a "
-            "run that answered nothing reads failed, never 0. LaTeX uses booktabs and bolds each column's best "
-            "value (the lowest for cost, tokens and rounds); CSV keeps the numbers unformatted."
+            "run that answered nothing reads failed, never 0. Each column's best value is bold (the lowest for cost, "
+            "tokens and rounds) among runs scored on the same questions, none where they all agree. LaTeX uses "
+            "booktabs, puts intervals on a second line and scales down to the line width where wider; CSV keeps "
+            "the numbers unformatted."
         ),
     )
     p.add_argument("runs", nargs="+", metavar="RUN_OR_FOLDER", help="run directories (or results.json) and folders of runs")
