@@ -135,6 +135,7 @@ class React(Agent):
         stepped = [e for e in extras if "steps" in e]
         if stepped:
             out["steps_mean"] = sum(e["steps"] for e in stepped) / len(stepped)
+            out["steps"] = sum(e["steps"] for e in stepped)  # of which malformed_steps could not be read
             out["malformed_steps"] = sum(e["malformed_steps"] for e in stepped)
         return out or None
 

@@ -104,7 +104,10 @@ class SampleResult:
     answer: str | None
     messages: list[dict[str, Any]]
     extra: dict[str, Any] = field(default_factory=dict)  # what the strategy records; see Agent.summarize
-    outcome: str = "answered"  # how it ended (max_rounds, context_full, all_abstained, ...): row ``outcome``
+    # how it ended (max_rounds, context_full, all_abstained, ...): row ``outcome``; any but "answered" is a
+    # sample without an answer (scored as wrong, counted apart); the harness records "refused" for an
+    # "answered" whose answer is the model declining
+    outcome: str = "answered"
 
 
 class AgentContext:

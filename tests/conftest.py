@@ -23,6 +23,18 @@ def harness_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "harness", *args]
 
 
+def assert_ran(proc: subprocess.CompletedProcess, out: Path) -> None:
+    """A run of a small real model finished: exit 0, or exit 4 where no finished sample has an
+    answer (a tiny model that never calls Finish: said in one line, its samples scored as wrong)."""
+    import json
+
+    rows = [json.loads(line) for line in (Path(out) / "samples.jsonl").read_text().splitlines()]
+    answered = any((r.get("outcome") or "answered") == "answered" for r in rows)
+    assert proc.returncode == (0 if answered else 4), proc.stderr
+    if not answered:
+        assert "no sample produced an answer: " in proc.stderr.splitlines()[-1]
+
+
 def run_harness(*args: str, cwd=None, timeout=600, env=None) -> subprocess.CompletedProcess:
     full_env = dict(os.environ)
     if env:

@@ -60,8 +60,9 @@ def check_outputs(out: Path, setting: str) -> dict:
             bar = f" ± {se:.4f}" if se is not None else " ± n/a" if note else ""  # n/a: no spread, said
             assert cells[head.index(display_name(name))] == f"{value:.4f}{bar}"
         assert cells[head.index("n")] == "2" and cells[head.index("failed")] == "0"
+        assert cells[head.index("no answer")] == "0"
         assert cells[head.index("ceiling (loose)")] == f"{row['ceiling']['loose']:.4f}"
-    assert head[:3] == ["context size", "EM", "F1"] and len(head) == 8  # the rest is in ablation.json
+    assert head[:3] == ["context size", "EM", "F1"] and len(head) == 9  # the rest is in ablation.json
     return ablation
 
 

@@ -9,7 +9,7 @@ import asyncio
 import json
 
 import pytest
-from conftest import run_harness
+from conftest import assert_ran, run_harness
 
 from agents.delegate import BAD_ARGUMENTS, REFUSED, Delegate
 from harness.cli import main
@@ -415,7 +415,7 @@ def test_delegate_real_local_model(hotpot_snapshot, tmp_path):
         "--context-size", "2048", "--agent-arg", "max_rounds=2", "--agent-arg", "sub_max_rounds=1",
         "--agent-arg", "max_depth=1", "--agent-arg", "max_similarity=1", "--no-cache", "--out", str(out),
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    assert_ran(proc, out)  # 0, or 4 where the tiny model never answered
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(rows) == 2
     for row in rows:

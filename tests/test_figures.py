@@ -196,7 +196,7 @@ def test_ablation_table_is_the_headline_with_display_names(two_sweeps):
     lines = [line for line in format_table(ablation).splitlines() if line.startswith("|")]
     head = [c.strip() for c in lines[0].strip("|").split("|")]
     assert head == [
-        "context size", "EM", "F1", "ceiling (loose)", "ceiling (strict)", "n", "failed",
+        "context size", "EM", "F1", "ceiling (loose)", "ceiling (strict)", "n", "failed", "no answer",
         "change from the previous size (* significant at 0.05, Holm over the step's numbers)",
     ]  # fmt: skip
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]

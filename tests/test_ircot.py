@@ -9,7 +9,7 @@ import shutil
 from collections import Counter
 
 import pytest
-from conftest import run_harness
+from conftest import assert_ran, run_harness
 
 from agents.ircot import answer_in, next_sentence
 from harness.cli import main
@@ -51,10 +51,10 @@ def scripted():
         unregister_script(name)
 
 
-def _run(model, snapshot, out, *extra, sample_id="hotpot-dev-000"):
+def _run(model, snapshot, out, *extra, sample_id="hotpot-dev-000", rc=0):
     argv = ["run", "--model", model, "--agent", "ircot", "--dataset", "hotpotqa:dev", "--snapshot", str(snapshot), "--search-space", "evidence-only", 
             "--sample-id", sample_id, "--no-cache", "--out", str(out), *extra]  # fmt: skip
-    assert main(argv) == 0
+    assert main(argv) == rc  # 4: no sample produced an answer
     sample = json.loads((out / "samples.jsonl").read_text())
     return sample, json.loads((out / "results.json").read_text())
 
@@ -141,7 +141,7 @@ def test_answer_on_the_first_step_with_trailing_text(scripted, indexed, tmp_path
 def test_max_steps_without_an_answer(scripted, indexed, tmp_path):
     replies = ["Scott Derrickson is an American director.", "Ed Wood was an American filmmaker."]
     model, script = scripted("ircot-max", replies)
-    sample, results = _run(model, indexed, tmp_path / "run", "--agent-arg", "max_steps=2")
+    sample, results = _run(model, indexed, tmp_path / "run", "--agent-arg", "max_steps=2", rc=4)
     extra = sample["extra"]
     assert sample["answer"] is None and sample["outcome"] == "max_steps" and results["outcomes"]["max_steps"] == 1
     assert len(script.requests) == extra["steps"] == 2 and extra["chain"] == replies
@@ -153,7 +153,7 @@ def test_duplicates_skipped_and_total_capped(scripted, indexed, tmp_path):
     replies = [Q0, "Ed Wood was an American filmmaker and actor.", "Tyler Bates composed music for Scott Derrickson."]
     model, _ = scripted("ircot-cap", replies)
     sample, _ = _run(model, indexed, tmp_path / "run", "--agent-arg", "retrieval_k=3", "--agent-arg", "max_passages=4",
-                     "--agent-arg", "max_steps=3")  # fmt: skip
+                     "--agent-arg", "max_steps=3", rc=4)  # fmt: skip
     extra, trace = sample["extra"], sample["extra"]["trace"]
     assert trace[1]["query"] == Q0 and trace[1]["retrieved"] == 3
     assert trace[1]["new_passages"] == [] and trace[1]["over_cap"] == 0
@@ -165,7 +165,7 @@ def test_duplicates_skipped_and_total_capped(scripted, indexed, tmp_path):
 def test_repeated_chain_and_empty_reply(scripted, indexed, tmp_path):
     first = "Scott Derrickson is an American director."
     model, _ = scripted("ircot-repeat", [first, f"{first} Ed Wood was an American filmmaker.", "   "])
-    sample, _ = _run(model, indexed, tmp_path / "run")
+    sample, _ = _run(model, indexed, tmp_path / "run", rc=4)
     extra, trace = sample["extra"], sample["extra"]["trace"]
     assert extra["chain"] == [first, "Ed Wood was an American filmmaker."]
     assert trace[2]["repeated_sentences_skipped"] == 1
@@ -238,7 +238,7 @@ def test_ircot_smollm2_two_questions(indexed, tmp_path):
         "--limit", "2", "--max-tokens", "32", "--n-threads", "2", "--agent-arg", "max_steps=3",
         "--agent-arg", "retrieval_k=3", "--no-cache", "--out", str(out),
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    assert_ran(proc, out)  # 0, or 4 where the tiny model never answered
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 2
     for s in samples:

@@ -4,7 +4,7 @@ built from real Wikipedia paragraphs (HotpotQA dev, tests/fixtures)."""
 import json
 
 import pytest
-from conftest import run_harness
+from conftest import assert_ran, run_harness
 
 
 def run_hotpot(hotpot_snapshot, out, *args):
@@ -66,7 +66,7 @@ def test_open_book_native_tool_calls_real_model(hotpot_snapshot, tmp_path):
     proc = run_hotpot(
         hotpot_snapshot, out, "--setting", "open-book", "--limit", "2", "--max-tokens", "48", "--agent-arg", "max_rounds=3"
     )
-    assert proc.returncode == 0, proc.stderr
+    assert_ran(proc, out)  # 0, or 4 where the tiny model never answered
     for s in samples(out):
         msgs = s["messages"]
         assert msgs[0]["content"].startswith(
@@ -103,7 +103,7 @@ def test_open_book_native_through_llamacpp_server(hotpot_snapshot, tmp_path):
         "48",
         "--agent-arg", "max_rounds=2",
     )
-    assert proc.returncode == 0, proc.stderr
+    assert_ran(proc, out)  # 0, or 4 where the tiny model never answered
     s = samples(out)[0]
     assert s["messages"][1]["tool_calls"][0]["function"]["name"] == "search"
     assert s["messages"][2]["role"] == "tool" and len(s["extra"]["searches"]) >= 1
@@ -130,7 +130,7 @@ def test_open_book_text_protocol_real_model(hotpot_snapshot, tmp_path, repeat):
         "--agent-arg", "max_rounds=3",
         *(["--agent-arg", "repeat_question=true"] if repeat else []),
     )
-    assert proc.returncode == 0, proc.stderr
+    assert_ran(proc, out)  # 0, or 4 where the tiny model never answered
     found_any = False
     for s in samples(out):
         msgs = s["messages"]

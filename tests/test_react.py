@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import run_harness
+from conftest import assert_ran, run_harness
 
 from agents.react import correction, parse_step
 from harness.cli import main
@@ -35,10 +35,10 @@ def scripted():
         unregister_script(name)
 
 
-def _run(model, snapshot, out, *extra):
+def _run(model, snapshot, out, *extra, rc=0):
     argv = ["run", "--model", model, "--agent", "react", "--dataset", "hotpotqa:dev", "--snapshot", str(snapshot), "--search-space", "evidence-only", 
             "--limit", "1", "--no-cache", "--out", str(out), *extra]  # fmt: skip
-    assert main(argv) == 0
+    assert main(argv) == rc
     sample = json.loads((out / "samples.jsonl").read_text())
     return sample, json.loads((out / "results.json").read_text())
 
@@ -200,7 +200,7 @@ def test_malformed_steps_are_counted_corrected_and_never_the_answer(scripted, ho
 )
 def test_max_steps_without_finish_is_unanswered(scripted, hotpot_snapshot, tmp_path, reply, knobs, steps, searches, malformed):  # fmt: skip
     model, script = scripted(f"react-max-{steps}-{malformed}", [reply])
-    sample, results = _run(model, hotpot_snapshot, tmp_path / "run", *knobs)
+    sample, results = _run(model, hotpot_snapshot, tmp_path / "run", *knobs, rc=4)  # no sample produced an answer
     extra = sample["extra"]
     assert sample["answer"] is None and sample["outcome"] == "max_steps"
     assert extra["steps"] == len(extra["trace"]) == len(script.requests) == steps
@@ -218,7 +218,7 @@ def test_a_full_context_ends_the_sample(scripted, hotpot_snapshot, tmp_path):
     """The prompt fits, the first observation (up to half the context) does not leave room for the
     next reply: the sample ends as context_full, never cut silently."""
     model, _ = scripted("react-full-context", ["Thought 1: x\nAction 1: Search[Scott Derrickson]"])
-    sample, _ = _run(model, hotpot_snapshot, tmp_path / "run", "--context-size", "850", "--max-tokens", "300")
+    sample, _ = _run(model, hotpot_snapshot, tmp_path / "run", "--context-size", "850", "--max-tokens", "300", rc=4)
     assert sample["outcome"] == "context_full" and sample["answer"] is None
     assert sample["extra"]["steps"] == 1 and len(sample["extra"]["searches"]) == 1
 
@@ -271,7 +271,7 @@ def test_react_smollm2_two_questions(hotpot_snapshot, tmp_path):
         str(hotpot_snapshot), "--search-space", "evidence-only", "--limit", "2", "--max-tokens", "48", "--n-threads", "2", "--agent-arg", "max_steps=3",
         "--no-cache", "--out", str(out),
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    assert_ran(proc, out)  # 0, or 4 where the tiny model never called Finish
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 2
     for s in samples:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_harness
+from conftest import assert_ran, run_harness
 
 from agents.retrieve_classify import judge
 from agents.retrieve_read_each import parse_answers, union
@@ -49,10 +49,12 @@ def run_hotpot(snapshot, out, *args, evidence_only=True):
     """evidence_only: the snapshot records that it holds HotpotQA's contexts (one built from HotpotQA's
     own file); a subset written as plain records is a whole source by its metadata."""
     space = ["--search-space", "evidence-only"] if evidence_only else []
-    return ok(
+    proc = run_harness(
         "run", "--setting", "retrieve-read", "--dataset", "hotpotqa:dev", "--snapshot", str(snapshot),
         *space, "--out", str(out), "--max-tokens", "16", *args,
     )  # fmt: skip
+    assert_ran(proc, out)  # 0, or 4 where every reading abstained (retrieve-read-each)
+    return proc
 
 
 def check_retrieval(s, k):

@@ -19,11 +19,11 @@ from pydantic import ValidationError
 
 from harness.analysis.figures import Sweep, SweepPoint, ablation_spec, save
 from harness.analysis.leaderboard import is_headline
+from harness.analysis.row import RunRow
 from harness.errors import ConfigError, HarnessError
 from harness.execution.record import FailureNote, RunResults, metric_names_of, read_results
 from harness.records import read_json, write_bytes_atomic
 from harness.scoring.display import dataset_headline, display_name
-from harness.scoring.results import score_values
 
 SETTINGS = ("evidence-provided", "open-book")
 ABLATION_JSON, ABLATION_MD, ABLATION_PNG = "ablation.json", "ablation.md", "ablation.png"
@@ -48,7 +48,8 @@ def max_supported_context(model: str) -> int | None:
 
 
 def _row(size: int, run_dir: Path, results: RunResults, ceiling_row: dict[str, Any] | None) -> dict[str, Any]:
-    metrics = score_values(results.scores_dict())  # counts (topiocqa.turns) are not plotted
+    row = RunRow.of(results, run_dir)
+    metrics = row.metrics  # counts (topiocqa.turns) are not plotted; nothing scored: null, never 0
     errors = results.scores.uncertainty if results.scores is not None else {}
     return {
         "context_size": size,
@@ -56,6 +57,11 @@ def _row(size: int, run_dir: Path, results: RunResults, ceiling_row: dict[str, A
         "run_id": results.run_id,
         "status": results.status,
         "counts": results.counts.model_dump(mode="json", exclude_unset=True),
+        # questions scored (0: nothing to measure), samples answered, and those without an answer, said
+        "scored": row.scored,
+        "answered": row.answered,
+        "no_answer": row.outcomes.unanswered,
+        "no_answer_note": row.outcomes.note(),
         "metrics": metrics,
         "uncertainty": {
             m: {k: errors[m].get(k) for k in ("stderr", "ci95", "method", "note")} for m in metrics if m in errors
@@ -126,10 +132,12 @@ def _step_text(step: dict[str, Any] | None, keys: list[str]) -> str:
 
 def format_table(ablation: dict[str, Any]) -> str:
     """The sweep as a markdown table: per size, the headline metrics (display names) with their
-    standard errors, the ceiling, questions answered and failed, the change from the previous size.
-    Every other number is in ablation.json. A size that answered nothing has no value (n/a)."""
+    standard errors, the ceiling, questions scored and failed, samples without an answer (why in the
+    notes under it), the change from the previous size. Every other number is in ablation.json. A
+    size that answered nothing has no value (n/a)."""
     keys = headline_of(ablation)
     head = ["context size", *(display_name(k) for k in keys), "ceiling (loose)", "ceiling (strict)", "n", "failed"]
+    head.append("no answer")
     head.append("change from the previous size (* significant at 0.05, Holm over the step's numbers)")
     lines = [
         (
@@ -144,10 +152,12 @@ def format_table(ablation: dict[str, Any]) -> str:
     def num(value: Any) -> str:
         return "n/a" if value is None else f"{value:.4f}"
 
+    rows = ablation["rows"]
+    notes = [f"context size {r['context_size']}: {r['no_answer_note']}" for r in rows if r.get("no_answer_note")]
     for r in ablation["rows"]:
         ceiling = r["ceiling"] or {}
         errors = r.get("uncertainty") or {}
-        answered = r["counts"]["finished"]
+        answered = _scored(r)
         cells = [str(r["context_size"])]
         for m in keys:
             value = r["metrics"].get(m) if answered else None  # nothing answered: no score, never 0
@@ -157,10 +167,17 @@ def format_table(ablation: dict[str, Any]) -> str:
             else:
                 cells.append(num(value) + (f" ± {se:.4f}" if se is not None else " ± n/a" if note else ""))
         cells += [num(ceiling.get("loose")), num(ceiling.get("strict"))]
-        cells += [str(answered), str(r["counts"]["failed"])]
+        cells += [str(answered), str(r["counts"]["failed"]), str(r.get("no_answer", "—"))]
         cells.append(_step_text(r.get("step"), keys).replace("|", "\\|"))
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, *([""] + notes if notes else [])]) + "\n"
+
+
+def _scored(row: dict[str, Any]) -> int:
+    """The questions behind a size's numbers (0: nothing to measure): recorded since the typed run
+    row; an ablation.json from before it, its finished samples."""
+    scored = row.get("scored")
+    return scored if isinstance(scored, int) else (row.get("counts") or {}).get("finished") or 0
 
 
 def _metric_names(ablation: dict[str, Any]) -> list[str]:
@@ -193,7 +210,7 @@ def sweep_of(ablation: dict[str, Any], source: str | Path) -> Sweep:
                 values=r.get("metrics") or {},
                 intervals={m: tuple(e["ci95"]) for m, e in errors.items() if e and _interval(e.get("ci95"))},
                 ceiling=r.get("ceiling"),
-                answered=(r.get("counts") or {}).get("finished"),
+                answered=_scored(r),
             )
         )
     return Sweep(

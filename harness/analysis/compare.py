@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.analysis.row import answered_nothing
 from harness.errors import HarnessError
 from harness.execution.record import RunResults, read_results, results_path
 from harness.scoring.results import interval_text, metric_aggregates
@@ -84,20 +85,6 @@ def load_run(path: str | Path, failed_ok: bool = False) -> LoadedRun:
     if not run.scores.get("raw"):
         raise HarnessError(f"{results_path(path)}: no per-question scores (an unscored run: harness score {path} first)")
     return run
-
-
-def answered_nothing(results: RunResults) -> str | None:
-    """Why the run has no answer to measure (no sample finished, or none of the scored questions
-    has an answer), or None."""
-    counts = results.counts
-    meta = results.scores.meta if results.scores is not None else None
-    if counts.finished and not (meta is not None and meta.n_answered == 0):
-        return None
-    failed = Counter(note.type for note in results.failures.values())
-    why = ", ".join(f"{n} {kind}" for kind, n in failed.most_common(3))
-    if counts.finished == 0:
-        return f"the run answered nothing (0 of {counts.selected} samples finished{'; failed: ' + why if why else ''})"
-    return f"the run answered nothing ({counts.finished} samples finished, none of them with an answer)"
 
 
 def dataset_of(run: LoadedRun) -> tuple[str | None, str | None]:

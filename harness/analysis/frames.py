@@ -3,7 +3,7 @@
 
 Both read the runs as every other reader does: the folders searched as the leaderboard searches
 them (``harness.analysis.runs``: links followed, each real run once), each run through the typed
-record (``read_results``, ``SampleRow``), a run's row built by the leaderboard's own ``row_of``. A
+record (``read_results``, ``SampleRow``), a run's row the typed ``RunRow`` the leaderboard reads. A
 value that does not exist stays missing (NaN or None), never 0: a failed run's metrics, a failed or
 never-asked question's scores. pandas is an optional extra: ``pip install 'harness[analysis]'``.
 """
@@ -13,12 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.leaderboard import row_of
+from harness.analysis.row import RunRow
 from harness.analysis.runs import find_runs, load_rows
 from harness.errors import HarnessError
-from harness.execution.record import RunResults, metric_names_of, read_results
+from harness.execution.record import RunResults, read_results
 from harness.records import work_key
-from harness.scoring.display import dataset_headline, display_name
+from harness.scoring.display import display_name
 from harness.scoring.results import per_question
 
 INSTALL = "pip install 'harness[analysis]'"
@@ -64,10 +64,12 @@ def _readable(paths: tuple[str | Path, ...]) -> tuple[list[tuple[Path, RunResult
 
 def runs_df(*paths: str | Path):
     """One row per run under ``paths``: its identity (``run_id``, ``dir``, dataset, setting, agent,
-    model, context size), ``status``, ``failed`` (nothing answered), ``n`` (questions answered),
-    ``n_failed``, ``n_pending``, the dataset's headline (``headline``: its key, ``headline_value``),
-    every metric value under its key (``fanoutqa-string.acc.loose``) with ``KEY.stderr``,
-    ``KEY.ci_lo`` and ``KEY.ci_hi`` where the run has an interval, tokens and cost. A run whose
+    model, context size), ``status``, ``failed`` (nothing scored: no values), ``n`` (questions scored),
+    ``answered`` (samples that finished with an answer), ``no_answer`` (finished without one) and
+    ``no_answer_why`` (``max_steps 10; 70 of 70 steps unreadable``), ``n_failed``, ``n_pending``, the
+    dataset's headline (``headline``: its key, ``headline_value``), every metric value under its key
+    (``fanoutqa-string.acc.loose``) with ``KEY.stderr``, ``KEY.ci_lo`` and ``KEY.ci_hi`` where the
+    run has an interval, tokens and cost. A run whose
     results.json cannot be read is left out and named, with the reason, in ``frame.attrs["skipped"]``
     (as are the folders the search passed over)."""
     pd = _pandas()
@@ -75,49 +77,52 @@ def runs_df(*paths: str | Path):
     records: list[dict[str, Any]] = []
     numeric: list[str] = []
     for run_dir, results in runs:
-        row = row_of(results, run_dir)
-        headline = dataset_headline(results.dataset.name, metric_names_of(results.scores))
-        key = headline[0] if headline else None
-        tokens = row["tokens"] or {}
+        row = RunRow.of(results, run_dir)
+        key = row.headline_key
+        tokens = row.tokens
+        o = row.outcomes
         record: dict[str, Any] = {
-            "run_id": row["run_id"],
-            "dir": row["path"],
-            "dataset": results.dataset.spec,
-            "dataset_name": row["dataset"],
-            "split": row["split"],
-            "version": row["version"],
-            "setting": row["setting"],
-            "agent": row["agent"],
-            "model": row["model"],
-            "backend": row["backend"],
-            "context_size": row["context_size"],
+            "run_id": row.run_id,
+            "dir": row.path,
+            "dataset": row.dataset_spec,
+            "dataset_name": row.dataset,
+            "split": row.split,
+            "version": row.version,
+            "setting": row.setting,
+            "agent": row.agent,
+            "model": row.model,
+            "backend": row.backend,
+            "context_size": row.context_size,
             # what it searched: its label, and whether it was a dataset's evidence only (None: no search space)
-            "search_space": (row["search_space"] or {}).get("label"),
-            "evidence_only": (row["search_space"] or {}).get("evidence_only"),
-            "status": row["status"],
-            "failed": row["failed"],
-            "n": row["n_answered"],
-            "n_failed": row["n_failed"],
-            "n_pending": row["n_pending"],
-            "n_selected": row["n_selected"],
-            "epochs": results.counts.epochs or 1,
+            "search_space": row.search_space.label if row.search_space is not None else None,
+            "evidence_only": row.search_space.evidence_only if row.search_space is not None else None,
+            "status": row.status,
+            "failed": row.failed,
+            "n": row.scored,
+            "answered": o.answered,
+            "no_answer": o.unanswered,
+            "no_answer_why": o.why() if o.unanswered else None,
+            "n_failed": o.failed,
+            "n_pending": o.pending,
+            "n_selected": o.selected,
+            "epochs": row.epochs,
             "headline": key,
             "headline_label": display_name(key) if key else None,
-            "headline_value": row["metrics"].get(key) if key else None,
-            "tokens_prompt": tokens.get("prompt"),
-            "tokens_completion": tokens.get("completion"),
-            "tokens_total": tokens.get("total"),
-            "cost_usd": row["cost_usd"],
-            "spent_usd": row["spent_usd"],
-            "config_hash": row["config_hash"],
-            "started_at": results.started_at,
-            "ended_at": row["ended_at"],
+            "headline_value": row.headline_value,
+            "tokens_prompt": tokens.prompt if tokens is not None else None,
+            "tokens_completion": tokens.completion if tokens is not None else None,
+            "tokens_total": tokens.total if tokens is not None else None,
+            "cost_usd": row.cost_usd,
+            "spent_usd": row.spent_usd,
+            "config_hash": row.config_hash,
+            "started_at": row.started_at,
+            "ended_at": row.ended_at,
         }
-        for metric, value in row["metrics"].items():
+        for metric, value in row.metrics.items():
             record[metric] = value
-            ci = row["ci95"].get(metric)
-            if metric in row["stderr"] or ci:
-                record[f"{metric}.stderr"] = row["stderr"].get(metric)
+            ci = row.ci95.get(metric)
+            if metric in row.stderr or ci:
+                record[f"{metric}.stderr"] = row.stderr.get(metric)
                 record[f"{metric}.ci_lo"] = ci[0] if ci else None
                 record[f"{metric}.ci_hi"] = ci[1] if ci else None
             numeric += [c for c in (metric, f"{metric}.stderr", f"{metric}.ci_lo", f"{metric}.ci_hi") if c not in numeric]

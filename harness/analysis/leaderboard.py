@@ -2,32 +2,27 @@
 once: ``harness.analysis.runs``) as one row (model x dataset x version x setting x agent), with
 every metric, the run's facts (context size, native tool calling, tokens, cost, path), as JSON and
 as a markdown table. Runs that share a key are separate rows, told apart by the knobs whose values
-differ. A run in which no question was answered is failed: its values are null (``n/a``), never 0,
-and it sorts after the runs that have values. Every folder passed over is listed with the reason."""
+differ. A run in which no sample finished is failed: its values are null (``n/a``), never 0, and it
+sorts after the runs that have values. Samples that finished without an answer (``max_steps``, ...)
+are counted beside the numbers with why (``harness.analysis.row``: answered is computed there once);
+they are scored as wrong. Every folder passed over is listed with the reason."""
 
 from __future__ import annotations
 
 import json
-from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from harness.analysis.row import Outcomes, RunRow
 from harness.analysis.runs import Skipped, find_runs
 from harness.errors import HarnessError
 from harness.execution.config import BACKEND_NOT_HASHED, NOT_HASHED, RunConfig
-from harness.execution.record import CostRecord, Decoding, RunResults, mixed_spaces_warning, read_results
+from harness.execution.record import Decoding, RunResults, mixed_spaces_warning, read_results
 from harness.records import RESULTS_FILE
 from harness.redact import strip_credentials
 from harness.scoring.display import display_name
-from harness.scoring.results import (
-    breakdown_values,
-    count_values,
-    headline_of,
-    metric_aggregates,
-    scale_of,
-    score_values,
-)
+from harness.scoring.results import headline_of, scale_of
 
 # Identity of a row (shown in its own columns, never as a knob)
 KEY_FIELDS = ("model", "dataset", "split", "version", "setting", "agent")
@@ -57,112 +52,66 @@ def _flat_config(config: RunConfig, endpoint: str | None = None) -> dict[str, An
     return out
 
 
-def null_values(scores: dict[str, Any] | None) -> list[str]:
-    """The ``METRIC.NAME`` leaves whose value is null (no value: nothing answered, a judge unavailable)."""
-    out: list[str] = []
-
-    def walk(values: dict[str, Any], prefix: str) -> None:
-        for key, value in values.items():
-            if isinstance(value, dict):
-                walk(value, f"{prefix}{key}.")
-            elif value is None:
-                out.append(f"{prefix}{key}")
-
-    walk(metric_aggregates(scores), "")
-    return out
-
-
-def n_answered(results: RunResults) -> int:
-    """Questions answered: the scores' count where they have one, else the finished samples."""
-    meta = results.scores.meta if results.scores is not None else None
-    n = getattr(meta, "n_answered", None)
-    return n if n is not None else results.counts.finished
-
-
-def failure_note(results: RunResults) -> str | None:
-    """``3 of 3 failed: model_unavailable (3)``, with the questions never asked; None when none failed."""
-    counts = results.counts
-    if not counts.failed and not counts.pending:
-        return None
-    parts = []
-    if counts.failed:
-        types = Counter(note.type for note in results.failures.values())
-        kinds = ", ".join(f"{t} ({n})" for t, n in types.most_common())
-        parts.append(f"{counts.failed} of {counts.selected} failed" + (f": {kinds}" if kinds else ""))
-    if counts.pending:
-        parts.append(f"{counts.pending} of {counts.selected} never asked")
-    return "; ".join(parts)
-
-
 def load_row(run_dir: Path) -> dict[str, Any]:
     """One run as a leaderboard row; HarnessError (one line) when results.json is unusable."""
     return row_of(read_results(run_dir / RESULTS_FILE), run_dir)
 
 
 def row_of(results: RunResults, run_dir: Path) -> dict[str, Any]:
-    """A run's leaderboard row (also the data frames' row of it: ``harness.analysis.frames``)."""
-    scores = results.scores_dict()
-    cost = results.cost or CostRecord()
-    price = cost.price or {}
-    metrics: dict[str, float | None] = dict(score_values(scores))  # METRIC.NAME scores; counts apart
-    answered = n_answered(results)
-    note = failure_note(results)
-    info = results.scores.meta.metric_info if results.scores is not None else {}
-    null_reasons: dict[str, str] = {}
-    for key in null_values(scores):
-        metrics[key] = None
-        null_reasons[key] = (info.get(key.split(".", 1)[0]) or {}).get("reason") or note or "no value"
-    failed = answered == 0 and bool(metrics)
-    if failed:  # nothing answered: whatever a run from before this rule stored (0.0), no value
-        for key in metrics:
-            metrics[key] = None
-            null_reasons[key] = f"no question answered ({note})" if note else "no question answered"
-    errors = results.scores.uncertainty if results.scores is not None else {}  # none before the error bars
+    """A run's leaderboard row: its typed row (``harness.analysis.row.RunRow``) as JSON, with the
+    leaderboard's own keys."""
+    row = RunRow.of(results, run_dir)
+    o = row.outcomes
     return {
-        "model": results.config.model,
-        "dataset": results.dataset.name,
-        "split": results.dataset.split,
-        "version": results.dataset.version,
-        "setting": results.setting,
-        "agent": results.agent_name,
+        "model": row.model,
+        "dataset": row.dataset,
+        "split": row.split,
+        "version": row.version,
+        "setting": row.setting,
+        "agent": row.agent,
         "knobs": {},
-        "run_id": results.run_id,
-        "status": results.status,
-        "n_scored": results.scores.meta.n_questions if results.scores is not None else None,
-        "n_selected": results.counts.selected,
-        "n_finished": results.counts.finished,
-        "n_failed": results.counts.failed,
-        "n_pending": results.counts.pending,
-        "n_answered": answered,
-        # nothing answered: every value null (a failed run is never ranked as 0)
-        "failed": failed,
-        "failure_note": note,
-        "metrics": metrics,
-        "null_reasons": null_reasons,
-        "score_counts": count_values(scores),  # e.g. topiocqa.turns: not a score, never a metric column
+        "run_id": row.run_id,
+        "status": row.status,
+        "n_questions": row.questions,
+        "n_scored": row.scored,  # questions with values (each finished sample's, answered or not)
+        "n_selected": o.selected,
+        "n_finished": o.finished,
+        "n_failed": o.failed,
+        "n_pending": o.pending,
+        "n_answered": o.answered,  # samples that finished with an answer (harness.analysis.row)
+        # how the samples ended (finished without an answer, by outcome; failed, by type; steps or
+        # tool calls unreadable), and the one line saying those without an answer
+        "outcomes": o.model_dump(mode="json"),
+        "outcome_note": o.note(),
+        # nothing scored: every value null (a failed run is never ranked as 0)
+        "failed": row.failed,
+        "failure_note": row.failure_note,
+        "metrics": row.metrics,
+        "null_reasons": row.null_reasons,
+        "score_counts": row.score_counts,  # e.g. topiocqa.turns: not a score, never a metric column
         # {group: {value: {"n", METRIC.NAME: mean}}}: FanOutQA category, QAMPARI type, ...
-        "breakdown": breakdown_values(scores),
+        "breakdown": row.breakdown,
         # next to each value: its standard error and 95% interval (None: no interval, e.g. a count)
-        "stderr": {m: None if failed else (errors.get(m) or {}).get("stderr") for m in metrics if m in errors},
-        "ci95": {m: None if failed else (errors.get(m) or {}).get("ci95") for m in metrics if m in errors},
-        "uncertainty_method": {m: errors[m].get("method") for m in metrics if m in errors},
+        "stderr": row.stderr,
+        "ci95": row.ci95,
+        "uncertainty_method": row.uncertainty_method,
         # why a value has no standard error (all values equal, one cluster): shown as ± n/a
-        "uncertainty_note": {m: errors[m]["note"] for m in metrics if (errors.get(m) or {}).get("note")},
-        "tokens": results.tokens.model_dump(mode="json") if results.tokens is not None else None,
-        "cost_usd": cost.total_usd,
-        "cost_per_sample_usd": cost.per_sample_usd,
-        "spent_usd": cost.spent_usd,
-        "cost_note": price.get("reason") or price.get("note"),
-        "context_size": results.context_size,
-        "native_tool_calling": results.native_tool_calling,
+        "uncertainty_note": row.uncertainty_note,
+        "tokens": row.tokens.model_dump(mode="json") if row.tokens is not None else None,
+        "cost_usd": row.cost_usd,
+        "cost_per_sample_usd": row.cost_per_sample_usd,
+        "spent_usd": row.spent_usd,
+        "cost_note": row.cost_note,
+        "context_size": row.context_size,
+        "native_tool_calling": row.native_tool_calling,
         # the conditions of the numbers on the model side: budget and its source, effort, API, facts
-        "decoding": results.decoding().model_dump(mode="json"),
+        "decoding": row.decoding.model_dump(mode="json"),
         # what the strategies searched: an evidence-only space's numbers never stand unlabelled beside others
-        "search_space": results.search_space.model_dump(mode="json") if results.search_space is not None else None,
-        "backend": results.backend,
-        "path": str(run_dir),
-        "config_hash": results.config_hash,
-        "ended_at": results.ended_at,
+        "search_space": row.search_space.model_dump(mode="json") if row.search_space is not None else None,
+        "backend": row.backend,
+        "path": row.path,
+        "config_hash": row.config_hash,
+        "ended_at": row.ended_at,
         "_config": _flat_config(results.config, results.model.endpoint if results.model else None),
     }
 
@@ -255,10 +204,13 @@ def column_labels(metrics: list[str], scales: dict[str, Any]) -> dict[str, str]:
 
 
 def _status(r: dict[str, Any]) -> str:
-    """The run's status; ``failed (3 of 3)`` when nothing was answered."""
+    """The run's status; ``failed (3 of 3)`` when nothing was answered; ``no answer (10 of 10)``
+    when samples finished and none of them with an answer (their values are scored as wrong)."""
     if r.get("failed"):
         lost = (r.get("n_failed") or 0) + (r.get("n_pending") or 0)
         return f"failed ({lost} of {r.get('n_selected')})"
+    if r.get("n_finished") and r.get("n_answered") == 0:
+        return f"no answer ({r['n_finished']} of {r['n_finished']})"
     return str(r["status"])
 
 
@@ -266,6 +218,11 @@ def _failed_cell(r: dict[str, Any]) -> str:
     """Questions that failed, and those never asked: ``2``, ``1 + 2 not asked``."""
     failed, pending = r.get("n_failed") or 0, r.get("n_pending") or 0
     return f"{failed} + {pending} not asked" if pending else str(failed)
+
+
+def _no_answer_cell(r: dict[str, Any]) -> str:
+    """Finished samples without an answer and why: ``10 (max_steps 10; 70 of 70 steps unreadable)``."""
+    return Outcomes.model_validate(r["outcomes"]).cell() if r.get("outcomes") else "—"
 
 
 def _metric_cell(r: dict[str, Any], m: str) -> Any:
@@ -283,21 +240,22 @@ def format_markdown(board: dict[str, Any]) -> str:
     metrics = [m for m in board["metrics"] if is_headline(m)]
     by_key = column_labels(metrics, board.get("scales") or {})
     labels = [by_key[m] for m in metrics]
-    head = ["model", "dataset", "setting", "agent", "knobs", "n", "failed", "status", *labels]
+    head = ["model", "dataset", "setting", "agent", "knobs", "n", "failed", "no answer", "status", *labels]
     head += ["tokens", "cost USD", "USD/sample", "context", "native tools", "decoding", "search space", "path"]
     numeric = {*labels, "n", "failed"}
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---:" if h in numeric else "---" for h in head) + "|"]
     for r in board["rows"]:
         knobs = ", ".join(f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in r["knobs"].items())
-        answered = r.get("n_answered")
+        scored = r.get("n_scored")
         cells = [
             r["model"],
             f"{r['dataset']}:{r['split']}@{r['version']}",
             r["setting"],
             r["agent"],
             knobs,
-            answered if answered is not None else r["n_finished"],
+            scored if scored is not None else r.get("n_answered"),
             _failed_cell(r),
+            _no_answer_cell(r),
             _status(r),
             *[_metric_cell(r, m) for m in metrics],
             (r["tokens"] or {}).get("total"),

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from harness.analysis.leaderboard import is_headline
+from harness.analysis.row import Outcomes
 from harness.analysis.runs import load_rows
 from harness.errors import HarnessError
 from harness.execution.record import CostRecord, ModelRecord, RunResults, SampleRow, read_results
@@ -247,6 +248,7 @@ def _meta_section(results: RunResults) -> str:
     cost = results.cost or CostRecord()
     price = cost.price or {}
     counts = results.counts
+    outcomes = Outcomes.of(results)
     pairs = [
         ("run id", results.run_id),
         ("status", results.status),
@@ -264,6 +266,7 @@ def _meta_section(results: RunResults) -> str:
         ("model facts", results.decoding().facts),
         ("selected / finished / failed / pending", f"{counts.selected} / {counts.finished} / {counts.failed} / {counts.pending}"),
         ("outcomes", json.dumps(results.outcomes, sort_keys=True)),
+        ("answered / without an answer", _answered_text(outcomes)),
         ("tokens prompt / completion", f"{results.tokens.prompt} / {results.tokens.completion}" if results.tokens else None),
         ("reasoning tokens (finished / failed)", f"{results.tokens.reasoning} / {results.tokens.reasoning_failed}" if results.tokens else None),
         ("model calls", results.model_calls),
@@ -281,17 +284,29 @@ def _meta_section(results: RunResults) -> str:
     return f'<section id="metadata"><h2>Run</h2>{_kv_table(pairs)}</section>'
 
 
+def _answered_text(outcomes: Outcomes) -> str:
+    """``0 of 10 finished / 10 (max_steps 10; 70 of 70 steps unreadable)``."""
+    return f"{outcomes.answered} of {outcomes.finished} finished / {outcomes.cell()}"
+
+
+def _outcome_note(results: RunResults) -> str:
+    """Above the numbers: how many samples ended without an answer, why, and how they are scored."""
+    note = Outcomes.of(results).note()
+    return f'<p class="call" id="no-answer">{_e(note)}</p>' if note else ""
+
+
 def _scores_section(results: RunResults) -> str:
     scores = results.scores_dict()
     values = score_values(scores)
     if not values:
         return '<section id="scores"><h2>Scores</h2><p class="muted">No scores (see scoring above).</p></section>'
+    said = _outcome_note(results)
     errors = results.scores.uncertainty
     counts = count_values(scores)
     counted = f"<h3>Counts</h3>{_kv_table(list(counts.items()))}" if counts else ""
     if not errors:  # a results file from before the error bars: as it was (harness score RUN adds them)
         rows = [(f"{k} ({scale_of(k)})", v) for k, v in values.items()]
-        return f'<section id="scores"><h2>Scores</h2>{_kv_table(rows)}{counted}</section>'
+        return f'<section id="scores"><h2>Scores</h2>{said}{_kv_table(rows)}{counted}</section>'
     head = "<tr><th>metric</th><th>value</th><th>± stderr</th><th>95% interval</th><th>method</th></tr>"
     body = []
     for name, value in values.items():
@@ -309,7 +324,7 @@ def _scores_section(results: RunResults) -> str:
     clustered_by = results.scores.meta.clustering.get("by")
     note = f'<p class="muted">errors clustered by {_e(clustered_by)}</p>' if clustered_by else ""
     return (
-        f'<section id="scores"><h2>Scores</h2><table class="kv scores">{head}{"".join(body)}</table>{note}'
+        f'<section id="scores"><h2>Scores</h2>{said}<table class="kv scores">{head}{"".join(body)}</table>{note}'
         f"{counted}</section>"
     )
 

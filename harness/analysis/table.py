@@ -1,6 +1,7 @@
 """``harness table RUN_OR_FOLDER ...``: the runs as a table for a paper, one row per run (model,
 setting, agent, context size), the chosen numbers each with its 95% interval, the questions
-answered (n) and those failed or never asked; as markdown, LaTeX (booktabs, the best value per
+scored (n), those failed or never asked, and the samples that finished without an answer (a column
+wherever one did, why in the notes: ``harness.analysis.row``); as markdown, LaTeX (booktabs, the best value per
 column bold) or CSV (``harness.analysis.grid``).
 
 Bold compares only runs scored on the same questions (``question_set``: the dataset's spec, its
@@ -23,14 +24,13 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from harness.analysis.compare import answered_nothing, run_label
+from harness.analysis.compare import run_label
 from harness.analysis.grid import Cell, Column, Grid, mark_best
+from harness.analysis.row import SCORED_AS_WRONG, RunRow
 from harness.analysis.runs import run_paths
 from harness.errors import HarnessError
-from harness.execution.record import RunResults, metric_names_of, mixed_spaces_warning, read_results
-from harness.scoring.display import chosen_keys, dataset_headline, display_name, lower_is_better, scale_of
-from harness.scoring.results import metric_aggregates
-from harness.scoring.uncertainty import _flat_leaves
+from harness.execution.record import RunResults, mixed_spaces_warning, read_results
+from harness.scoring.display import chosen_keys, display_name, lower_is_better, scale_of
 
 
 class TableRow(BaseModel):
@@ -42,9 +42,11 @@ class TableRow(BaseModel):
     agent: str | None
     context_size: int | None
     status: str
-    n: int | None  # questions answered (None: the run was never scored)
+    n: int | None  # questions scored (None: the run was never scored)
     failed: int  # questions (samples) failed or never asked
     failed_reason: str | None  # why the run answered nothing (then every number is failed)
+    no_answer: int = 0  # samples finished without an answer (scored as wrong)
+    no_answer_note: str | None = None  # how many, why, and that they are scored as wrong
     headline: list[str]  # the dataset's headline keys
     values: dict[str, float | None]  # every number of the run, None where it has no value
     ci95: dict[str, list[float] | None] = {}
@@ -58,28 +60,6 @@ class RunTable(BaseModel):
     keys: list[str]  # the number columns, in order
     rows: list[TableRow]
     skipped: list[str] = []  # unreadable runs found in folders (one line each)
-
-
-def _numbers(results: RunResults) -> dict[str, float | None]:
-    """Every numeric leaf of the run's metrics as ``METRIC.LEAF``, None kept (no value)."""
-    out: dict[str, float | None] = {}
-    for metric, aggregate in metric_aggregates(results.scores_dict()).items():
-        if isinstance(aggregate, dict):
-            for path, value in _flat_leaves(aggregate).items():
-                out[".".join((metric, *path))] = None if value is None else float(value)
-        elif aggregate is None or isinstance(aggregate, (int, float)):
-            out[metric] = None if aggregate is None else float(aggregate)
-    return out
-
-
-def not_answered(results: RunResults) -> int:
-    """Questions failed plus those never asked: the scores' own count where it has one, else the
-    run's sample counts."""
-    meta = results.scores.meta if results.scores is not None else None
-    n_failed, n_pending = getattr(meta, "n_failed", None), getattr(meta, "n_pending", None)
-    failed = n_failed if isinstance(n_failed, int) else results.counts.failed
-    pending = n_pending if isinstance(n_pending, int) else results.counts.pending
-    return failed + pending
 
 
 def question_set(results: RunResults) -> str:
@@ -98,29 +78,25 @@ def question_set(results: RunResults) -> str:
 
 
 def table_row(path: Path, results: RunResults) -> TableRow:
-    nothing = answered_nothing(results)
+    row = RunRow.of(results, path)
     uncertainty = results.scores.uncertainty if results.scores is not None else {}
-    values = _numbers(results)
     notes = {k: str(e["note"]) for k, e in uncertainty.items() if isinstance(e, dict) and e.get("note")}
-    metrics = metric_names_of(results.scores) or list(results.config.metrics or [])
-    if results.scores is None:
-        n = 0 if results.counts.finished == 0 else None
-    else:
-        n = 0 if nothing else results.scores.meta.n_answered
     return TableRow(
         path=str(path),
         label=run_label(results, path),
-        dataset=results.dataset.spec,
-        model=results.model_name,
-        setting=results.setting,
-        agent=results.agent_name,
-        context_size=results.context_size,
-        status=results.status,
-        n=n,
-        failed=not_answered(results),
-        failed_reason=nothing,
-        headline=dataset_headline(results.dataset.name, metrics),
-        values=values,
+        dataset=row.dataset_spec,
+        model=row.model_name,
+        setting=row.setting,
+        agent=row.agent,
+        context_size=row.context_size,
+        status=row.status,
+        n=row.scored,
+        failed=row.not_scored,
+        failed_reason=row.failed_reason,
+        no_answer=row.outcomes.unanswered,
+        no_answer_note=row.outcomes.note(),
+        headline=row.headline,
+        values=row.numbers,
         ci95={k: (e.get("ci95") if isinstance(e, dict) else None) for k, e in uncertainty.items()},
         notes=notes,
         search_space=results.search_space_label,
@@ -168,6 +144,7 @@ def table_grid(table: RunTable) -> Grid:
     """The table's grid: label columns, a column per number (display names), n and failed; the
     reasons for every failed run, n/a value and missing interval in the notes."""
     several = len({r.dataset for r in table.rows}) > 1
+    unanswered = any(r.no_answer for r in table.rows)  # a column wherever a sample ended without an answer
     titles = _titles(table.keys)
     columns = [
         Column(key="path", title="Path", show="csv"),
@@ -188,6 +165,7 @@ def table_grid(table: RunTable) -> Grid:
         ],
         Column(key="n", title="n", kind="count"),
         Column(key="failed", title="Failed", kind="count"),
+        *([Column(key="no_answer", title="No answer", kind="count")] if unanswered else []),
         Column(key="status", title="Status", show="csv"),
     ]
     # what the runs searched: a column wherever one did (a closed-book table stays as it was)
@@ -201,7 +179,9 @@ def table_grid(table: RunTable) -> Grid:
         if searched:
             cells.append(Cell(value=r.search_space or "—"))
         cells += [_cell(r, key) for key in table.keys]
-        cells += [Cell(value=r.n), Cell(value=r.failed), Cell(value=r.status)]
+        cells += [Cell(value=r.n), Cell(value=r.failed)]
+        cells += [Cell(value=r.no_answer)] if unanswered else []
+        cells.append(Cell(value=r.status))
         rows.append(cells)
     grid = Grid(columns=columns, rows=rows, notes=_notes(table, titles), groups=[_group(r) for r in table.rows])
     mark_best(grid)
@@ -223,7 +203,7 @@ def _titles(keys: list[str]) -> dict[str, str]:
 
 def _notes(table: RunTable, titles: dict[str, str]) -> list[str]:
     notes = [
-        "Each number with its 95% interval; n: questions answered; Failed: questions that failed or were never asked.",
+        "Each number with its 95% interval; n: questions scored; Failed: questions that failed or were never asked.",
         "Bold: the best of a column among runs scored on the same questions, none where they all print the same.",
     ]
     sets: dict[str, list[TableRow]] = {}
@@ -239,6 +219,8 @@ def _notes(table: RunTable, titles: dict[str, str]) -> list[str]:
             "The runs scored different questions, so bold compares only runs scored on the same questions: "
             + "; ".join(f"{group}: {', '.join(named[id(r)] for r in rows)}" for group, rows in sets.items())
         )
+    if any(r.no_answer for r in table.rows):
+        notes.append(f"No answer: samples that finished without an answer, each {SCORED_AS_WRONG}.")
     if any(r.evidence_only for r in table.rows):
         notes.append(
             "Search space evidence-only: the runs searched a snapshot of the dataset's own evidence pages or contexts "
@@ -251,6 +233,8 @@ def _notes(table: RunTable, titles: dict[str, str]) -> list[str]:
         if r.failed_reason:
             notes.append(f"{r.label}: failed, no number: {r.failed_reason}")
             continue
+        if r.no_answer_note:
+            notes.append(f"{r.label}: {r.no_answer_note}")
         if not r.values:
             notes.append(f"{r.label}: n/a: not scored (harness score {r.path})")
             continue

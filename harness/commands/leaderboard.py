@@ -14,11 +14,12 @@ def add_parser(sub) -> None:
         description=(
             "One row per run found under the folders (any folder holding a results.json; links are "
             "followed and each real run is listed once), keyed by model, dataset, split, version, setting "
-            "and agent, with every metric, the questions answered and failed, tokens, cost, context size, "
-            "native tool calling and the run's path. A run in which no question was answered shows as "
-            "failed with n/a values, after the others. Runs sharing a key show the knobs whose values "
-            "differ. Every folder passed over is named on stderr with the reason. The markdown table goes "
-            "to stdout."
+            "and agent, with every metric, the questions scored and failed, tokens, cost, context size, "
+            "native tool calling and the run's path. A run in which no sample finished shows as failed "
+            "with n/a values, after the others; the samples that finished without an answer (max_steps, "
+            "refused, ...) are counted in the 'no answer' column with why (and on stderr), scored as "
+            "wrong. Runs sharing a key show the knobs whose values differ. Every folder passed over is "
+            "named on stderr with the reason. The markdown table goes to stdout."
         ),
     )
     p.add_argument("roots", nargs="+", metavar="DIR", help="folders to search for runs (e.g. results/ runs/)")
@@ -33,6 +34,9 @@ def command(args) -> int:
         print(f"skipped {skipped['path']}: {skipped['reason']}", file=sys.stderr)
     for warning in board["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
+    for row in board["rows"]:
+        if row.get("outcome_note"):
+            print(f"note: {row['path']}: {row['outcome_note']}", file=sys.stderr)
     if args.out:
         write_json_atomic(args.out, board)
         print(f"wrote {args.out} ({len(board['rows'])} runs)", file=sys.stderr)

@@ -29,7 +29,8 @@ def add_parser(sub) -> None:
             "sample, appended as it finishes) and DIR/results.json. Running the same command again "
             "continues the run: finished samples are skipped, failed ones retried. Exit status: 0 every "
             "sample finished; 1 some failed (scored over the answered ones; rerun to retry); 4 none was answered "
-            "(every one failed or was never asked: no scores, n/a, never 0); 2 bad input or a stop such as a "
+            "(every one failed or was never asked: no scores, n/a, never 0; or every finished one ended without "
+            "an answer, e.g. at max_steps: scored as wrong, the metrics' rule); 2 bad input or a stop such as a "
             "rejected API key; 3 a process the run needs died; 130 interrupted."
         ),
         argument_default=argparse.SUPPRESS,
@@ -380,26 +381,37 @@ def command(args: argparse.Namespace) -> int:
 
 
 EXIT_SOME_FAILED = 1  # scores over the questions answered; a rerun retries the others
-EXIT_NONE_ANSWERED = 4  # no question answered: no scores at all (n/a, never 0)
+# no answer at all: none finished (no scores, n/a, never 0), or every finished sample ended without
+# one (max_steps, refused, ...: scored as wrong, the metrics' rule, and said)
+EXIT_NONE_ANSWERED = 4
 
 
 def exit_status(record: RunResults) -> int:
-    """0: every sample finished; 1: some failed; 4: none finished (every one failed or was never asked)."""
+    """0: every sample finished; 1: some failed; 4: no sample produced an answer (every one failed or
+    was never asked, or every finished one ended without an answer)."""
+    from harness.analysis.row import Outcomes
+
     c = record.counts
-    if c.selected and c.finished == 0:
+    if c.selected and (c.finished == 0 or Outcomes.of(record).no_answer):
         return EXIT_NONE_ANSWERED
     return 0 if c.failed == 0 else EXIT_SOME_FAILED
 
 
 def print_summary(results: dict[str, Any] | RunResults, file=None) -> None:
     """Counts, then one line per metric with its aggregate numbers (every metric the run scored)."""
+    from harness.analysis.row import Outcomes
+
     record = results if isinstance(results, RunResults) else RunResults.model_validate(results)
     file = file or sys.stdout
     c = record.counts
-    print(f"finished {c.finished}/{c.selected}, failed {c.failed}", file=file)
+    outcomes = Outcomes.of(record)  # answered: finished with an answer (harness.analysis.row)
+    answered = f", answered {outcomes.answered}" if outcomes.unanswered else ""
+    print(f"finished {c.finished}/{c.selected}, failed {c.failed}{answered}", file=file)
     if record.search_space is not None:  # what the numbers below were searched over
         print(f"search space: {record.search_space.label}", file=file)
     print_scores(record.scores, file)
+    if outcomes.unanswered and not outcomes.no_answer:  # beside the numbers: how many of them are no answer, and why
+        print(outcomes.note(), file=file)
     cost = record.cost
     if cost is not None and cost.spent_usd:
         print(f"cost: ${cost.spent_usd:.6f} spent (list price of the finished samples ${cost.model_usd:.6f})")
@@ -416,6 +428,8 @@ def print_summary(results: dict[str, Any] | RunResults, file=None) -> None:
         print(
             f"no question was answered: no scores (n/a, not 0); exit status {EXIT_NONE_ANSWERED}", file=sys.stderr
         )
+    elif outcomes.no_answer:
+        print(f"no sample produced an answer: {outcomes.note()}; exit status {EXIT_NONE_ANSWERED}", file=sys.stderr)
 
 
 def print_scores(scores: Scores | None, file) -> None:

@@ -10,7 +10,8 @@ def add_parser(sub) -> None:
         "table",
         description=(
             "One row per run (model, setting, agent, context size) with the chosen numbers, each with its 95%% "
-            "interval on the metric's own scale, the questions answered (n) and those failed or never asked. "
+            "interval on the metric's own scale, the questions scored (n), those failed or never asked, and the "
+            "samples that finished without an answer (a column where any did; why in the notes; scored as wrong). "
             "A folder stands for every run under it (symlinks followed, each run once). Columns have display "
             "names; a run of another dataset leaves a column blank; a number without a value is n/a, and a "
             "run that answered nothing reads failed, never 0. Each column's best value is bold (the lowest for cost, "

@@ -137,6 +137,19 @@ def truncated_empty_answer(answer: Any, ctx: Any, params: GenerationParams) -> s
     )
 
 
+def refused_answer(result: Any, reply: dict[str, Any] | None) -> bool:
+    """The strategy says it answered, but its answer is the model declining: the last reply was a
+    refusal (OpenAI ``message.refusal``, Anthropic ``stop_reason: refusal``: ``ModelResponse.refusal``)
+    and the answer is empty or came from that reply. Recorded as outcome ``refused``: kept and scored
+    (as wrong, the metrics' rule), and counted apart from the answers."""
+    if result.outcome != "answered" or not reply or not reply.get("refusal"):
+        return False
+    if _empty(result.answer):
+        return True
+    said = f"{reply.get('content') or ''}\n{reply['refusal']}"
+    return isinstance(result.answer, str) and result.answer.strip() in said
+
+
 class SampleAttempts:
     """Attempts samples for one invocation; tallies them in ``invocation`` (recorded in results.json)."""
 
@@ -253,7 +266,7 @@ class SampleAttempts:
                 "status": "ok",
                 "question": sample.question,
                 "answer": result.answer,
-                "outcome": result.outcome,
+                "outcome": "refused" if refused_answer(result, ctx.last_reply) else result.outcome,
                 "finish_reason": last_finish,
                 # The answer hit max_tokens: kept, but flagged rather than passed off as complete.
                 "truncated_output": last_finish == "length",

@@ -474,7 +474,11 @@ class SampleRow(_Open):
     spent_usd: float | None = None
     question: Any = None
     answer: Any = None
-    outcome: str | None = Field(None, description="how the strategy ended: answered, max_rounds, context_full, ...")
+    outcome: str | None = Field(
+        None,
+        description="how the strategy ended: answered, max_rounds, context_full, ...; refused where its answer "
+        "is the model declining (the last reply a refusal): every outcome but answered is a sample without an answer",
+    )
     finish_reason: str | None = None
     truncated_output: bool = False
     oversized_answer: bool = False
