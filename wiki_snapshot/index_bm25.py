@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import os
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -108,29 +110,272 @@ def tokenize_unit(texts: list[str], opts: dict[str, Any]) -> tuple[list[str], np
     return [by_id[int(i)] for i in order], lut[flat] if len(flat) else flat, lengths
 
 
-class _TokenIdsOnDisk:
-    """Every passage's term ids, read back from the build's files: what bm25s's
-    ``build_index_from_ids`` iterates (three passes), without a list of lists in memory."""
+# ---- the score matrix, built out of core ----------------------------------------------------
+#
+# bm25s's ``BM25.build_index_from_ids`` (bm25s 0.3.16, bm25s/__init__.py and bm25s/scoring.py) holds
+# every (passage, term) pair three times over in RAM (COO arrays, a sort key, the sorted copies):
+# 2 GB at 881k passages. We compute the same CSC matrix (a column per term, its passages in
+# ascending order) from the token ids on disk, in memory O(vocabulary + block):
+#   pass 1, per block of passages: each (term, passage) pair and its tf, sorted by term then
+#     passage, appended to a run on disk; document frequencies summed (hence indptr);
+#   merge, per range of terms: each run's slice for those terms (runs are in passage order, so a
+#     term's entries meet in ascending passage order), scored and written to the .npy files in order.
+# Values are bm25s's bit for bit (tests/test_bm25_out_of_core.py checks all five methods): the
+# same formulas evaluated in the same order with the same float types (idf with math.log in
+# float64, rounded to float32; tf components in float64; scores rounded to float32).
 
-    def __init__(self, ids: np.ndarray, lengths: np.ndarray, block: int = 65536):
-        self.ids, self.lengths, self.block = ids, lengths, block
-        self.offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+BLOCK_TOKENS = 1 << 21  # pass 1: token ids per block (its working set is ~40 bytes a token)
+BLOCK_DOCS = 1 << 16  # ... and at most this many passages per block
+MERGE_PAIRS = 1 << 21  # merge: (term, passage) pairs per range of terms (~40 bytes a pair)
+_SAMPLE = 4096  # every 4096th term id of each run stays in memory, to find a term in the run
 
-    def __len__(self) -> int:
-        return len(self.lengths)
+# bm25s meets a passage's float64 scalar (its length norm, an np.float64) with the float32 tf
+# array: NumPy >= 2 (NEP 50) computes that in float64, NumPy 1.x in float32. Our per-pair arrays
+# take the type that combination has here, so the arithmetic matches bm25s under either.
+_DOC_FLOAT = (np.float64(1.0) + np.ones(1, dtype=np.float32)).dtype
 
-    def __iter__(self):
-        for b in range(0, len(self.lengths), self.block):
-            end = min(b + self.block, len(self.lengths))
-            lo = int(self.offsets[b])
-            chunk = self.ids[lo : int(self.offsets[end])].tolist()
-            for d in range(b, end):
-                yield chunk[int(self.offsets[d]) - lo : int(self.offsets[d + 1]) - lo]
+
+def _idf(method: str, df: int, n: int) -> float:
+    """bm25s's idf per method (Kamphuis et al., ECIR 2020), in Python floats as bm25s computes it."""
+    if method == "robertson":
+        return math.log(max((n - df + 0.5) / (df + 0.5), 1))  # negatives clipped to 0, as bm25s
+    if method == "lucene":
+        return math.log(1 + (n - df + 0.5) / (df + 0.5))
+    if method == "atire":
+        return math.log(n / df)
+    if method == "bm25l":
+        return math.log((n + 1) / (df + 0.5))
+    return math.log((n + 1) / df)  # bm25+
+
+
+def _tfc(method: str, tf, norm, k1: float, delta: float, doc=lambda x: x):
+    """bm25s's term-frequency component: ``tf`` the float32 counts, ``norm`` the length norm
+    ``(1 - b) + b * l_d / l_avg`` (float64); ``doc`` gives a per-passage float64 the type bm25s's
+    np.float64 scalar takes next to a float32 array. Same operations, same order as bm25s."""
+    if method in ("robertson", "lucene"):
+        return tf / (doc(k1 * norm) + tf)
+    if method == "atire":
+        return (tf * (k1 + 1)) / (tf + doc(k1 * norm))
+    if method == "bm25l":
+        c = tf / doc(norm)
+        return ((k1 + 1) * (c + delta)) / (k1 + c + delta)
+    return ((k1 + 1) * tf) / (doc(k1 * norm) + tf) + delta  # bm25+
+
+
+def _pread(fd: int, dtype, start: int, count: int) -> np.ndarray:
+    """``count`` items of ``dtype`` from item ``start`` of a raw file (read, not mapped: a memory
+    map would keep every page it touched resident)."""
+    item = np.dtype(dtype).itemsize
+    want, offset, parts = count * item, start * item, []
+    while want > 0:
+        chunk = os.pread(fd, min(want, 1 << 30), offset)
+        if not chunk:
+            raise SnapshotError(f"bm25 build: a work file ended early ({want} bytes missing)")
+        parts.append(chunk)
+        want -= len(chunk)
+        offset += len(chunk)
+    return np.frombuffer(b"".join(parts) if len(parts) != 1 else parts[0], dtype=dtype)
+
+
+def _npy_writer(path: Path, dtype, length: int):
+    """An open .npy file whose header says ``length`` items of ``dtype``, the data to be appended:
+    the header np.save writes for such an array (format 1.0, keys sorted)."""
+    f = open(path, "wb")
+    np.lib.format.write_array_header_1_0(
+        f, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": (length,)}
+    )
+    return f
+
+
+class _Runs:
+    """Pass 1's output: runs of (term, passage, tf, passage length), int32 columns in four files,
+    each run sorted by term then passage, runs in passage order."""
+
+    COLUMNS = ("term", "doc", "tf", "len")
+
+    def __init__(self, work: Path):
+        self.paths = [work / f"bm25-run-{c}.i32.tmp" for c in self.COLUMNS]
+        self.files = [open(p, "wb") for p in self.paths]
+        self.starts: list[int] = []  # each run's first row
+        self.samples: list[np.ndarray] = []  # its term ids at rows 0, _SAMPLE, 2 * _SAMPLE, ...
+        self.rows = 0
+
+    def append(self, *columns: np.ndarray) -> None:
+        for f, col in zip(self.files, columns):
+            f.write(col.astype(np.int32, copy=False).tobytes())
+        self.starts.append(self.rows)
+        self.samples.append(columns[0][::_SAMPLE].copy())
+        self.rows += len(columns[0])
+
+    def open_for_reading(self) -> None:
+        for f in self.files:
+            f.close()
+        self.fds = [os.open(p, os.O_RDONLY) for p in self.paths]
+        self.ends = self.starts[1:] + [self.rows]
+        self.cursor = list(self.starts)  # each run's first row not yet merged
+
+    def until(self, r: int, term: int) -> int:
+        """The first row of run ``r`` whose term is ``term`` or more (its end when none is)."""
+        sample, lo = self.samples[r], self.starts[r]
+        j = int(np.searchsorted(sample, term, side="left"))
+        if j == 0:
+            return lo
+        first = lo + (j - 1) * _SAMPLE  # the term there is below ``term``; the answer lies after it
+        last = min(lo + j * _SAMPLE, self.ends[r])
+        window = _pread(self.fds[0], np.int32, first, last - first)
+        return first + int(np.searchsorted(window, term, side="left"))
+
+    def take(self, r: int, end: int) -> tuple[np.ndarray, ...]:
+        """Run ``r``'s rows from its cursor to ``end``, every column; moves the cursor there."""
+        start, self.cursor[r] = self.cursor[r], end
+        return tuple(_pread(fd, np.int32, start, end - start) for fd in self.fds)
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+        for fd in getattr(self, "fds", []):
+            os.close(fd)
+        self.fds = []
+        for p in self.paths:
+            p.unlink(missing_ok=True)
+
+
+def _blocks(len_fd: int, n_docs: int, block_tokens: int, block_docs: int):
+    """(first passage, the block's lengths, its first token) for blocks of at most ``block_docs``
+    passages and ``block_tokens`` tokens (at least one passage), in passage order."""
+    token = 0
+    for d0 in range(0, n_docs, block_docs):
+        lengths = _pread(len_fd, np.int32, d0, min(block_docs, n_docs - d0))
+        ends = np.cumsum(lengths, dtype=np.int64)
+        start = 0
+        while start < len(lengths):
+            before = int(ends[start - 1]) if start else 0
+            stop = max(int(np.searchsorted(ends, before + block_tokens, side="right")), start + 1)
+            yield d0 + start, lengths[start:stop], token + before
+            start = stop
+        token += int(ends[-1])
+
+
+def write_bm25_matrix(
+    ids_path: Path,
+    lengths_path: Path,
+    n_terms: int,
+    opts: dict[str, Any],
+    out: Path,
+    *,
+    block_tokens: int = BLOCK_TOKENS,
+    block_docs: int = BLOCK_DOCS,
+    merge_pairs: int = MERGE_PAIRS,
+    progress: TextIO | None = None,
+) -> int:
+    """Write into ``out`` the score arrays bm25s's ``build_index_from_ids`` followed by ``save``
+    writes for passages whose term ids (0 .. n_terms - 1, int32, concatenated) are in ``ids_path``
+    and whose lengths are in ``lengths_path``: data/indices/indptr.csc.index.npy and, for bm25l and
+    bm25+, nonoccurrence_array.index.npy. Work files go to ``out`` and are removed. Returns the
+    number of passages."""
+    method, k1, b, delta = opts["method"], float(opts["k1"]), float(opts["b"]), float(opts["delta"])
+    out.mkdir(parents=True, exist_ok=True)
+    n_docs = lengths_path.stat().st_size // 4
+    ids_fd, len_fd = os.open(ids_path, os.O_RDONLY), os.open(lengths_path, os.O_RDONLY)
+    runs = _Runs(out)
+    try:
+        # pass 1: per block, each passage's (term, tf); document frequencies
+        df = np.zeros(n_terms, dtype=np.int64)
+        total = 0
+        for d0, lengths, t0 in _blocks(len_fd, n_docs, block_tokens, block_docs):
+            nd, n_tok = len(lengths), int(lengths.sum(dtype=np.int64))
+            ids = _pread(ids_fd, np.int32, t0, n_tok).astype(np.int64)
+            local = np.repeat(np.arange(nd, dtype=np.int64), lengths)
+            keys, tf = np.unique(ids * nd + local, return_counts=True)  # sorted by term, then passage
+            terms, local = np.divmod(keys, nd)
+            runs.append(terms, local + d0, tf, lengths[local])
+            df += np.bincount(terms, minlength=n_terms)
+            total += n_tok
+            live_progress(progress, f"indexing: {d0 + nd:,} of {n_docs:,} passages")
+        live_progress(progress, None)
+        runs.open_for_reading()
+
+        # bm25s: avg_doc_len = np.array(lengths).mean(), a float64 (a sum of integers below 2**53
+        # is exact in any order, so total / n is that mean to the bit)
+        l_avg = np.float64(total) / n_docs if n_docs else np.float64("nan")
+        indptr = np.zeros(n_terms + 1, dtype=np.int64)
+        np.cumsum(df, out=indptr[1:])
+        nnz = int(indptr[-1])
+        # idf per distinct document frequency, math.log in float64 as bm25s, stored as float32
+        values, inverse = np.unique(df, return_inverse=True)
+        idf64 = np.array([_idf(method, int(v), n_docs) if v else 0.0 for v in values], dtype=np.float64)[inverse]
+        idf = idf64.astype(np.float32)
+        nonocc = None
+        if method in ("bm25l", "bm25+"):
+            # bm25s: the score of a term absent from a passage of average length, subtracted from
+            # every stored score and saved beside them
+            tfc0 = _tfc(method, 0, (1 - b) + b * l_avg / l_avg, k1, delta)
+            nonocc = np.where(df != 0, idf64 * tfc0, 0.0).astype(np.float32)
+
+        def scores(terms, tf, lengths) -> np.ndarray:
+            norm = (1 - b) + b * lengths / l_avg
+            tfc = _tfc(method, tf.astype(np.float32), norm, k1, delta, lambda x: x.astype(_DOC_FLOAT))
+            s = idf[terms] * tfc
+            if nonocc is not None:
+                s -= nonocc[terms]
+            return s.astype(np.float32)
+
+        # merge: ranges of terms in order; within a term, runs in order (= passages in order)
+        data = _npy_writer(out / "data.csc.index.npy", np.float32, nnz)
+        indices = _npy_writer(out / "indices.csc.index.npy", np.int32, nnz)
+        try:
+            lo = 0
+            while lo < n_terms:
+                # the widest range from lo holding at most merge_pairs pairs (one term at least)
+                hi = max(int(np.searchsorted(indptr, indptr[lo] + merge_pairs, side="right")) - 1, lo + 1)
+                hi = min(hi, n_terms)
+                base, size = int(indptr[lo]), int(indptr[hi] - indptr[lo])
+                if hi == lo + 1:  # one term: its slice of each run is already in passage order
+                    for r in range(len(runs.starts)):
+                        end = runs.until(r, hi)
+                        if end == runs.cursor[r]:
+                            continue
+                        terms, docs, tf, lengths = runs.take(r, end)
+                        data.write(scores(terms, tf, lengths).tobytes())
+                        indices.write(docs.tobytes())
+                else:
+                    buf_data, buf_idx = np.empty(size, dtype=np.float32), np.empty(size, dtype=np.int32)
+                    cursor = indptr[lo:hi] - base  # where each term's next entry goes in the buffers
+                    for r in range(len(runs.starts)):
+                        end = runs.until(r, hi)
+                        if end == runs.cursor[r]:
+                            continue
+                        terms, docs, tf, lengths = runs.take(r, end)
+                        first = np.flatnonzero(np.r_[True, terms[1:] != terms[:-1]])
+                        counts = np.diff(np.r_[first, len(terms)])
+                        rank = np.arange(len(terms)) - np.repeat(first, counts)
+                        at = np.repeat(cursor[terms[first] - lo], counts) + rank
+                        buf_data[at] = scores(terms, tf, lengths)
+                        buf_idx[at] = docs
+                        cursor[terms[first] - lo] += counts
+                    data.write(buf_data.tobytes())
+                    indices.write(buf_idx.tobytes())
+                lo = hi
+                live_progress(progress, f"writing scores: {int(indptr[lo]):,} of {nnz:,}")
+            live_progress(progress, None)
+        finally:
+            data.close()
+            indices.close()
+        if any(c != e for c, e in zip(runs.cursor, runs.ends)):
+            raise SnapshotError("bm25 build: the merge did not consume every pair (a bug)")
+        np.save(out / "indptr.csc.index.npy", indptr)
+        if nonocc is not None:
+            np.save(out / "nonoccurrence_array.index.npy", nonocc)
+        return n_docs
+    finally:
+        runs.close()
+        os.close(ids_fd)
+        os.close(len_fd)
 
 
 class BM25Build:
     """Streams the workers' token ids to disk with one global vocabulary (terms numbered by first
-    appearance in passage order), then builds bm25s's score matrix from those files."""
+    appearance in passage order), then builds bm25s's score matrix from those files, out of core."""
 
     start_method = "fork"  # pure Python workers: fork inherits spaCy, bm25s and PyStemmer already loaded
     worker_init = None
@@ -144,6 +389,7 @@ class BM25Build:
         self.worker_options = self.opts
         self.vocab: dict[str, int] = {}
         self._ids = self._lengths = None
+        self.block_tokens, self.block_docs, self.merge_pairs = BLOCK_TOKENS, BLOCK_DOCS, MERGE_PAIRS
 
     def open(self, tmp: Path) -> None:
         self._ids_path, self._len_path = tmp / "tokens.i32.tmp", tmp / "lengths.i32.tmp"
@@ -167,26 +413,43 @@ class BM25Build:
         self.close()
         opts = self.opts
         started = time.perf_counter()
-        lengths = np.fromfile(self._len_path, dtype=np.int32)  # 4 bytes a passage; the ids stay on disk
-        on_disk = self._ids_path.stat().st_size > 0
-        ids = np.memmap(self._ids_path, dtype=np.int32, mode="r") if on_disk else np.empty(0, np.int32)
-        corpus = _TokenIdsOnDisk(ids, lengths)
-        live_progress(progress, f"indexing {len(lengths):,} passages")
-        live_progress(progress, None)
-        model = bm25s.BM25(k1=float(opts["k1"]), b=float(opts["b"]), delta=float(opts["delta"]), method=opts["method"])
-        # what BM25.index does for an ids + vocab corpus (including its empty-string term), from the files
-        vocab = dict(self.vocab)
-        model.scores = model.build_index_from_ids(list(vocab.values()), corpus, show_progress=False)
-        if "" not in vocab:
-            vocab[""] = max(vocab.values(), default=-1) + 1
-        model.vocab_dict = vocab
-        model.unique_token_ids_set = set(vocab.values())
+        out = tmp / "bm25"
+        # the score arrays bm25s's build_index_from_ids + save write, built out of core (above)
+        n_docs = write_bm25_matrix(
+            self._ids_path,
+            self._len_path,
+            len(self.vocab),
+            opts,
+            out,
+            block_tokens=self.block_tokens,
+            block_docs=self.block_docs,
+            merge_pairs=self.merge_pairs,
+            progress=progress,
+        )
         indexed = time.perf_counter()
-        model.save(str(tmp / "bm25"), show_progress=False)
-        saved = time.perf_counter()
-        del corpus, ids  # release the memory map before removing its file
+        tokens = self._ids_path.stat().st_size // 4
         self._ids_path.unlink()
         self._len_path.unlink()
+        # and what save writes beside them: the vocabulary with BM25.index's empty-string term
+        # (a column-less id after the last) and the parameters BM25.load reads back
+        vocab = dict(self.vocab)
+        if "" not in vocab:
+            vocab[""] = max(vocab.values(), default=-1) + 1
+        (out / "vocab.index.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+        params = {
+            "k1": float(opts["k1"]),
+            "b": float(opts["b"]),
+            "delta": float(opts["delta"]),
+            "method": opts["method"],
+            "idf_method": opts["method"],
+            "dtype": "float32",
+            "int_dtype": "int32",
+            "num_docs": n_docs,
+            "version": bm25s.__version__,  # the bm25s that reads it (BM25.load keeps it as _original_version)
+            "backend": "numpy",
+        }
+        (out / "params.index.json").write_text(json.dumps(params, indent=4), encoding="utf-8")
+        saved = time.perf_counter()
         return {
             "meta": {
                 "bm25": {
@@ -199,7 +462,7 @@ class BM25Build:
                     "tokenizer": tokenizer_info(opts),
                     "options": opts,
                     "vocabulary": len(vocab),  # with bm25s's empty-string term, as before
-                    "tokens": int(lengths.sum(dtype=np.int64)),
+                    "tokens": tokens,
                 }
             },
             "timings": {"index_s": round(indexed - started, 3), "save_s": round(saved - indexed, 3)},
