@@ -77,6 +77,7 @@ class Registry(Generic[T]):
         validate: Callable[[Any, str], None] | None = None,
         name_attribute: str | None = None,
         group: str | None = None,
+        coerce: Callable[[Any, str], T] | None = None,
     ):
         self.kind = kind
         self.name_attribute = name_attribute  # a class registered under a name learns it there
@@ -85,6 +86,8 @@ class Registry(Generic[T]):
         self._registered: dict[str, T] = {}
         self._loaded: dict[str, Entry[T]] = {}
         self._validate = validate
+        # what every object becomes where it is registered or looked up (a metric function: a Metric)
+        self._coerce = coerce
         self._entry_points: dict[str, Any] | None = None
 
     # registration -------------------------------------------------------------
@@ -92,6 +95,8 @@ class Registry(Generic[T]):
         """Decorator for objects registered in-process (tests, notebooks)."""
 
         def decorator(obj: T) -> T:
+            if self._coerce is not None:
+                obj = self._coerce(obj, name)
             if self.name_attribute and isinstance(obj, type):
                 setattr(obj, self.name_attribute, name)
             builtin = self._builtins.get(name)
@@ -154,6 +159,8 @@ class Registry(Generic[T]):
                 f"unknown {self.kind} {key!r} (known: {', '.join(self.names()) or 'none'}; "
                 f"or FILE.py:NAME, package.module:NAME)"
             )
+        if self._coerce is not None:
+            entry.obj = self._coerce(entry.obj, key)
         if self._validate is not None:
             self._validate(entry.obj, key)
         if entry.source != "file":  # a file is read again each time: an edited plugin is new code (notebooks)
