@@ -54,8 +54,12 @@ def test_compare_two_real_runs(two_runs):
     f1 = result["metrics"]["em-f1.f1"]
     assert f1["runs"][0]["value"] == pytest.approx(sum(a.values()) / LIMIT)
     assert f1["diffs"][0]["diff"] == pytest.approx(sum(b[q] - a[q] for q in a) / LIMIT)
-    lo, hi = f1["diffs"][0]["ci95"]
-    assert lo <= f1["diffs"][0]["diff"] <= hi and 0 < f1["diffs"][0]["p"] <= 1
+    d = f1["diffs"][0]
+    if all(b[q] == a[q] for q in a):  # F1 is a mean (issue 41): no difference anywhere has no spread, n/a
+        assert d["ci95"] is None and d["note"] and d["p"] == 1
+    else:
+        lo, hi = d["ci95"]
+        assert lo <= d["diff"] <= hi and 0 < d["p"] <= 1
     em = result["metrics"]["em-f1.em"]["diffs"][0]
     assert em["test"] == "McNemar exact"  # 0/1 per question
     strict = result["metrics"]["fanoutqa-string.acc.strict"]  # the mean of acc == 1: 0/1 per question

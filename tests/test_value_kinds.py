@@ -299,3 +299,46 @@ def test_a_plugin_written_with_attributes_keeps_working():
     decorated.discrete_values = True
     assert decorated.aggregation.discrete
     assert plugin_scores(legacy, lambda i: i < 5)["kinds-test"] == {"hit": 0.25}
+
+
+# ---------------------------------------------------------------------------- epochs change what a share is
+def test_under_the_mean_of_epochs_a_share_is_a_mean_of_each_question_s_share():
+    """Two epochs, the mean reducer: a question's EM is its share of the epochs right (0.5: one of
+    two), so the number is a bounded mean (analytic); under max (pass@2) each question is 0 or 1
+    again, a share (Wilson). compare reads the runs' kinds the same way."""
+    from conftest import loaded_run
+
+    from harness.analysis.compare import compare_runs
+    from harness.execution.scoring import score_records
+
+    qs = HOTPOT.samples[:10]
+    records = [  # question i right in epoch 1 when i < 6, in epoch 2 when i < 3
+        {"id": q.id, "epoch": e, "answer": str(q.answer) if i < (6 if e == 1 else 3) else "wrong"}
+        for e in (1, 2)
+        for i, q in enumerate(qs)
+    ]
+    mean_run = score_records(HOTPOT, qs, records, metrics=["em-f1"], epochs=2, reducer="mean")
+    em = mean_run["uncertainty"]["em-f1.em"]
+    shares = [1.0] * 3 + [0.5] * 3 + [0.0] * 4
+    assert em["kind"] == "mean" and em["method"] == "analytic"
+    assert em["ci95"] == pytest.approx(normal_ref(shares), abs=1e-12)
+    best = score_records(HOTPOT, qs, records, metrics=["em-f1"], epochs=2, reducer="max")["uncertainty"]["em-f1.em"]
+    assert best["kind"] == "share" and best["ci95"] == pytest.approx(wilson_ref(6, 10), abs=1e-12)
+    run = loaded_run("m", mean_run, HOTPOT)
+    d = compare_runs([run, run])["metrics"]["em-f1.em"]
+    assert d["runs"][0]["method"] == "analytic" and d["diffs"][0]["test"].startswith("sign-flip")
+
+
+def test_registering_one_function_twice_is_one_registration():
+    def twice(questions, answers, only_answered, options=None):
+        return hits(questions, answers, only_answered, options)
+
+    try:
+        first = METRICS.register("kinds-twice")(twice)
+        assert METRICS.register("kinds-twice")(twice) is first is METRICS.get("kinds-twice")
+        with pytest.raises(ValueError, match="registered twice"):
+            METRICS.register("kinds-twice")(lambda *a, **k: None)
+        with pytest.raises(ValueError, match="is built in"):
+            METRICS.register("em-f1")(twice)
+    finally:
+        METRICS.unregister("kinds-twice")

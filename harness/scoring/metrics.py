@@ -648,7 +648,8 @@ def score_nothing(
     from harness.scoring.uncertainty import scored_part
 
     options = options or ScoringOptions()
-    names = list(resolve_metrics(list(metrics or dataset.metrics)))
+    entries = resolve_metrics(list(metrics or dataset.metrics))
+    names = list(entries)
     probe = score_answers(dataset, questions[:1], [], metrics, False, options, None, {}) if questions else {}
     probe_info = (probe.get("meta") or {}).get("metric_info") or {}
     out: dict[str, Any] = {"results_format": RESULTS_FORMAT}
@@ -657,10 +658,11 @@ def score_nothing(
         shape = probe.get(name) if isinstance(probe.get(name), dict) else {}
         out[name] = _null_leaves(shape)
         for path, value in _leaf_paths(scored_part(shape)):
-            if isinstance(value, int) and not isinstance(value, bool):
-                continue  # a count (TopiOCQA's turns) has no interval
+            kind = entries[name].obj.kind_of(path)
+            if kind.name == "count" and kind.total:
+                continue  # a number of things (TopiOCQA's turns) has no interval
             uncertainty[".".join((name, *path))] = {
-                "value": None, "stderr": None, "ci95": None, "method": "none", "note": reason,
+                "value": None, "stderr": None, "ci95": None, "method": "none", "kind": kind.name, "note": reason,
             }  # fmt: skip
     out["raw"] = []
     out["uncertainty"] = uncertainty
