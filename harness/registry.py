@@ -77,14 +77,18 @@ class Registry(Generic[T]):
         validate: Callable[[Any, str], None] | None = None,
         name_attribute: str | None = None,
         group: str | None = None,
+        coerce: Callable[[Any, str], T] | None = None,
     ):
         self.kind = kind
         self.name_attribute = name_attribute  # a class registered under a name learns it there
         self.group = group or ENTRY_POINT_GROUP.format(kind=kind)
         self._builtins = dict(builtins or {})
         self._registered: dict[str, T] = {}
+        self._given: dict[str, Any] = {}  # what was registered, before coerce
         self._loaded: dict[str, Entry[T]] = {}
         self._validate = validate
+        # what every object becomes where it is registered or looked up (a metric function: a Metric)
+        self._coerce = coerce
         self._entry_points: dict[str, Any] | None = None
 
     # registration -------------------------------------------------------------
@@ -92,6 +96,9 @@ class Registry(Generic[T]):
         """Decorator for objects registered in-process (tests, notebooks)."""
 
         def decorator(obj: T) -> T:
+            given = obj
+            if self._coerce is not None:
+                obj = self._coerce(obj, name)
             if self.name_attribute and isinstance(obj, type):
                 setattr(obj, self.name_attribute, name)
             builtin = self._builtins.get(name)
@@ -99,9 +106,12 @@ class Registry(Generic[T]):
                 if getattr(obj, "__module__", None) != builtin.partition(":")[0]:
                     raise ValueError(f"{self.kind} {name!r} is built in ({builtin}); register under another name")
                 return obj
-            if name in self._registered and self._registered[name] is not obj:
+            if name in self._registered and self._registered[name] is not obj and self._given.get(name) is not given:
                 raise ValueError(f"{self.kind} {name!r} registered twice")
+            if self._given.get(name) is given:  # the same object again: the same registration
+                return self._registered[name]
             self._registered[name] = obj
+            self._given[name] = given
             self._loaded.pop(name, None)
             return obj
 
@@ -109,6 +119,7 @@ class Registry(Generic[T]):
 
     def unregister(self, name: str) -> None:
         self._registered.pop(name, None)
+        self._given.pop(name, None)
         self._loaded.pop(name, None)
 
     # lookup ---------------------------------------------------------------------
@@ -154,6 +165,8 @@ class Registry(Generic[T]):
                 f"unknown {self.kind} {key!r} (known: {', '.join(self.names()) or 'none'}; "
                 f"or FILE.py:NAME, package.module:NAME)"
             )
+        if self._coerce is not None:
+            entry.obj = self._coerce(entry.obj, key)
         if self._validate is not None:
             self._validate(entry.obj, key)
         if entry.source != "file":  # a file is read again each time: an edited plugin is new code (notebooks)

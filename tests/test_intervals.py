@@ -19,7 +19,7 @@ from harness.scoring import stats
 from harness.scoring.metrics import score_answers
 from harness.scoring.results import summary_lines
 from harness.scoring.topiocqa_metrics import topiocqa
-from harness.scoring.uncertainty import bounds_of
+from harness.scoring.display import kind_of
 
 SIZES = (1, 2, 3, 4, 5, 7, 10, 13, 20, 37, 50, 80, 100, 250, 1000)
 
@@ -36,26 +36,26 @@ def test_wilson_is_statsmodels_on_many_k_and_n():
             assert stats.wilson_interval(k, n) == pytest.approx(wilson_ref(k, n), abs=1e-12), (k, n)
             if n <= 80 and k % 3 == 0 or k in (0, n):  # the same through mean_ci, and x100
                 x = [1.0] * k + [0.0] * (n - k)
-                e = stats.mean_ci(x, bounds=(0.0, 1.0))
+                e = stats.mean_ci(x, bounds=(0.0, 1.0), share=True)
                 assert e["method"] == "wilson" and e["ci95"] == pytest.approx(wilson_ref(k, n), abs=1e-12)
-                scaled = stats.mean_ci(x, scale=100, bounds=(0.0, 100.0))["ci95"]
+                scaled = stats.mean_ci(x, scale=100, bounds=(0.0, 100.0), share=True)["ci95"]
                 assert scaled == pytest.approx([100 * v for v in wilson_ref(k, n)], abs=1e-10)
     # an effective (non-integer) size, as the clustered share uses
     assert stats.wilson_interval(2.5, 7.3) == pytest.approx(wilson_ref(2.5, 7.3), abs=1e-12)
 
 
 def test_the_issue_s_shares_stay_in_0_1_and_0_of_n_is_not_certainty():
-    e = stats.mean_ci([1] * 19 + [0], bounds=(0, 1))  # Wald: [0.852, 1.048]
+    e = stats.mean_ci([1] * 19 + [0], bounds=(0, 1), share=True)  # Wald: [0.852, 1.048]
     assert e["ci95"] == pytest.approx([0.7639, 0.9911], abs=1e-4) and e["ci95"][1] < 1
     assert e["stderr"] == pytest.approx(0.05)  # the standard error of the mean is unchanged
-    e = stats.mean_ci([1] + [0] * 79, bounds=(0, 1))  # Wald: [-0.012, 0.037]
+    e = stats.mean_ci([1] + [0] * 79, bounds=(0, 1), share=True)  # Wald: [-0.012, 0.037]
     assert e["ci95"] == pytest.approx([0.0022, 0.0675], abs=1e-4)
-    e = stats.mean_ci([0] * 20, bounds=(0, 1))  # Wald: ± 0 [0, 0]
+    e = stats.mean_ci([0] * 20, bounds=(0, 1), share=True)  # Wald: ± 0 [0, 0]
     assert e["ci95"] == pytest.approx([0.0, 0.1611], abs=1e-4) and e["ci95"][0] == 0.0
     assert e["stderr"] is None and e["note"] == "all 20 values equal: no spread to estimate"
-    e = stats.mean_ci([1] * 20, bounds=(0, 1))
+    e = stats.mean_ci([1] * 20, bounds=(0, 1), share=True)
     assert e["ci95"][1] == 1.0 and e["ci95"][0] == pytest.approx(1 - 0.1611, abs=1e-4)
-    one = stats.mean_ci([1], bounds=(0, 1))
+    one = stats.mean_ci([1], bounds=(0, 1), share=True)
     assert one["ci95"] == pytest.approx(wilson_ref(1, 1)) and one["note"] == "one value: no spread to estimate"
 
 
@@ -66,11 +66,13 @@ def test_a_bounded_mean_that_is_no_share_is_clipped_and_says_so():
     assert e["ci95"][0] == pytest.approx(0.97 - stats.Z95 * stats.mean_ci(x)["stderr"])
     assert stats.mean_ci(x)["ci95"][1] > 1  # unbounded: the plain normal interval
     assert stats.mean_ci([0.2, 0.5, 0.4], bounds=(0, 1))["method"] == "analytic"  # nothing clipped
-    # bounds from the metric's scale: TopiOCQA's x100 scores on [0, 100], others on [0, 1], a count none
-    assert bounds_of("topiocqa.em", [0.0, 1.0], 100.0) == (0.0, 100.0)
-    assert bounds_of("topiocqa.bleu", [0.0, 37.5, 100.0], 1.0) == (0.0, 100.0)
-    assert bounds_of("em-f1.f1", [0.0, 0.5, 1.0], 1.0) == (0.0, 1.0)
-    assert bounds_of("quest.pred", [0.0, 3.0], 1.0) is None
+    # bounds from the declared kind: TopiOCQA's x100 scores on [0, 100], others on [0, 1], a count
+    # never below 0, a metric that cannot be resolved none
+    assert kind_of("topiocqa.em").bounds == (0.0, 100.0) and kind_of("topiocqa.em").times == 100.0
+    assert kind_of("topiocqa.bleu").bounds == (0.0, 100.0) and kind_of("topiocqa.bleu").times == 1.0
+    assert kind_of("em-f1.f1").bounds == (0.0, 1.0)
+    assert kind_of("agent.searches").bounds == (0.0, math.inf)
+    assert kind_of("no-such-metric.pred").bounds is None
     e = stats.mean_ci([37.5, 100.0, 100.0, 90.0], bounds=(0.0, 100.0))
     assert e["ci95"][1] == 100.0 and e["method"] == "analytic-clipped"
 
@@ -79,8 +81,8 @@ def test_no_spread_is_n_a_with_the_reason():
     flat = stats.mean_ci([0.5] * 20, bounds=(0, 1))
     assert (flat["stderr"], flat["ci95"], flat["note"]) == (None, None, "all 20 values equal: no spread to estimate")
     assert stats.mean_ci([0.5])["note"] == "one value: no spread to estimate"
-    for x in ([1, 0, 1, 1, 0], [0.2, 0.9, 0.4, 0.4, 1.0]):  # a share or not, one cluster has no interval
-        e = stats.mean_ci(x, clusters=["c"] * 5, bounds=(0, 1))
+    for x, share in (([1, 0, 1, 1, 0], True), ([0.2, 0.9, 0.4, 0.4, 1.0], False)):  # one cluster: no interval
+        e = stats.mean_ci(x, clusters=["c"] * 5, bounds=(0, 1), share=share)
         assert e["stderr"] is None and e["ci95"] is None and e["note"] == "one cluster: no between-cluster spread"
     same = stats.mean_ci([0.2, 0.6, 0.4, 0.4], clusters=list("aabb"))  # both clusters average 0.4
     assert same["stderr"] is None and same["note"] == "all 2 clusters have the same mean: no between-cluster spread"
@@ -93,7 +95,7 @@ def test_no_spread_is_n_a_with_the_reason():
 def test_a_clustered_share_uses_the_design_effect():
     x = [1, 1, 1, 0, 0, 0, 1, 0, 1, 1, 1, 1]
     clusters = list("aaabbbcccddd")
-    e = stats.mean_ci(x, clusters=clusters, bounds=(0, 1))
+    e = stats.mean_ci(x, clusters=clusters, bounds=(0, 1), share=True)
     p, n = 8 / 12, 12
     var = stats.mean_ci(x, clusters=clusters)["stderr"] ** 2  # the cluster-robust variance of the mean
     n_eff = p * (1 - p) / var
@@ -101,7 +103,7 @@ def test_a_clustered_share_uses_the_design_effect():
     assert e["ci95"] == pytest.approx(wilson_ref(p * n_eff, n_eff), abs=1e-12)
     assert e["ci95"][1] - e["ci95"][0] > np.subtract(*reversed(wilson_ref(8, 12)))  # wider than i.i.d.
     # no spread at all: the design effect cannot be estimated, so the worst case (each cluster one answer)
-    zero = stats.mean_ci([0] * 12, clusters=list("aaaaaabbbccd"), bounds=(0, 1))
+    zero = stats.mean_ci([0] * 12, clusters=list("aaaaaabbbccd"), bounds=(0, 1), share=True)
     assert zero["n_effective"] == pytest.approx(144 / (36 + 9 + 4 + 1))
     assert zero["ci95"] == pytest.approx(wilson_ref(0, 144 / 50), abs=1e-12) and zero["stderr"] is None
 
@@ -114,7 +116,7 @@ def test_wilson_covers_95_percent():
 
     rng = np.random.default_rng(2)
     p, n = 0.2, 50
-    hits = [stats.mean_ci(x, bounds=(0, 1))["ci95"] for x in rng.binomial(1, p, size=(1000, n))]
+    hits = [stats.mean_ci(x, bounds=(0, 1), share=True)["ci95"] for x in rng.binomial(1, p, size=(1000, n))]
     covered = np.mean([lo <= p <= hi for lo, hi in hits])
     assert 0.93 <= covered <= 0.97, covered
     inside = [k for k in range(n + 1) if stats.wilson_interval(k, n)[0] <= p <= stats.wilson_interval(k, n)[1]]
@@ -125,7 +127,7 @@ def test_wilson_covers_95_percent():
     shares = rng.beta(p * (1 - rho) / rho, (1 - p) * (1 - rho) / rho, size=(1000, g))
     runs = (rng.random((1000, g, m)) < shares[..., None]).astype(float).reshape(1000, -1)
     labels = np.repeat(np.arange(g), m)
-    intervals = [stats.mean_ci(x, clusters=labels, bounds=(0, 1))["ci95"] for x in runs]
+    intervals = [stats.mean_ci(x, clusters=labels, bounds=(0, 1), share=True)["ci95"] for x in runs]
     covered = np.mean([lo <= p <= hi for lo, hi in intervals])
     assert 0.93 <= covered <= 0.97, covered
 
@@ -226,7 +228,7 @@ def test_compare_swaps_whole_conversations_and_prints_the_monte_carlo_error():
     assert d["test"] == "paired swap permutation of whole clusters" and d["test_detail"]["units"] == len(convs)
     assert d["p"] > 0.1 and not d["significant"]
     assert d["p_mc_error"] == pytest.approx(math.sqrt(d["p"] * (1 - d["p"]) / 1000))
-    per_row, finish = topiocqa.aggregate_sums  # the same numbers, swapped turn by turn (as before)
+    per_row, finish = topiocqa.aggregation.sums  # the same numbers, swapped turn by turn (as before)
     by_id = [sorted(run.scores["raw"], key=lambda r: r["question_id"]) for run in (a, b)]
     turns = [[per_row(r["topiocqa"]) for r in rows] for rows in by_id]
     per_turn = stats.swap_test_sums(*turns, lambda t: finish(t)["bleu_corpus"])
@@ -274,9 +276,10 @@ def test_one_conversation_is_n_a_everywhere_it_is_printed(tmp_path):
 
 
 def test_a_share_of_0_of_20_prints_its_wilson_interval():
+    """EM is a share: Wilson's interval at 0 of 20; F1 a bounded mean: with no spread, no interval."""
     ds, scores = _hotpot(lambda i: False)
     (line,) = summary_lines(scores)
-    assert line.startswith("em-f1: em 0.0000 ± n/a [0.0000, 0.1611] f1 0.0000 ± n/a [0.0000, 0.1611]")
+    assert line.startswith("em-f1: em 0.0000 ± n/a [0.0000, 0.1611] f1 0.0000 ± n/a f1_precision")
     ds, scores = _hotpot(lambda i: i > 0)
     assert summary_lines(scores)[0].startswith("em-f1: em 0.9500 ± 0.0500 [0.7639, 0.9911]")
 

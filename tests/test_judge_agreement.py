@@ -447,6 +447,12 @@ def test_single_judge_unchanged(tmp_path):
             now["+".join(metrics)] = {"scores": json.loads(json.dumps(s)), "console": buf.getvalue().splitlines()}
     finally:
         unregister_script("golden-judge")
+    # added since (issue 41): each interval's declared kind; the verdicts are shares, FanOutQA's string
+    # accuracy loose and ROUGE means, its strict accuracy a share
+    for run in now.values():
+        kinds = {key: entry.pop("kind") for key, entry in run["scores"]["uncertainty"].items()}
+        shares = {"llm-judge.llm_judge", "fanoutqa-string.acc.strict"}
+        assert kinds == {key: "share" if key in shares else "mean" for key in kinds}, kinds
     alone = now["llm-judge"]["scores"]
     assert now["llm-judge"] == before["llm-judge"]
     assert list(alone["meta"]["metric_info"]["llm-judge"]) == [
@@ -463,10 +469,23 @@ def test_single_judge_unchanged(tmp_path):
         }
     }
     assert both["scores"]["meta"]["metric_info"]["llm-judge"].pop("agreement_with_string")
+    # FanOutQA's loose accuracy and ROUGE are declared means (issue 41): where every question here
+    # happened to score 0 or 1 they were taken for shares (Wilson); now the analytic interval, with
+    # the same value and standard error
+    for key in [k for k in old["scores"]["uncertainty"] if k.startswith("fanoutqa-string.")]:
+        was, now_entry = old["scores"]["uncertainty"].pop(key), both["scores"]["uncertainty"].pop(key)
+        assert (now_entry["value"], now_entry["stderr"]) == (was["value"], was["stderr"]), key
+        expected = ("wilson",) if key == "fanoutqa-string.acc.strict" else ("analytic", "analytic-clipped")
+        assert now_entry["method"] in expected and (key != "fanoutqa-string.acc.strict" or now_entry == was), key
     assert both["scores"] == old["scores"]
     line = "    judge agrees with string accuracy (fanoutqa-string strict): alpha 1.00, agreement 1.00 (4 questions)"
     at = both["console"].index(line)
-    assert both["console"][:at] + both["console"][at + 1 :] == old["console"]
+    console = both["console"][:at] + both["console"][at + 1 :]
+    assert console[1:] == old["console"][1:]  # the string metric's line: its loose accuracy and ROUGE as means
+    assert console[0] == (
+        "  fanoutqa-string: acc loose 0.3333 strict 0.3333 | ROUGE-1/2/L F 0.3333/0.3333/0.3333 | 95% CI: "
+        "acc loose ± 0.2108 [0.0000, 0.7465] strict ± 0.2108 [0.0968, 0.7000] ROUGE-L F ± 0.2108 [0.0000, 0.7465]"
+    )
 
 
 # --------------------------------------------------------------------------- a real judge beside a scripted one

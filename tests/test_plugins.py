@@ -306,6 +306,7 @@ def test_a_plugin_file_is_listed_as_a_builtin_is(plugin_dir, capsys):
     assert out[1:] == [
         "    scores golds: list_of_str, entity_list; answers: any",
         "    --metric-option words.py:words.unit (str, default 'words'): what is counted",
+        "    numbers: unbounded",  # it declares no kinds: each number unbounded (no Wilson, no clipping)
     ]
     # a name that cannot be loaded is an error when named, and a name needs its kind
     code, err = cli(capsys, "list", "agents", "-v", "missing.py:Shout")

@@ -110,7 +110,7 @@ def test_the_headline_is_a_running_mean_equal_to_the_metric_s_own_aggregate():
         em_row = {"em": float(rng.random() < 0.3), "f1": rng.random()}
         em.add_scores({"em-f1": em_row})
         em_rows.append(em_row)
-    official = METRICS.get("fanoutqa-string").aggregate_rows(fan_rows, len(fan_rows))
+    official = METRICS.get("fanoutqa-string").aggregation.rows(fan_rows, len(fan_rows))
     assert fan.headline() == ("fanoutqa-string.acc.loose", official["acc"]["loose"])
     assert em.headline() == ("em-f1.em", mean_values(em_rows)["em"])
     assert not fan._rows and not em._rows  # nothing held per sample

@@ -164,14 +164,16 @@ def test_topiocqa_clusters_by_conversation_and_cluster_by_option():
     clustering = s["meta"]["clustering"]
     assert clustering["by"] == "Conversation_no" and clustering["n_clusters"] == len(conversations)
     em = s["uncertainty"]["topiocqa.em"]
-    assert em["method"] == "wilson-clustered" and em["n_clusters"] == len(conversations) and em["scale"] == 100
-    assert 0 <= em["ci95"][0] < em["value"] < em["ci95"][1] <= 100 and em["n_effective"] <= len(qs)
+    # declared a x100 mean, not a share: with several references a turn's EM is a leave-one-out average
+    assert em["kind"] == "mean" and em["n_clusters"] == len(conversations) and em["scale"] == 100
+    assert em["method"] in ("analytic-clustered", "analytic-clustered-clipped")
+    assert 0 <= em["ci95"][0] < em["value"] < em["ci95"][1] <= 100
     assert "topiocqa.turns" not in s["uncertainty"]  # a count: no interval
     corpus = s["uncertainty"]["topiocqa.bleu_corpus"]  # a corpus number: bootstrapped from per-turn sums
     assert corpus["method"] == "bootstrap-percentile-clustered" and corpus["n_clusters"] == len(conversations)
     assert corpus["ci95"][0] < s["topiocqa"]["bleu_corpus"] < corpus["ci95"][1]
     off = score_answers(ds, qs, answers, options=ScoringOptions(cluster_by="none"))
-    assert off["meta"]["clustering"] == {"by": None} and off["uncertainty"]["topiocqa.em"]["method"] == "wilson"
+    assert off["meta"]["clustering"] == {"by": None} and off["uncertainty"]["topiocqa.em"]["method"] == "analytic"
     assert off["topiocqa"] == s["topiocqa"]  # clustering never changes a score
     with pytest.raises(HarnessError, match="--cluster-by nope"):
         score_answers(ds, qs, answers, options=ScoringOptions(cluster_by="nope"))
@@ -263,14 +265,16 @@ def test_corpus_bleu_from_turn_sums_is_sacrebleus_and_its_bootstrap_is_the_row_b
     with monkeypatch.context() as m:  # the fast compare never swaps rows one by one
         m.setattr(stats, "swap_test", lambda *a, **k: pytest.fail("row-by-row swap test on a sums metric"))
         fast_compare = compare_runs([a, b])["metrics"]["topiocqa.bleu_corpus"]
-    saved = tm.topiocqa.aggregate_sums
-    tm.topiocqa.aggregate_sums = None  # the generic path: aggregate_rows on each resample's rows
+    from dataclasses import replace
+
+    saved = tm.topiocqa.aggregation
+    tm.topiocqa.aggregation = replace(saved, sums=None)  # the generic path: aggregate_rows on each resample's rows
     try:
         slow = score_answers(ds, sub, _topiocqa_answers(sub, 1))["uncertainty"]["topiocqa.bleu_corpus"]
         slow_compare = compare_runs([a, b])["metrics"]["topiocqa.bleu_corpus"]
         assert slow["aggregate"] == "the metric's own (aggregate_rows)"
     finally:
-        tm.topiocqa.aggregate_sums = saved
+        tm.topiocqa.aggregation = saved
     assert fast_interval["stderr"] == pytest.approx(slow["stderr"], rel=1e-12)
     assert fast_interval["ci95"] == pytest.approx(slow["ci95"], rel=1e-12)
     assert fast_compare["diffs"][0]["p"] == slow_compare["diffs"][0]["p"]
@@ -293,7 +297,7 @@ def test_rows_without_the_corpus_statistics_get_no_made_up_interval():
     old = compute_uncertainty({"topiocqa": get_metric("topiocqa")}, scores)
     e = old["topiocqa.bleu_corpus"]
     assert e["method"] == "none" and e["value"] == scores["topiocqa"]["bleu_corpus"] and "older version" in e["reason"]
-    assert old["topiocqa.em"]["method"] == "wilson"  # EM is 0/1 per turn (x100): a share
+    assert old["topiocqa.em"]["method"] == "analytic"  # EM: a x100 mean of per-turn values
     run = loaded_run("old", scores, ds)
     result = compare_runs([run, run])
     assert "topiocqa.bleu_corpus" not in result["metrics"] and "topiocqa.em" in result["metrics"]

@@ -197,9 +197,12 @@ def test_table_cells_intervals_n_and_failed(runs, capsys):
     for name, path in (("tab-half", r["half"]), (MODEL, r["right"]), ("tab-wrong", r["wrong"])):
         res = results(path)
         for col, key in ((4, "em-f1.em"), (5, "em-f1.f1")):
-            value, (lo, hi) = res["scores"]["em-f1"][key.split(".")[1]], res["scores"]["uncertainty"][key]["ci95"]
+            value, ci = res["scores"]["em-f1"][key.split(".")[1]], res["scores"]["uncertainty"][key]["ci95"]
             cell = by_model[name][col].replace("**", "")
-            assert cell == f"{value:.3f} [{lo:.3f}, {hi:.3f}]", (name, key)
+            # F1 all 1 or all 0 (a mean, no spread): no interval; EM (a share) keeps Wilson's at 5 of 5, 0 of 5
+            shown = "[n/a]" if ci is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]"
+            assert cell == f"{value:.3f} {shown}", (name, key)
+            assert (ci is None) == (key == "em-f1.f1" and name != "tab-half"), (name, key)
         assert by_model[name][6] == str(res["scores"]["meta"]["n_answered"]) == "5"
         assert by_model[name][7] == "0" and by_model[name][3] == str(res["model"]["context_size"])
     assert by_model[MODEL][4].startswith("**1.000**")  # the best EM, bold

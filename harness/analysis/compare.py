@@ -47,10 +47,10 @@ from harness.execution.record import RunResults, read_results, results_path
 from harness.scoring.results import interval_text, metric_aggregates
 from harness.scoring.uncertainty import (
     _flat_leaves,
-    bounds_of,
     collapse_repeats,
     declared_sources,
     leaf,
+    leaf_interval,
     plan_leaf_of_runs,
     sums_of,
 )
@@ -129,7 +129,7 @@ def _implementation(run: LoadedRun, name: str) -> tuple[Any, str, str | None]:
             entry = None
         if entry is None or entry.source != "builtin":
             return None, f"unrecorded:{name}", f"{run.path} does not record which plugin scored {name}"
-        return entry.obj, f"builtin:{name}", None
+        return entry.obj, f"builtin:{name}", None  # a Metric
     keys = ("sha256", "package", "version")
     identity = {k: record[k] for k in keys if k in record}
     ref = record.get("ref") or name
@@ -139,6 +139,9 @@ def _implementation(run: LoadedRun, name: str) -> tuple[Any, str, str | None]:
     ident = f"{named}:" + ",".join(f"{k}={v}" for k, v in identity.items())
     try:
         fn, found = _load_recorded(run, record, name)
+        from harness.scoring.metrics import as_metric
+
+        fn = as_metric(fn, ref)
     except Exception as exc:  # noqa: BLE001 - a plugin that cannot load here is a reason, not a crash
         return None, ident, f"{run.path}'s {what} cannot be loaded here: {_error_line(exc)}"
     # an in-process registration has no identity to check; anything else must match the record
@@ -336,7 +339,8 @@ def _compare_answered(runs: list[LoadedRun], metrics: list[str] | None) -> dict[
         for path in wanted:
             key = ".".join((name, *path))
             values = [_flat_leaves(a[name])[path] for a in aggs]
-            plan = plan_leaf_of_runs(path, values, full, declared)
+            kind = _leaf_kind(fn, path, runs)
+            plan = plan_leaf_of_runs(path, values, full, declared, kind)
             if plan is not None and plan["kind"] != "mean":
                 continue  # a count, or no value: nothing to compare
             if plan is None:
@@ -344,7 +348,7 @@ def _compare_answered(runs: list[LoadedRun], metrics: list[str] | None) -> dict[
                 if reason:
                     out["skipped"][key] = f"not a mean of per-question values, and {reason}"
                     continue
-            out["metrics"][key] = _compare_leaf(stats, fn, key, path, plan, per, shared, clusters, len(runs))
+            out["metrics"][key] = _compare_leaf(stats, fn, kind, path, plan, per, shared, clusters, len(runs))
     if metrics and not out["metrics"]:
         why = "".join(f" ({key}: {reason})" for key, reason in list(out["skipped"].items())[:1])
         raise HarnessError(f"no comparable number among {', '.join(metrics)}{why}")
@@ -400,11 +404,11 @@ def _no_aggregate(fn, why_not, name, path, per, runs: list[LoadedRun]) -> str | 
     """Why a leaf that is no mean cannot be recomputed on the shared questions (None: it can)."""
     if fn is None:
         return f"{why_not}: no other implementation stands in for it"
-    if getattr(fn, "aggregate_rows", None) is None:
+    if fn.aggregation.rows is None:
         return f"{name} has no aggregate of per-question rows (aggregate_rows) to recompute it on the shared questions"
     for col, run, epochs in zip(per, runs, _epochs(runs)):
         try:
-            value = leaf(fn.aggregate_rows(col, len(col)), path)
+            value = leaf(fn.aggregation.rows(col, len(col)), path)
         except Exception as exc:  # noqa: BLE001 - a metric's failure skips its number, not the comparison
             return f"{name}'s aggregate of the shared rows failed: {_error_line(exc)}"
         if value is None and epochs > 1:  # epochs.reduce_values drops a corpus number's parts
@@ -417,19 +421,35 @@ def _no_aggregate(fn, why_not, name, path, per, runs: list[LoadedRun]) -> str | 
     return None
 
 
-def _compare_leaf(stats, fn, key, path, plan, per, shared, clusters, k) -> dict[str, Any]:
-    """One leaf's entry: ``plan`` a mean (Wilson/analytic interval; difference: Newcombe's for two
-    unclustered shares, else paired bootstrap; McNemar or sign-flip) or None (the metric's own
-    aggregate of the shared rows, bootstrapped and swap-tested, whole clusters when clustered)."""
+def _leaf_kind(fn, path: tuple[str, ...], runs: list[LoadedRun]):
+    """The declared kind of a leaf (unbounded where the metric cannot be had), as the runs' rows
+    hold it: a share's per-question values are each question's share of its epochs when a run
+    combined several by their mean (``harness.scoring.epochs.epoch_kind``)."""
+    from harness.scoring.epochs import epoch_kind
+    from harness.scoring.kinds import UNBOUNDED
+
+    kind = fn.kind_of(path) if fn is not None else UNBOUNDED
+    for run, n in zip(runs, _epochs(runs)):
+        reducer = (run.results.scores.epochs or {}).get("reducer") if run.results.scores is not None else None
+        kind = epoch_kind(kind, reducer or "mean", n)
+    return kind
+
+
+def _compare_leaf(stats, fn, kind, path, plan, per, shared, clusters, k) -> dict[str, Any]:
+    """One leaf's entry: ``plan`` a mean (the interval its declared ``kind`` asks: Wilson for a
+    share, else analytic; difference: Newcombe's for two unclustered shares, else paired bootstrap;
+    McNemar for shares, else sign-flip) or None (the metric's own aggregate of the shared rows,
+    bootstrapped and swap-tested, whole clusters when clustered)."""
     n = len(shared)
     entry: dict[str, Any] = {"runs": [], "diffs": []}
     if plan is not None:
         raw = [[float(leaf(r, plan["source"])) for r in col] for col in per]
         cols = [[plan["scale"] * v for v in col] for col in raw]
         entry["kind"] = "mean"
-        for col, values in zip(cols, raw):
-            entry["runs"].append(_short(stats.mean_ci(col, clusters, bounds=bounds_of(key, values, plan["scale"]))))
-        binary = stats.is_binary(*raw)  # 0/1 per question (before any x100 scale)
+        for values in raw:
+            entry["runs"].append(_short(leaf_interval(kind, values, clusters, plan["scale"])))
+        # a share's values are 0/1 (before any x100 scale); McNemar and Newcombe read them so
+        binary = kind.name == "share" and all(entry_run["method"] != "none" for entry_run in entry["runs"])
         for j in range(1, k):
             d = stats.paired_bootstrap_diff(cols[0], cols[j], clusters)
             d["method"] = "paired " + d["method"]
@@ -450,7 +470,7 @@ def _compare_leaf(stats, fn, key, path, plan, per, shared, clusters, k) -> dict[
             ]
             entry["diffs"].append(_diff_entry(d, test, changed))
         return entry
-    aggregate_rows = fn.aggregate_rows
+    aggregate_rows = fn.aggregation.rows
 
     def agg(drawn: list[Any]) -> float:
         return float(leaf(aggregate_rows(drawn, len(drawn)), path))
@@ -494,7 +514,8 @@ def _sums_of(fn, path, per) -> tuple[list[list[Any]], Any] | None:
 
 def _short(entry: dict[str, Any]) -> dict[str, Any]:
     out = {k: entry.get(k) for k in ("value", "stderr", "ci95", "method")}
-    return {**out, "note": entry["note"]} if entry.get("note") else out
+    note = entry.get("note") or entry.get("reason")
+    return {**out, "note": note} if note else out
 
 
 def _diff_entry(boot: dict[str, Any], test: dict[str, Any], changed: list[dict[str, Any]]) -> dict[str, Any]:

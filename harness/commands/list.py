@@ -82,7 +82,7 @@ def describe(kind: str, name: str, registry, entry=None) -> list[str]:
             facts.append(f"answers: {', '.join(obj.answer_types)}")
         if getattr(obj, "default_agents", None):
             facts.append("agents: " + ", ".join(f"{s} {a}" for s, a in obj.default_agents.items()))
-    text = summary(obj)
+    text = summary(obj.fn if kind == "metrics" else obj)
     if len(text) > 160:
         text = text[:157] + "..."
     extra = f" ({'; '.join(facts)})" if facts else ""
@@ -138,12 +138,10 @@ def option_lines(prefix: str, model) -> list[str]:
 
 def metric_help(name: str, fn) -> list[str]:
     """What a metric scores and needs, and its options (``harness list metrics -v``)."""
-    from harness.scoring.metrics import NEEDS, declaration_of
+    from harness.scoring.metrics import NEEDS
 
-    declared = getattr(fn, "declaration", None)
-    if declared is None:
-        return ["no declaration: scores any gold and answer, needs nothing, has no options"]
-    d = declaration_of(fn)
+    d = fn.declaration  # a metric that declares nothing: any gold and answer, no needs, no options
+    kinds = kind_lines(fn)
     facts = [
         f"golds: {', '.join(d.accepts) if d.accepts is not None else 'any'}",
         f"answers: {', '.join(d.answers) if d.answers is not None else 'any'}",
@@ -155,7 +153,20 @@ def metric_help(name: str, fn) -> list[str]:
     lines = ["scores " + "; ".join(facts)]
     if d.options is not None:
         lines += option_lines(name, d.options)
-    return lines
+    return lines + kinds
+
+
+def kind_lines(metric) -> list[str]:
+    """What its numbers are (``harness.scoring.kinds``), as it declares them: the error bars follow."""
+    parts = [f"{'.'.join(path)} {_kind_text(kind)}" for path, kind in metric.kinds.leaves]
+    default = _kind_text(metric.kinds.default)
+    return [f"numbers: {default}" + (f"; {', '.join(parts)}" if parts else "")]
+
+
+def _kind_text(kind) -> str:
+    scale = f" 0-{kind.scale:g}" if kind.scale is not None else ""
+    unit = f" ({kind.unit}{', a total' if kind.total else ''})" if kind.unit else ""
+    return f"{kind.name}{scale}{unit}"
 
 
 def retrieval_help() -> list[str]:

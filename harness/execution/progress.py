@@ -192,7 +192,7 @@ def _aggregate_of(metric: str | None):
     try:
         from harness.scoring.metrics import METRICS
 
-        return getattr(METRICS.get(metric), "aggregate_rows", None)
+        return METRICS.get(metric).aggregation.rows
     except Exception:  # noqa: BLE001 - a plugin metric named by file: its rows' mean
         return None
 
@@ -209,7 +209,7 @@ def _running_mean_of(metric: str, row: dict[str, Any]) -> tuple[tuple[str, ...],
     try:
         from harness.scoring.metrics import METRICS
 
-        declared = getattr(METRICS.get(metric), "per_question_leaves", None) or {}
+        declared = METRICS.get(metric).aggregation.per_question_leaves
         found = _first_headline_leaf(aggregate_rows([row], 1))
     except Exception:  # noqa: BLE001 - a progress line never stops a run
         return None

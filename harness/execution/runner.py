@@ -26,7 +26,7 @@ from harness.execution.paths import directory_run_id, portable, portable_record
 from harness.execution.progress import Progress
 from harness.execution.record import RunResults, read_results, results_dict, write_results
 from harness.execution.scoring import run_metrics, score_records, stopped_reason
-from harness.scoring.metrics import reads_rows, resolve_metrics
+from harness.scoring.metrics import resolve_metrics
 from harness.execution.summary import build_results, now_iso, search_space_info, snapshot_hash, snapshot_text_search
 from harness.execution.watchdog import LoopWatch
 from harness.models import create_backend
@@ -196,7 +196,7 @@ class Run:
         self.metric_names = list(config.metrics or self.dataset.metrics)
         # a plugin metric that reads rows may read any field of them: it gets the rows whole
         self.keep_whole_rows = any(
-            reads_rows(entry.obj) and entry.source != "builtin" for entry in resolve_metrics(self.metric_names).values()
+            entry.obj.reads_rows and entry.source != "builtin" for entry in resolve_metrics(self.metric_names).values()
         )
         self.attempts: SampleAttempts | None = None  # this invocation's, while samples are solved
         self._preflight()

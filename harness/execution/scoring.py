@@ -414,8 +414,8 @@ def _fact(meta: dict[str, Any], path: str) -> tuple[bool, Any]:
 
 
 def _metric_fn(name: str, info: dict[str, Any]) -> Any:
-    """The function of a metric named in a scores dict (a plugin by the reference its info records);
-    None when it cannot be loaded now (a plugin file gone)."""
+    """The ``Metric`` named in a scores dict (a plugin by the reference its info records); None when
+    it cannot be loaded now (a plugin file gone)."""
     from harness.scoring.metrics import resolve_metrics
 
     ref = ((info or {}).get("plugin") or {}).get("ref") or name
@@ -429,10 +429,10 @@ def _metric_fn(name: str, info: dict[str, Any]) -> Any:
 def _needs_of(name: str, info: dict[str, Any]) -> tuple[str, ...]:
     """The scoring options a kept metric's numbers depend on (its declared ``needs``); every one
     a metric may need when it cannot be loaded now."""
-    from harness.scoring.metrics import NEEDS, declaration_of
+    from harness.scoring.metrics import NEEDS
 
     fn = _metric_fn(name, info)
-    return tuple(NEEDS) if fn is None else declaration_of(fn).needs
+    return tuple(NEEDS) if fn is None else fn.declaration.needs
 
 
 def kept_mismatches(before: dict[str, Any], now: dict[str, Any], kept: list[str]) -> list[str]:
@@ -570,7 +570,8 @@ def merge_scores(before: dict[str, Any], now: dict[str, Any]) -> tuple[dict[str,
     out["meta"] = meta
     if "epochs" not in out:  # what relates a metric scored now to the kept ones (a judge and string accuracy)
         for name in new_names:
-            relate = getattr(_metric_fn(name, meta["metric_info"].get(name) or {}), "with_other_metrics", None)
+            metric = _metric_fn(name, meta["metric_info"].get(name) or {})
+            relate = metric.aggregation.with_other_metrics if metric is not None else None
             if relate is not None and isinstance(out.get(name), dict):
                 out[name], meta["metric_info"][name] = relate(out[name], meta["metric_info"].get(name) or {}, rows, name)
     return out, kept

@@ -29,13 +29,34 @@ from __future__ import annotations
 from typing import Any
 
 from harness.datasets.base import Sample
-from harness.scoring.metrics import METRICS, ScoringOptions, declare, reads
+from harness.scoring.kinds import count, mean, money
+from harness.scoring.metrics import ScoringOptions, declare, reads
 
 
-# any gold answer (it reads the rows and the gold evidence pages, never the answer's type); needs nothing
-@declare()
+# any gold answer (it reads the rows and the gold evidence pages, never the answer's type); needs nothing.
+# Recall, precision and the hops are means of per-question shares (0..1); the rest counts and money.
+@declare(
+    headline=("evidence_recall",),
+    labels={
+        "evidence_recall": "Evidence recall",
+        "evidence_precision": "Evidence precision",
+        "searches": "Searches",
+        "rounds": "Model rounds",
+        "tokens": "Tokens",
+        "cost": "Cost (USD)",
+        "hops_retrieved": "Hops retrieved",
+        "hops_answered": "Hops answered",
+    },
+    lower_is_better=("cost", "tokens", "rounds"),
+    kind=mean(),
+    kinds={
+        "searches": count("searches"),
+        "rounds": count("model calls"),
+        "tokens": count("tokens"),
+        "cost": money("USD"),
+    },
+)
 @reads("row")
-@METRICS.register("agent")
 def agent(
     questions: list[Sample], answers: list[dict[str, Any]], only_answered: bool, options: ScoringOptions | None = None
 ) -> dict[str, Any]:

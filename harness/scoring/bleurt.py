@@ -23,7 +23,8 @@ from harness.datasets.base import Sample
 from harness.errors import HarnessError
 from harness.scoring.fanoutqa_metrics import str_answer
 from harness.scoring.gold import gold_text
-from harness.scoring.metrics import FANOUTQA_SHAPES, METRICS, ScoringOptions, _dist_version, declare
+from harness.scoring.kinds import unbounded
+from harness.scoring.metrics import FANOUTQA_SHAPES, ScoringOptions, _dist_version, declare
 
 BATCH_SIZE = 16  # bleurt.score.BleurtScorer's default batch size
 NO_CHECKPOINT = (
@@ -117,8 +118,15 @@ def check_installed(options: ScoringOptions) -> None:
 
 
 # references are read by gold_text (FanOutQA's str_answer; QAMPARI entities by their answer text)
-@declare(accepts=(*FANOUTQA_SHAPES, "entity_list"), needs=("bleurt_checkpoint",), check=check_installed)
-@METRICS.register("bleurt")
+# BLEURT-20's scores are roughly 0..1 but not bounded: unbounded
+@declare(
+    accepts=(*FANOUTQA_SHAPES, "entity_list"),
+    needs=("bleurt_checkpoint",),
+    check=check_installed,
+    headline=("bleurt",),
+    labels={"bleurt": "BLEURT"},
+    kind=unbounded(),
+)
 def bleurt(
     questions: list[Sample], answers: list[dict[str, Any]], only_answered: bool, options: ScoringOptions | None = None
 ) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """How a metric's numbers are named, scaled and chosen as headline in tables, figures and
 reports: one place, so a paper's table, its figure and the report say the same thing.
 
-A metric's leaf is named by its dotted key, ``METRIC.LEAF`` (``fanoutqa-string.acc.loose``). A
-metric may declare its own (``declare(headline=..., labels=..., scale=...)``); the built-ins'
-are here. A dataset's headline is what a paper reports for it (``DatasetLoader.headline``; else
+A metric's leaf is named by its dotted key, ``METRIC.LEAF`` (``fanoutqa-string.acc.loose``). Every
+metric, built-in or plugin, declares its own (``declare(headline=..., labels=..., kinds=...)``: the
+``Metric``'s ``display`` and ``kinds``); a metric that cannot be resolved gets readable generic
+names and no scale. A dataset's headline is what a paper reports for it (``DatasetLoader.headline``; else
 the headline of its first default metric).
 """
 
@@ -12,59 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.errors import HarnessError
-
-# Built-in metrics: (headline leaves, {leaf: display name}, {leaf: scale}); scale is the value of a
-# perfect score (1 or 100), None for an unbounded number (counts, BLEURT, cost).
-_ROUGE = {
-    f"rouge.{r}.{part}": f"ROUGE-{r[5:]} {short}"
-    for r in ("rouge1", "rouge2", "rougeL")
-    for part, short in (("fscore", "F1"), ("precision", "P"), ("recall", "R"))
-}
-BUILTIN: dict[str, tuple[tuple[str, ...], dict[str, str], dict[str, float | None]]] = {
-    "fanoutqa-string": (
-        ("acc.loose",),
-        {"acc.loose": "Accuracy (loose)", "acc.strict": "Accuracy (strict)", **_ROUGE},
-        {},
-    ),
-    "em-f1": (("f1",), {"em": "EM", "f1": "F1", "f1_precision": "F1 precision", "f1_recall": "F1 recall"}, {}),
-    "set-f1": (
-        ("f1",),
-        {
-            "precision": "Set precision",
-            "recall": "Set recall",
-            "f1": "Set F1",
-            "f1_ge_0.5": "Share F1 ≥ 0.5",
-            "recall_ge_0.8": "Share recall ≥ 0.8",
-        },
-        {},
-    ),
-    "quest": (("f1",), {"precision": "QUEST precision", "recall": "QUEST recall", "f1": "QUEST F1"}, {}),
-    "topiocqa": (
-        ("f1",),
-        {"em": "EM", "f1": "F1", "bleu": "BLEU (sentence)", "bleu_corpus": "BLEU (corpus)", "turns": "Turns"},
-        {"em": 100.0, "f1": 100.0, "bleu": 100.0, "bleu_corpus": 100.0, "turns": None},
-    ),
-    "bleurt": (("bleurt",), {"bleurt": "BLEURT"}, {"bleurt": None}),
-    "llm-judge": (("llm_judge",), {"llm_judge": "LLM judge"}, {}),
-    "agent": (
-        ("evidence_recall",),
-        {
-            "evidence_recall": "Evidence recall",
-            "evidence_precision": "Evidence precision",
-            "searches": "Searches",
-            "rounds": "Model rounds",
-            "tokens": "Tokens",
-            "cost": "Cost (USD)",
-            "hops_retrieved": "Hops retrieved",
-            "hops_answered": "Hops answered",
-        },
-        {"searches": None, "rounds": None, "tokens": None, "cost": None},
-    ),
-}
-
-
-# Numbers where less is better (the best in a table's column is the lowest): the agent's spending.
-LOWER_IS_BETTER = {"agent": ("cost", "tokens", "rounds")}
+from harness.scoring.kinds import UNBOUNDED, Kind
 
 
 def _split(key: str) -> tuple[str, str]:
@@ -72,23 +21,31 @@ def _split(key: str) -> tuple[str, str]:
     return metric, leaf
 
 
-def _declared(metric: str) -> Any:
-    """The metric's declaration (a plugin's own names), or None when it cannot be resolved."""
-    from harness.scoring.metrics import METRICS, declaration_of
+def metric_of(metric: str) -> Any:
+    """The ``Metric`` registered under ``metric`` (its declared display and kinds), or None when it
+    cannot be resolved (a plugin gone): the generic names below serve, and its numbers are unbounded."""
+    from harness.scoring.metrics import METRICS
 
-    try:
-        return declaration_of(METRICS.get(metric))
-    except Exception:  # an unknown or broken plugin: the generic names below serve
+    if metric not in METRICS:  # only registered names: a key's metric is never loaded as a file here
         return None
+    try:
+        return METRICS.get(metric)
+    except Exception:  # noqa: BLE001 - a broken plugin: the generic names below serve
+        return None
+
+
+def kind_of(key: str) -> Kind:
+    """The declared kind of ``METRIC.LEAF`` (``harness.scoring.kinds``); unbounded where the metric
+    declares none or cannot be resolved."""
+    metric, leaf = _split(key)
+    found = metric_of(metric)
+    return found.kind_of(leaf) if found is not None else UNBOUNDED
 
 
 def metric_headline(metric: str) -> list[str]:
     """The metric's headline keys (``["fanoutqa-string.acc.loose"]``)."""
-    if metric in BUILTIN:
-        leaves = BUILTIN[metric][0]
-    else:
-        declared = _declared(metric)
-        leaves = tuple(getattr(declared, "headline", ()) or ())
+    found = metric_of(metric)
+    leaves = found.display.headline if found is not None else ()
     return [f"{metric}.{leaf}" for leaf in leaves]
 
 
@@ -116,29 +73,25 @@ def display_name(key: str) -> str:
     """``fanoutqa-string.acc.loose`` -> ``Accuracy (loose)``; an unknown leaf gets a readable
     form of its key (``my-metric.hit_rate`` -> ``my-metric hit rate``)."""
     metric, leaf = _split(key)
-    labels = BUILTIN[metric][1] if metric in BUILTIN else dict(getattr(_declared(metric), "labels", None) or {})
+    found = metric_of(metric)
+    labels = found.display.labels if found is not None else {}
     if leaf in labels:
         return labels[leaf]
     return f"{metric} {leaf.replace('_', ' ').replace('.', ' ')}".strip()
 
 
 def scale_of(key: str) -> float | None:
-    """The value of a perfect score (1.0 or 100.0), None for an unbounded number."""
-    metric, leaf = _split(key)
-    if metric in BUILTIN:
-        return BUILTIN[metric][2].get(leaf, 1.0)
-    declared = _declared(metric)
-    scales = dict(getattr(declared, "scales", None) or {})
-    return scales.get(leaf, getattr(declared, "scale", 1.0) if declared is not None else 1.0)
+    """The value of a perfect score (1.0 or 100.0) of a share or a bounded mean; None for a count,
+    money or an unbounded number (its declared kind)."""
+    return kind_of(key).perfect
 
 
 def lower_is_better(key: str) -> bool:
-    """Whether the best value of ``key`` is the lowest (cost, tokens, rounds); a plugin may declare
-    such leaves as ``lower_is_better``."""
+    """Whether the best value of ``key`` is the lowest (the agent's cost, tokens, rounds; a plugin
+    declares its own: ``declare(lower_is_better=...)``)."""
     metric, leaf = _split(key)
-    if metric in BUILTIN:
-        return leaf in LOWER_IS_BETTER.get(metric, ())
-    return leaf in tuple(getattr(_declared(metric), "lower_is_better", ()) or ())
+    found = metric_of(metric)
+    return found is not None and leaf in found.display.lower_is_better
 
 
 def chosen_keys(requested: list[str], available: list[str]) -> list[str]:

@@ -30,6 +30,7 @@ from typing import Any
 
 from harness.errors import ConfigError
 from harness.scoring.results import numeric_leaves
+from harness.scoring.kinds import Kind, mean
 from harness.scoring.uncertainty import compute_uncertainty, is_indicator, key_path, leaf
 
 REDUCERS = ("mean", "max", "mode")
@@ -54,7 +55,7 @@ def check_reducer(reducer: str, fns: dict[str, Any], epochs: int) -> None:
         raise ConfigError(f"unknown epoch reducer {reducer!r} (known: {', '.join(REDUCERS)})")
     if reducer != "mode" or epochs < 2:
         return
-    continuous = [name for name, fn in fns.items() if not getattr(fn, "discrete_values", False)]
+    continuous = [name for name, fn in fns.items() if fn is None or not fn.aggregation.discrete]
     if continuous:
         raise ConfigError(
             f"--epoch-reducer mode needs discrete per-question values, but {', '.join(continuous)} "
@@ -121,43 +122,70 @@ def _reduced_row(bundle: list[Any], reducer: str, declared: list[tuple[str, ...]
 
 def _indicator_leaves(fn: Any) -> list[tuple[str, ...]]:
     """The metric's declared per-question indicator leaves (``KEY==NUMBER``, ``KEY>=NUMBER``) as key paths."""
-    sources = (getattr(fn, "per_question_leaves", None) or {}).values()
+    sources = fn.aggregation.per_question_leaves.values() if fn is not None else ()
     return [path for path in map(key_path, sources) if is_indicator(path[-1])]
 
 
-class OverEpochs:
-    """A metric seen through its epochs, for the error bars: each row it is given carries the question's
-    rows of every epoch (``EPOCH_ROWS``), so a bootstrap draws questions with all their epochs and
-    recomputes each number as the headline is computed (``combine`` of the epochs' own aggregates)."""
+def epoch_kind(kind: Kind, reducer: str, n_epochs: int) -> Kind:
+    """A number's kind once ``n_epochs`` epochs are combined by ``reducer``: under ``mean`` a share's
+    per-question value is the question's share of its epochs (0.5: right in one of two), so the
+    number is a mean of those on the share's scale; ``max`` and ``mode`` keep a 0/1 value a 0/1 value."""
+    if kind.name == "share" and reducer == "mean" and n_epochs > 1:
+        return mean(float(kind.scale), per_question=1.0)
+    return kind
+
+
+def over_epochs(fn: Any, reducer: str, n_epochs: int) -> Any:
+    """A metric seen through its epochs, for the error bars (a ``Metric``, its aggregation and kinds
+    replaced): each row it is given carries the question's rows of every epoch (``EPOCH_ROWS``), so a
+    bootstrap draws questions with all their epochs and recomputes each number as the headline is
+    computed (``combine`` of the epochs' own aggregates)."""
+    if fn is None:
+        return None
+    from dataclasses import replace
+
+    from harness.scoring.kinds import Kinds
+
+    seen = _OverEpochs(fn, reducer, n_epochs)
+    aggregation = replace(
+        fn.aggregation,
+        rows=seen.aggregate_rows if fn.aggregation.rows else None,
+        sums=(seen.vector, seen.finish) if fn.aggregation.sums else None,
+    )
+    kinds = Kinds(
+        epoch_kind(fn.kinds.default, reducer, n_epochs),
+        tuple((path, epoch_kind(kind, reducer, n_epochs)) for path, kind in fn.kinds.leaves),
+    )
+    return replace(fn, aggregation=aggregation, kinds=kinds)
+
+
+class _OverEpochs:
+    """The aggregation of a metric over epochs (``over_epochs``)."""
 
     def __init__(self, fn: Any, reducer: str, n_epochs: int):
         self.fn, self.reducer, self.n_epochs = fn, reducer, n_epochs
-        self.per_question_leaves = getattr(fn, "per_question_leaves", None) or {}
-        self.per_question_paths = getattr(fn, "per_question_paths", None)
-        self.aggregate_rows = self._aggregate_rows if getattr(fn, "aggregate_rows", None) else None
-        self.aggregate_sums = (self._vector, self._finish) if getattr(fn, "aggregate_sums", None) else None
 
-    def _aggregate_rows(self, rows: list[dict[str, Any]], n: float) -> dict[str, Any]:
+    def aggregate_rows(self, rows: list[dict[str, Any]], n: float) -> dict[str, Any]:
         own = []
         for e in range(self.n_epochs):
             column = [r[EPOCH_ROWS][e] for r in rows if r[EPOCH_ROWS][e] is not None]
             scale = n if len(column) == len(rows) else n * len(column) / len(rows)
-            own.append(self.fn.aggregate_rows(column, scale) if column else None)
-        pooled = None if self.reducer == "mean" else self.fn.aggregate_rows(rows, n)
+            own.append(self.fn.aggregation.rows(column, scale) if column else None)
+        pooled = None if self.reducer == "mean" else self.fn.aggregation.rows(rows, n)
         return combine(own, pooled, self.reducer)
 
-    def _vector(self, row: dict[str, Any]) -> list[float] | None:
+    def vector(self, row: dict[str, Any]) -> list[float] | None:
         """The question's sums vector of every epoch, one after the other (zeros for an epoch without
         it: adds nothing to that epoch's sums)."""
-        per_row = self.fn.aggregate_sums[0]
+        per_row = self.fn.aggregation.sums[0]
         vectors = [per_row(r) if r is not None else [] for r in row[EPOCH_ROWS]]
         if any(v is None for v in vectors):
             return None
         width = max(len(v) for v in vectors)
         return [x for v in vectors for x in (v or [0] * width)]
 
-    def _finish(self, totals: list[float]) -> dict[str, Any]:
-        finish = self.fn.aggregate_sums[1]
+    def finish(self, totals: list[float]) -> dict[str, Any]:
+        finish = self.fn.aggregation.sums[1]
         width = len(totals) // self.n_epochs
         own = [finish(list(totals[e * width : (e + 1) * width])) for e in range(self.n_epochs)]
         return combine(own, None, self.reducer)
@@ -198,7 +226,8 @@ def reduce_epoch_scores(
     if reducer != "mean":  # the metric's aggregate of the reduced values (pass@N, majority vote)
         for name in names:
             reduced = [rows[qid][name] for qid in order if name in rows[qid]]
-            aggregate_rows = getattr(fns.get(name), "aggregate_rows", None)
+            metric = fns.get(name)
+            aggregate_rows = metric.aggregation.rows if metric is not None else None
             pooled[name] = aggregate_rows(reduced, len(order)) if aggregate_rows else mean_values(reduced)
         pooled["breakdown"] = _breakdown([q for q in questions if q.id in rows], rows, names, fns)
     out: dict[str, Any] = {"results_format": first["results_format"]}
@@ -206,7 +235,7 @@ def reduce_epoch_scores(
         out[name] = combine([scores.get(name) for scores in epoch_scores], pooled.get(name), reducer)
     every_answer = [row for scores in epoch_scores for row in scores["raw"]]
     for name in names:  # diagnostics relating a metric to others (judges' agreement): over every epoch's answers
-        relate = getattr(fns.get(name), "with_other_metrics", None)
+        relate = fns[name].aggregation.with_other_metrics if fns.get(name) is not None else None
         if relate is not None and isinstance(out.get(name), dict):
             out[name], _ = relate(out[name], first["meta"]["metric_info"].get(name) or {}, every_answer, name)
     out["raw"] = list(rows.values())
@@ -223,7 +252,7 @@ def reduce_epoch_scores(
         for scores in epoch_scores:
             clusters.update((scores["meta"].get("clustering") or {}).get("clusters") or {})
         clustering.update(clusters=clusters, n_clusters=len(set(clusters.values())))
-    seen = {name: OverEpochs(fns.get(name), reducer, len(epoch_scores)) for name in names}
+    seen = {name: over_epochs(fns.get(name), reducer, len(epoch_scores)) for name in names}
     out["uncertainty"] = compute_uncertainty(
         seen, {**out, "raw": list(bundles.values()), "meta": {"n_questions": len(order)}}, clusters
     )

@@ -57,7 +57,8 @@ import regex
 from pydantic import Field
 
 from harness.scoring.gold import GoldMatch, scalar_text
-from harness.scoring.metrics import FANOUTQA_SHAPES, METRICS, MetricOptions, ScoringOptions, declare, streamable
+from harness.scoring.kinds import mean, share
+from harness.scoring.metrics import FANOUTQA_SHAPES, MetricOptions, ScoringOptions, declare, streamable
 
 _PUNCT = set(string.punctuation)
 # ``regex``, not ``re``: upstream's module; the two disagree on \b next to "²", "½", combining marks.
@@ -300,10 +301,22 @@ class SetF1Options(MetricOptions):
     alias_fallback: bool = Field(False, description="an answer with no aliases matches by its answer_text")
 
 
-@declare(accepts=(*FANOUTQA_SHAPES, "entity_list"), options=SetF1Options)
 # the two shares are the means of per-question indicators: a share's interval (Wilson), as every share
+@declare(
+    accepts=(*FANOUTQA_SHAPES, "entity_list"),
+    options=SetF1Options,
+    headline=("f1",),
+    labels={
+        "precision": "Set precision",
+        "recall": "Set recall",
+        "f1": "Set F1",
+        "f1_ge_0.5": "Share F1 ≥ 0.5",
+        "recall_ge_0.8": "Share recall ≥ 0.8",
+    },
+    kind=mean(),
+    kinds={"f1_ge_0.5": share(), "recall_ge_0.8": share()},
+)
 @streamable(aggregate_set_f1, per_question_leaves={"f1_ge_0.5": "f1>=0.5", "recall_ge_0.8": "recall>=0.8"})
-@METRICS.register("set-f1")
 def set_f1(
     questions: list,
     answers: list[dict[str, Any]],

@@ -28,7 +28,8 @@ from harness.datasets.base import Sample
 from harness.errors import HarnessError
 from harness.models.base import GenerationParams, ModelResponse
 from harness.scoring.gold import gold_text, str_answer  # noqa: F401 - FanOutQA's str_answer, as before
-from harness.scoring.metrics import FANOUTQA_SHAPES, METRICS, ScoringOptions, declare, discrete_values
+from harness.scoring.kinds import share
+from harness.scoring.metrics import FANOUTQA_SHAPES, ScoringOptions, aggregates, declare, discrete_values
 from harness.templates import packaged_text
 
 # FanOutQA's judge prompt, kept as data in prompts/fanoutqa/ (source, commit and licence in prompts/README.md)
@@ -269,8 +270,16 @@ def with_other_metrics(
 
 
 # the expert answer is gold_text(reference): FanOutQA's str_answer, QAMPARI entities by their answer text
-@declare(accepts=(*FANOUTQA_SHAPES, "entity_list"), needs=("judge",), check=check_judge)
-@METRICS.register("llm-judge")
+# each verdict is 0 or 1 (the majority's too): every number a share, each judge's (by_judge) included
+@declare(
+    accepts=(*FANOUTQA_SHAPES, "entity_list"),
+    needs=("judge",),
+    check=check_judge,
+    headline=("llm_judge",),
+    labels={"llm_judge": "LLM judge"},
+    kind=share(),
+)
+@aggregates(aggregate_verdicts, per_question_paths=per_question_paths, with_other_metrics=with_other_metrics)
 @discrete_values
 def llm_judge(
     questions: list[Sample], answers: list[dict[str, Any]], only_answered: bool, options: ScoringOptions | None = None
@@ -360,7 +369,3 @@ def _judge_info(judge: str, stats: dict[str, Any]) -> dict[str, Any]:
         "judge_cache_write_tokens": stats.get("cache_write_tokens", 0),
     }
 
-
-llm_judge.aggregate_rows = aggregate_verdicts
-llm_judge.per_question_paths = per_question_paths
-llm_judge.with_other_metrics = with_other_metrics

@@ -11,15 +11,16 @@ metrics do not each re-implement the mean. A metric whose official aggregate is 
 returns ``"aggregate"``, which is used as it is. Each metric's numbers live under its own name in
 the scores (results format 2, see ``harness.scoring.results``), so two metrics cannot clash.
 
-A metric declares (``declare``) what it can score (gold and answer types, datasets), what it needs
-(a judge, a checkpoint) and its options (a pydantic model, passed to it as keyword arguments);
-``check_metrics`` checks all of it before any model call. A metric without a declaration (a plugin
-that has none) is taken to score any answer, need nothing and have no options.
-
-Two optional attributes of a metric function: ``per_question_paths(aggregate)`` ({aggregate key
-path: per-question key path}, for the error bars of numbers named at run time: each judge's share),
-and ``with_other_metrics(aggregate, info, rows, name) -> (aggregate, info)``, called once every
-metric is scored with the full per-question rows (llm-judge's agreement with string accuracy).
+Each metric is one ``Metric`` object, registered once (built-ins by name in ``METRICS``, plugins
+by reference, entry point or ``METRICS.register``), the same for both: its function and what the
+decorators fill in. ``declare``: what it can score (gold and answer types, datasets), what it needs
+(a judge, a checkpoint), its options (a pydantic model, passed to it as keyword arguments), how its
+numbers are shown (headline, labels) and what each number is (``kinds``: a share of questions, a
+mean on a stated scale, a count, money, unbounded; ``harness.scoring.kinds``), which decides its
+error bars. ``streamable``/``aggregates``: how its numbers come from per-question values
+(``Aggregation``). ``reads("row")``, ``discrete_values``. ``check_metrics`` checks the declarations
+before any model call. A bare function (a plugin that declares nothing) is a Metric with nothing
+declared: it scores any answer, needs nothing, has no options, and its numbers are unbounded.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import traceback
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any, Callable, Protocol, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -36,7 +37,10 @@ from harness.datasets.base import Dataset, Sample
 from harness.errors import ConfigError, HarnessError
 from harness.models.base import WEEK_S
 from harness.registry import Entry, Registry
-from harness.scoring.results import RESULTS_FORMAT, SECTIONS
+from harness.scoring.kinds import Kind, Kinds, mean, share, unbounded
+# the Metric and its parts, public here too
+from harness.scoring.metric import Aggregation, Display, Metric, MetricDeclaration, as_metric  # noqa: F401
+from harness.scoring.sections import RESULTS_FORMAT, SECTIONS
 from harness.scoring.values import mean_values
 
 
@@ -133,22 +137,6 @@ class MetricFn(Protocol):
     ) -> MetricResult: ...
 
 
-def reads(*what: str):
-    """Declare what a metric reads besides the answer. ``reads("row")``: each answer record also
-    carries ``row``, the sample's row (a ``samples.jsonl`` line; None when scoring bare generations),
-    and comes for every finished sample, answered or not (``answer`` None)."""
-
-    def mark(fn: MetricFn) -> MetricFn:
-        fn.reads = tuple(what)
-        return fn
-
-    return mark
-
-
-def reads_rows(fn: Any) -> bool:
-    return "row" in (getattr(fn, "reads", None) or ())
-
-
 # Names a metric cannot have: the other keys of a scores dict and of its rows.
 RESERVED_NAMES = frozenset(SECTIONS) | {"question_id", "n", "oversized_answer"}
 
@@ -166,26 +154,24 @@ NEEDS = {
 }
 
 
-@dataclass(frozen=True)
-class MetricDeclaration:
-    """What a metric scores and needs. ``accepts``: the gold answer types it scores
-    (``harness.scoring.gold.ANSWER_TYPES``), ``answers``: the answer types, ``datasets``: the only
-    datasets it scores; None: any. ``needs``: ScoringOptions fields that must be set. ``options``: its
-    options (a ``MetricOptions`` model), passed to it as keyword arguments. ``check(options)``: more
-    checks before any model call (raise HarnessError). ``headline``: the aggregate leaves a table shows
-    by default; ``labels``: {leaf: display name}; ``scale``: a perfect score (1 or 100; None:
-    unbounded), ``scales`` per leaf (``harness.scoring.display``)."""
+def reads(*what: str):
+    """Declare what a metric reads besides the answer. ``reads("row")``: each answer record also
+    carries ``row``, the sample's row (a ``samples.jsonl`` line; None when scoring bare generations),
+    and comes for every finished sample, answered or not (``answer`` None)."""
 
-    accepts: tuple[str, ...] | None = None
-    answers: tuple[str, ...] | None = None
-    datasets: tuple[str, ...] | None = None
-    needs: tuple[str, ...] = ()
-    options: type[MetricOptions] | None = None
-    check: Callable[[ScoringOptions], None] | None = None
-    headline: tuple[str, ...] = ()
-    labels: tuple[tuple[str, str], ...] = ()
-    scale: float | None = 1.0
-    scales: tuple[tuple[str, float | None], ...] = ()
+    def mark(fn: MetricFn | Metric) -> Metric:
+        metric = as_metric(fn)
+        object.__setattr__(metric, "reads", tuple(what))
+        return metric
+
+    return mark
+
+
+def reads_rows(fn: Any) -> bool:
+    return as_metric(fn).reads_rows
+
+
+_UNSET: Any = object()
 
 
 def declare(
@@ -198,22 +184,36 @@ def declare(
     check: Callable[[ScoringOptions], None] | None = None,
     headline: tuple[str, ...] | list[str] = (),
     labels: dict[str, str] | None = None,
-    scale: float | None = 1.0,
+    lower_is_better: tuple[str, ...] | list[str] = (),
+    kind: Kind | None = None,
+    kinds: dict[str, Kind] | None = None,
+    scale: float | None = _UNSET,
     scales: dict[str, float | None] | None = None,
 ):
-    """Decorator: the metric's ``MetricDeclaration`` (``fn.declaration``)."""
+    """Decorator: what the metric scores and needs (its ``MetricDeclaration``), how its numbers are
+    shown (``headline``, ``labels``, ``lower_is_better``) and what each number is (``kind``: of every
+    number; ``kinds``: {leaf or prefix: kind}; ``harness.scoring.kinds``: ``share``, ``mean``,
+    ``count``, ``money``, ``unbounded``, the default). The error bars follow the kinds. ``scale`` (a
+    perfect score, 1 or 100; None: unbounded) and ``scales`` (per leaf) are the older way to say the
+    same: ``mean(scale)`` or ``unbounded()``."""
     from harness.scoring.gold import ANSWER_TYPES
 
-    for kind, names in (("accepts", accepts), ("answers", answers)):
+    for what, names in (("accepts", accepts), ("answers", answers)):
         unknown = [t for t in names or () if t not in ANSWER_TYPES]
         if unknown:
-            raise ValueError(f"declare({kind}=...): unknown answer types {unknown} (known: {', '.join(ANSWER_TYPES)})")
+            raise ValueError(f"declare({what}=...): unknown answer types {unknown} (known: {', '.join(ANSWER_TYPES)})")
     unknown = [n for n in needs if n not in ScoringOptions.model_fields]
     if unknown:
         known = ", ".join(ScoringOptions.model_fields)
         raise ValueError(f"declare(needs=...): {unknown} are not scoring options ({known})")
     if options is not None and not (isinstance(options, type) and issubclass(options, BaseModel)):
         raise ValueError("declare(options=...): a pydantic model (subclass harness.scoring.metrics.MetricOptions)")
+    if (kind is not None or kinds) and (scale is not _UNSET or scales):
+        raise ValueError("declare: give kind/kinds or the older scale/scales, not both")
+    if scale is not _UNSET or scales:
+        as_kind = lambda s: unbounded() if s is None else mean(float(s))  # noqa: E731
+        kind = as_kind(1.0 if scale is _UNSET else scale)
+        kinds = {leaf: as_kind(s) for leaf, s in (scales or {}).items()}
     declaration = MetricDeclaration(
         tuple(accepts) if accepts is not None else None,
         tuple(answers) if answers is not None else None,
@@ -221,34 +221,26 @@ def declare(
         tuple(needs),
         options,
         check,
-        tuple(headline),
-        tuple((labels or {}).items()),
-        scale,
-        tuple((scales or {}).items()),
     )
+    display = Display(tuple(headline), dict(labels or {}), tuple(lower_is_better))
+    declared_kinds = Kinds.of(kind, kinds)
 
-    def mark(fn: MetricFn) -> MetricFn:
-        fn.declaration = declaration
-        return fn
+    def mark(fn: MetricFn | Metric) -> Metric:
+        metric = as_metric(fn)
+        object.__setattr__(metric, "declaration", declaration)
+        object.__setattr__(metric, "display", display)
+        object.__setattr__(metric, "kinds", declared_kinds)
+        return metric
 
     return mark
 
 
 def declaration_of(fn: Any) -> MetricDeclaration:
     """The metric's declaration; a metric without one scores anything and needs nothing."""
-    declared = getattr(fn, "declaration", None)
-    return declared if isinstance(declared, MetricDeclaration) else MetricDeclaration()
+    return as_metric(fn).declaration
 
 
-def _check_metric(obj: Any, ref: str) -> None:
-    if not callable(obj):
-        raise HarnessError(f"metric {ref}: not a metric function fn(questions, answers, only_answered, options)")
-    declared = getattr(obj, "declaration", None)
-    if declared is not None and not isinstance(declared, MetricDeclaration):
-        raise HarnessError(f"metric {ref}: its declaration must come from harness.scoring.metrics.declare(...)")
-
-
-METRICS: Registry[MetricFn] = Registry(
+METRICS: Registry[Metric] = Registry(
     "metric",
     builtins={
         "fanoutqa-string": "harness.scoring.metrics:fanoutqa_string",
@@ -260,8 +252,33 @@ METRICS: Registry[MetricFn] = Registry(
         "llm-judge": "harness.scoring.llm_judge:llm_judge",
         "agent": "harness.scoring.agent_metrics:agent",
     },
-    validate=_check_metric,
+    coerce=as_metric,
 )
+
+
+def aggregates(
+    rows: Callable[[list[dict[str, Any]], float], dict[str, Any]] | None = None,
+    per_question_leaves: dict[str, str] | None = None,
+    sums: tuple[Callable[[dict[str, Any]], list[float] | None], Callable[[list[float]], dict[str, Any]]] | None = None,
+    per_question_paths: Callable[[dict[str, Any]], dict[tuple[str, ...], tuple[str, ...]]] | None = None,
+    with_other_metrics: Callable[..., tuple[dict[str, Any], dict[str, Any]]] | None = None,
+):
+    """Decorator: how the metric's numbers come from its per-question values (``Aggregation``)."""
+
+    def mark(fn: MetricFn | Metric) -> Metric:
+        metric = as_metric(fn)
+        found = replace(
+            metric.aggregation,
+            rows=rows,
+            per_question_leaves=dict(per_question_leaves or {}),
+            sums=sums,
+            per_question_paths=per_question_paths,
+            with_other_metrics=with_other_metrics,
+        )
+        object.__setattr__(metric, "aggregation", found)
+        return metric
+
+    return mark
 
 
 def streamable(
@@ -270,36 +287,29 @@ def streamable(
     sums: tuple[Callable[[dict[str, Any]], list[float] | None], Callable[[list[float]], dict[str, Any]]] | None = None,
 ):
     """Mark a metric whose value for a question depends on that question alone, so a run scores each
-    sample as it finishes and the end of the run only aggregates. ``aggregate(rows, n)``: its official
-    aggregate from the per-question rows in scoring order (without one, the mean of the rows); the
-    batch call must return that same aggregate, so both paths give identical numbers. It is also
-    what the error bars of its non-mean numbers are bootstrapped through.
-    ``per_question_leaves``: {aggregate leaf: per-question leaf} where an aggregate number is the mean
-    of a differently named per-question value (``{"acc.loose": "acc"}``), or of an indicator
-    (``{"acc.strict": "acc==1"}``): its interval is analytic.
-    ``sums``: (row -> numbers, totals -> {leaf: value}) for aggregate leaves that are a function of
-    per-question numbers summed (corpus BLEU): bootstrapped as one matrix product, not row by row."""
+    sample as it finishes and the end of the run only aggregates; ``aggregate``, ``per_question_leaves``
+    and ``sums`` as ``Aggregation`` has them (``rows`` is ``aggregate``): the batch call must return
+    that same aggregate, so both paths give identical numbers."""
 
-    def mark(fn: MetricFn) -> MetricFn:
-        fn.streamable = True
-        fn.aggregate_rows = aggregate
-        fn.per_question_leaves = dict(per_question_leaves or {})
-        fn.aggregate_sums = sums
-        return fn
+    def mark(fn: MetricFn | Metric) -> Metric:
+        metric = aggregates(aggregate, per_question_leaves, sums)(fn)
+        object.__setattr__(metric, "streaming", True)
+        return metric
 
     return mark
 
 
-def discrete_values(fn: MetricFn) -> MetricFn:
+def discrete_values(fn: MetricFn | Metric) -> Metric:
     """Mark a metric whose every per-question number takes a few values (0/1 verdicts): the only
-    metrics ``--epoch-reducer mode`` accepts (a plugin may set ``fn.discrete_values = True``)."""
-    fn.discrete_values = True
-    return fn
+    metrics ``--epoch-reducer mode`` accepts."""
+    metric = as_metric(fn)
+    object.__setattr__(metric, "aggregation", replace(metric.aggregation, discrete=True))
+    return metric
 
 
-def resolve_metrics(names: list[str]) -> dict[str, Entry[MetricFn]]:
+def resolve_metrics(names: list[str]) -> dict[str, Entry[Metric]]:
     """Each name or reference resolved (all before any runs); keyed by the name its scores go under."""
-    out: dict[str, Entry[MetricFn]] = {}
+    out: dict[str, Entry[Metric]] = {}
     for name in dict.fromkeys(names):  # a metric named twice is scored once
         if name in RESERVED_NAMES:
             raise HarnessError(f"{name!r} cannot be a metric name (reserved in the scores)")
@@ -313,7 +323,7 @@ def resolve_metrics(names: list[str]) -> dict[str, Entry[MetricFn]]:
     return out
 
 
-def get_metric(name: str) -> MetricFn:
+def get_metric(name: str) -> Metric:
     (entry,) = resolve_metrics([name]).values()
     return entry.obj
 
@@ -341,7 +351,7 @@ def validate_metric_options(given: dict[str, Any]) -> dict[str, dict[str, Any]]:
             entry = METRICS.resolve(str(name))
         except HarnessError as exc:
             raise ConfigError(f"--metric-option {name}: {exc}") from None
-        model = declaration_of(entry.obj).options
+        model = entry.obj.declaration.options
         if model is None:
             if values:
                 raise ConfigError(f"--metric-option {name}.{next(iter(values))}: metric {entry.name} has no options")
@@ -354,10 +364,10 @@ def validate_metric_options(given: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def option_values(name: str, fn: Any, options: ScoringOptions) -> dict[str, Any]:
+def option_values(name: str, metric: Metric, options: ScoringOptions) -> dict[str, Any]:
     """The keyword arguments metric ``name`` is called with: its declared options, the values given
     (``options.metric_options[name]``) over the defaults."""
-    model = declaration_of(fn).options
+    model = metric.declaration.options
     if model is None:
         return {}
     try:
@@ -373,7 +383,7 @@ def check_metrics(
     options: ScoringOptions,
     answers: list[dict[str, Any]] | None = None,
     given: dict[str, Any] | None = None,
-) -> dict[str, Entry[MetricFn]]:
+) -> dict[str, Entry[Metric]]:
     """Everything about the metrics that can be checked before any model call, as each declares it:
     the names, the datasets and the gold answer types of ``questions`` it scores, the answer types of
     ``answers`` (when known), what it needs set, its options, its own checks. ``given``: the metric
@@ -406,7 +416,7 @@ def check_metrics(
         if kind is not None:
             given_answers.setdefault(kind, a["id"])
     for name, entry in entries.items():
-        declared_by = declaration_of(entry.obj)
+        declared_by = entry.obj.declaration
         if declared_by.datasets is not None and dataset.info.name not in declared_by.datasets:
             raise ConfigError(
                 f"metric {name} scores only {', '.join(declared_by.datasets)}, not {dataset.info.spec()}"
@@ -440,10 +450,23 @@ SCALARS = ("str", "number", "bool")
 FANOUTQA_SHAPES = (*SCALARS, "list_of_str", "list", "dict")
 
 
-# strict = the share of questions whose every answer was found: the mean of the indicator acc == 1
-@declare(accepts=FANOUTQA_SHAPES)
+ROUGE_LABELS = {
+    f"rouge.{r}.{part}": f"ROUGE-{r[5:]} {short}"
+    for r in ("rouge1", "rouge2", "rougeL")
+    for part, short in (("fscore", "F1"), ("precision", "P"), ("recall", "R"))
+}
+
+
+# loose = the mean share of a question's answer parts found; strict = the share of questions whose
+# every part was found: the mean of the indicator acc == 1
+@declare(
+    accepts=FANOUTQA_SHAPES,
+    headline=("acc.loose",),
+    labels={"acc.loose": "Accuracy (loose)", "acc.strict": "Accuracy (strict)", **ROUGE_LABELS},
+    kind=mean(),
+    kinds={"acc.strict": share()},
+)
 @streamable(_aggregate_fanoutqa, per_question_leaves={"acc.loose": "acc", "acc.strict": "acc==1"})
-@METRICS.register("fanoutqa-string")
 def fanoutqa_string(
     questions: list[Sample], answers: list[dict[str, Any]], only_answered: bool, options: ScoringOptions | None = None
 ) -> dict[str, Any]:
@@ -469,9 +492,14 @@ def fanoutqa_string(
 
 # a gold that is not text is compared as its text (harness.scoring.gold.gold_text: booleans yes/no,
 # a list's items one per line, QAMPARI entities by their answer text)
-@declare(accepts=(*FANOUTQA_SHAPES, "entity_list"))
+@declare(
+    accepts=(*FANOUTQA_SHAPES, "entity_list"),
+    headline=("f1",),
+    labels={"em": "EM", "f1": "F1", "f1_precision": "F1 precision", "f1_recall": "F1 recall"},
+    kind=mean(),
+    kinds={"em": share()},  # exact match is 0 or 1 per question
+)
 @streamable()
-@METRICS.register("em-f1")
 def em_f1(
     questions: list[Sample], answers: list[dict[str, Any]], only_answered: bool, options: ScoringOptions | None = None
 ) -> dict[str, Any]:
@@ -538,9 +566,9 @@ def score_answers(
     aggregation: dict[str, str] = {}
     failed: dict[str, str] = {}
     for name, fn in list(fns.items()):
-        stored = (precomputed or {}).get(name) if getattr(fn, "streamable", False) and not only_answered else None
+        stored = (precomputed or {}).get(name) if fn.streaming and not only_answered else None
         if stored is None:
-            given = with_rows(answers, sample_rows) if reads_rows(fn) else answers
+            given = with_rows(answers, sample_rows) if fn.reads_rows else answers
             call = lambda fn=fn, given=given, kw=kwargs[name]: fn(questions, given, only_answered, options=options, **kw)  # noqa: E731
         else:
             call = lambda fn=fn, stored=stored, kw=kwargs[name]: _complete(fn, stored, questions, answers, order, options, kw)  # noqa: E731
@@ -568,7 +596,7 @@ def score_answers(
         if entries[name].source != "builtin":
             info[name] = {**info[name], "plugin": entries[name].record()}
     for name, fn in fns.items():  # numbers relating one metric's values to another's (a judge and string accuracy)
-        relate = getattr(fn, "with_other_metrics", None)
+        relate = fn.aggregation.with_other_metrics
         if relate is not None and isinstance(out.get(name), dict):
             out[name], info[name] = relate(out[name], info[name], [rows[qid] for qid in order], name)
     oversized = {qid: chars for qid, chars in oversized.items() if qid in rows}  # the questions scored
@@ -620,7 +648,8 @@ def score_nothing(
     from harness.scoring.uncertainty import scored_part
 
     options = options or ScoringOptions()
-    names = list(resolve_metrics(list(metrics or dataset.metrics)))
+    entries = resolve_metrics(list(metrics or dataset.metrics))
+    names = list(entries)
     probe = score_answers(dataset, questions[:1], [], metrics, False, options, None, {}) if questions else {}
     probe_info = (probe.get("meta") or {}).get("metric_info") or {}
     out: dict[str, Any] = {"results_format": RESULTS_FORMAT}
@@ -629,10 +658,11 @@ def score_nothing(
         shape = probe.get(name) if isinstance(probe.get(name), dict) else {}
         out[name] = _null_leaves(shape)
         for path, value in _leaf_paths(scored_part(shape)):
-            if isinstance(value, int) and not isinstance(value, bool):
-                continue  # a count (TopiOCQA's turns) has no interval
+            kind = entries[name].obj.kind_of(path)
+            if kind.name == "count" and kind.total:
+                continue  # a number of things (TopiOCQA's turns) has no interval
             uncertainty[".".join((name, *path))] = {
-                "value": None, "stderr": None, "ci95": None, "method": "none", "note": reason,
+                "value": None, "stderr": None, "ci95": None, "method": "none", "kind": kind.name, "note": reason,
             }  # fmt: skip
     out["raw"] = []
     out["uncertainty"] = uncertainty
@@ -677,7 +707,7 @@ class MetricFailed(HarnessError):
     """A plugin metric raised, hung or returned what is not a metric's result: its own failure."""
 
 
-def run_metric(entry: Entry[MetricFn], call: Callable[[], dict[str, Any]], timeout: float) -> dict[str, Any]:
+def run_metric(entry: Entry[Metric], call: Callable[[], dict[str, Any]], timeout: float) -> dict[str, Any]:
     """``call()`` (one metric over the questions). A built-in metric is called as it is. A plugin's
     runs in a thread with ``timeout``; whatever it does wrong (raises, ``sys.exit`` included; hangs;
     returns no ``{"raw": {question id: values}}``, or values that are not JSON) is MetricFailed, so
@@ -759,8 +789,8 @@ def _complete(fn, stored, questions, answers, order, options, kwargs=None) -> di
         info = fn([first], only, False, options=options, **(kwargs or {})).get("info", {})
     rows = [raw[qid] for qid in order if qid in raw]
     result: dict[str, Any] = {"raw": raw, "info": info}
-    if fn.aggregate_rows is not None:
-        result["aggregate"] = fn.aggregate_rows(rows, len(order))
+    if fn.aggregation.rows is not None:
+        result["aggregate"] = fn.aggregation.rows(rows, len(order))
     return result
 
 
@@ -782,7 +812,7 @@ def score_some(
     entries = [
         (name, entry.obj, option_values(name, entry.obj, options))
         for name, entry in resolve_metrics(names).items()
-        if getattr(entry.obj, "streamable", False)
+        if entry.obj.streaming
     ]
     out: list[dict[str, Any]] = [{} for _ in samples]
     for positions in _rounds_without_repeats([s.id for s in samples]):
@@ -876,7 +906,8 @@ def _breakdown(
             entry: dict[str, Any] = {"n": len(ids)}
             for name in names:
                 values = [rows[qid][name] for qid in ids if name in rows[qid]]
-                aggregate_rows = getattr((fns or {}).get(name), "aggregate_rows", None)
+                metric = (fns or {}).get(name)
+                aggregate_rows = metric.aggregation.rows if metric is not None else None
                 if aggregate_rows is not None:
                     entry[name] = aggregate_rows(values, len(ids))
                 else:

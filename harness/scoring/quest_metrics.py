@@ -26,7 +26,8 @@ from typing import Any
 from pydantic import Field
 
 from harness.scoring.gold import GoldMatch
-from harness.scoring.metrics import METRICS, MetricOptions, ScoringOptions, declare, streamable
+from harness.scoring.kinds import mean
+from harness.scoring.metrics import MetricOptions, ScoringOptions, declare, streamable
 
 _BULLET = re.compile(r"^\s*(?:[-*•]\s+|\(?\d+[.)]\s+)")
 TITLE_NORMALIZATIONS = ("none", "light")
@@ -112,9 +113,15 @@ class QuestOptions(MetricOptions):
                         "quotes, first letter upper-cased, unless already a gold title")
 
 
-@declare(accepts=("list_of_str",), answers=("str", "list_of_str"), options=QuestOptions)
+@declare(
+    accepts=("list_of_str",),
+    answers=("str", "list_of_str"),
+    options=QuestOptions,
+    headline=("f1",),
+    labels={"precision": "QUEST precision", "recall": "QUEST recall", "f1": "QUEST F1"},
+    kind=mean(),
+)
 @streamable(aggregate_quest)
-@METRICS.register("quest")
 def quest(
     questions: list,
     answers: list[dict[str, Any]],

@@ -21,11 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from harness.errors import HarnessError
-
-RESULTS_FORMAT = 3  # 3: the typed run record (harness.execution.record); its scores are shaped as in 2
-# the keys of a scores dict that are not metrics (uncertainty: error bars, harness.scoring.uncertainty;
-# epochs: harness.scoring.epochs)
-SECTIONS = ("results_format", "raw", "breakdown", "uncertainty", "epochs", "meta")
+from harness.scoring.sections import DIAGNOSTICS, RESULTS_FORMAT, SECTIONS  # noqa: F401 - read from here too
 # What each metric wrote into a format-1 scores dict: (aggregate keys, per-question keys). Format 1
 # is frozen, so this table is history, not something new metrics need to join.
 FORMAT1_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -41,9 +37,6 @@ FORMAT1_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "llm-judge": (("llm_judge",), ("llm_judge", "judge_output")),
 }
 UNATTRIBUTED = "unattributed"  # format-1 keys no known metric wrote
-# Keys of a metric's aggregate that describe its scoring, not the answers (llm-judge's ``agreement``
-# of several judges): kept in the scores, never a score (no table column, error bar or comparison)
-DIAGNOSTICS = frozenset({"agreement"})
 
 
 def results_format(scores: dict[str, Any]) -> int:
@@ -139,22 +132,13 @@ def per_question(scores: dict[str, Any] | None) -> dict[str, dict[str, float]]:
     }
 
 
-# Aggregates on a 0-100 scale (TopiOCQA's official EM/F1 x100 and sacreBLEU); every other score is 0-1.
-PERCENT_SCALE = frozenset({"topiocqa.em", "topiocqa.f1", "topiocqa.bleu", "topiocqa.bleu_corpus"})
-
-
-# The agent namespace's numbers that are not shares (harness.scoring.agent_metrics): means per question, in these units.
-UNITS = {"agent.searches": "searches", "agent.rounds": "model calls", "agent.tokens": "tokens", "agent.cost": "USD"}
-
-
 def scale_of(name: str) -> str:
-    """The scale of a ``METRIC.NAME`` score: "0-100", "0-1", or the unit of a mean per question (``UNITS``)."""
-    return "0-100" if name in PERCENT_SCALE else UNITS.get(name, "0-1")
+    """The scale of a ``METRIC.NAME`` score as its metric declares it (``harness.scoring.kinds``):
+    "0-100" (TopiOCQA's official EM/F1 x100, BLEU), "0-1", the unit of a count or money per question
+    (``searches``, ``USD``), or "unbounded" (BLEURT, a plugin that declares nothing)."""
+    from harness.scoring.display import kind_of
 
-
-def is_count(value: Any) -> bool:
-    """An integer aggregate (TopiOCQA ``turns``, a number of items) counts things: not a score."""
-    return isinstance(value, int) and not isinstance(value, bool)
+    return kind_of(name).text()
 
 
 def score_values(scores: dict[str, Any] | None) -> dict[str, float | None]:
@@ -168,7 +152,8 @@ def count_values(scores: dict[str, Any] | None) -> dict[str, int | None]:
 
 
 def _counts(name: str, value: Any) -> bool:
-    return is_count(value) or (value is None and _is_count_name(name))
+    """A number of things (TopiOCQA's turns scored), declared ``count(total=True)``: not a score."""
+    return _is_count_name(name)
 
 
 def _typed_leaves(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -222,8 +207,11 @@ def headline_of(name: str) -> bool:
 
 
 def _is_count_name(name: str) -> bool:
-    last = name.rsplit(".", 1)[-1]
-    return last in ("n", "turns") or last.startswith("n_")
+    """Whether ``METRIC.NAME`` is declared a number of things (``count(total=True)``)."""
+    from harness.scoring.display import kind_of
+
+    kind = kind_of(name)
+    return kind.name == "count" and kind.total
 
 
 def _short_label(name: str) -> str:

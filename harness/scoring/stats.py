@@ -4,10 +4,11 @@ No scipy: the normal quantiles come from ``statistics.NormalDist``, the binomial
 exact test from ``math.comb``.
 
 * ``mean_ci``: the standard error (CLT; clustered: cluster-robust, the sum of each cluster's
-  residuals, G/(G-1) small-sample factor) and 95% interval of a mean. A share (every value at one
-  of the two bounds, e.g. 0/1) gets the Wilson score interval, clustered with the effective size
-  n / design effect; another bounded mean the normal interval clipped to its bounds. No spread to
-  estimate (all values equal, one value, one cluster) gives stderr None and a ``note`` saying why.
+  residuals, G/(G-1) small-sample factor) and 95% interval of a mean. A share (``share=True``: the
+  caller's declaration, every value 0/1 times the scale) gets the Wilson score interval, clustered
+  with the effective size n / design effect; any other mean the normal interval, clipped to its
+  bounds where it has some. No spread to estimate (all values equal, one value, one cluster) gives
+  stderr None and a ``note`` saying why, and no interval but a share's.
 * ``wilson_interval``, ``newcombe_paired_interval`` (the difference of two paired shares,
   Newcombe 1998's method 10: Wilson intervals of each share squared and added, with their
   correlation).
@@ -116,12 +117,15 @@ def mean_ci(
     clusters: Sequence[Any] | None = None,
     scale: float = 1.0,
     bounds: tuple[float, float] | None = None,
+    share: bool = False,
 ) -> dict[str, Any]:
     """{value, stderr, ci95, method, n[, n_clusters, n_effective, note]} of the mean of ``values``
-    (times ``scale``). ``bounds``: the range the scaled values lie in; a share (every value at one
-    of the bounds) gets a Wilson interval (``wilson``, ``wilson-clustered``), another mean a normal
-    interval clipped to them (method ``...-clipped`` where clipped). No spread to estimate: stderr
-    None and a ``note``; the interval too, but for a share of two clusters or more."""
+    (times ``scale``). ``bounds``: the range the scaled values lie in (an end may be infinite);
+    ``share``: the values are a share's, each at one of the bounds (0/1): a Wilson interval
+    (``wilson``, ``wilson-clustered``); otherwise a normal interval clipped to the bounds (method
+    ``...-clipped`` where clipped). No spread to estimate: stderr None and a ``note``; the interval
+    too, but for a share of two clusters or more. Whether a mean is a share is the caller's
+    declaration, never read from the values."""
     x = np.asarray(values, dtype=float) * scale
     n = len(x)
     out: dict[str, Any] = {"value": float(x.mean()) if n else None, "stderr": None, "ci95": None}
@@ -148,7 +152,9 @@ def mean_ci(
     else:
         out["note"] = no_spread(n, g, bool(np.all(x == x[0])))
     low, high = bounds if bounds is not None else (-math.inf, math.inf)
-    if bounds is not None and high > low and bool(np.isin(x, (low, high)).all()):
+    if share:
+        if not (math.isfinite(low) and math.isfinite(high) and high > low and bool(np.isin(x, (low, high)).all())):
+            raise ValueError(f"a share's values lie at its bounds {low:g} and {high:g} (0/1 times the scale)")
         out["method"] = "wilson" if labels is None else "wilson-clustered"
         if g is not None and g < 2:
             return out  # one cluster: not even a share has an interval
@@ -460,10 +466,6 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     out = np.empty(m)
     out[order] = stepped
     return out.tolist()
-
-
-def is_binary(*columns: Sequence[float]) -> bool:
-    return all(np.isin(np.asarray(c, dtype=float), (0.0, 1.0)).all() for c in columns)
 
 
 def required_n(sd: float, delta: float, alpha: float = 0.05, power: float = 0.8, paired: bool = False) -> int:

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 
 def streamable_metrics(names: list[str]) -> list[str]:
-    return [name for name, entry in resolve_metrics(names).items() if getattr(entry.obj, "streamable", False)]
+    return [name for name, entry in resolve_metrics(names).items() if entry.obj.streaming]
 
 
 def fingerprint(names: list[str], options: ScoringOptions) -> str:
@@ -81,7 +81,7 @@ class StreamingScorer:
         self._refs = {
             name: entry.ref if entry.source in ("file", "module") else name
             for name, entry in resolve_metrics(names).items()
-            if getattr(entry.obj, "streamable", False) and entry.source != "registered"
+            if entry.obj.streaming and entry.source != "registered"
         }
         self.names = list(self._refs)
         self.options = options

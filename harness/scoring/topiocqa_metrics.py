@@ -26,7 +26,8 @@ from typing import Any
 
 from harness.datasets.base import Sample
 from harness.scoring.gold import gold_text
-from harness.scoring.metrics import METRICS, SCALARS, ScoringOptions, declare, streamable
+from harness.scoring.kinds import count, mean
+from harness.scoring.metrics import SCALARS, ScoringOptions, declare, streamable
 from harness.scoring.squad import answer_tokens, bag_overlap
 
 
@@ -145,9 +146,22 @@ def _corpus_bleu_from_sums(totals: list[float]) -> dict[str, Any]:
 
 
 # a list gold is alternative references: a list whose items are all needed (QUEST's) is not one
-@declare(accepts=(*SCALARS, "references"), answers=SCALARS)
+# EM and F1: the official x100 means of per-turn values in 0..1 (EM too is a mean, not a share: with
+# several references a turn's EM is CoQA's leave-one-out average, 0.5 where one of two matches);
+# BLEU's per-turn values are 0-100 already; turns: how many were scored (no interval)
+@declare(
+    accepts=(*SCALARS, "references"),
+    answers=SCALARS,
+    headline=("f1",),
+    labels={"em": "EM", "f1": "F1", "bleu": "BLEU (sentence)", "bleu_corpus": "BLEU (corpus)", "turns": "Turns"},
+    kind=mean(100.0),
+    kinds={
+        "em": mean(100.0, per_question=1.0),
+        "f1": mean(100.0, per_question=1.0),
+        "turns": count("turns", total=True),
+    },
+)
 @streamable(_aggregate_topiocqa, sums=(_turn_stats, _corpus_bleu_from_sums))
-@METRICS.register("topiocqa")
 def topiocqa(
     questions: list[Sample], answers: list[dict[str, Any]], only_answered: bool, options: ScoringOptions | None = None
 ) -> dict[str, Any]:

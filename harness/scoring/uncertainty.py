@@ -1,41 +1,46 @@
 """The standard error and 95% interval of every headline number of a scores dict (``scores["uncertainty"]``).
 
-For each numeric leaf of a metric's aggregate (``"METRIC.LEAF"``):
+For each numeric leaf of a metric's aggregate (``"METRIC.LEAF"``), by its declared kind
+(``harness.scoring.kinds``; a metric that declares none: unbounded), never by the values it takes:
 
 * the leaf is the mean of the same-named per-question value (or of the one the metric names in
-  ``per_question_leaves``, e.g. fanoutqa-string's ``acc.loose`` is the mean of ``acc``), possibly
-  times 100 (TopiOCQA's EM/F1): a share (every value 0 or 1) gets the **Wilson** interval (clustered:
-  with the effective size n / design effect), another mean the **analytic** (CLT) interval,
-  cluster-robust when the questions are clustered, clipped to the range its scale allows
-  (``bounds_of``); with no spread to estimate (all values equal, one cluster) stderr is None and a
-  ``note`` says why;
-* otherwise, when the metric has an aggregate of per-question rows (``aggregate_rows``: shares
+  ``per_question_leaves``, e.g. fanoutqa-string's ``acc.loose`` is the mean of ``acc``), times the
+  kind's factor (TopiOCQA's x100 EM/F1): a **share** gets the **Wilson** interval (clustered: with
+  the effective size n / design effect); a bounded **mean**, a **count** or **money** the
+  **analytic** (CLT) interval, cluster-robust when the questions are clustered, clipped to the
+  kind's range ([0, scale]; never below 0); an **unbounded** number the same unclipped. Whatever
+  the kind, with no spread to estimate (all values equal, one value, one cluster) stderr is None
+  and a ``note`` says why; only a share keeps an interval then (Wilson's needs no spread). Values
+  that contradict the declaration (a share's not 0 or 1, a mean's outside its range) get no
+  interval, with the ``reason``;
+* otherwise, when the metric has an aggregate of per-question rows (``Aggregation.rows``: shares
   above a threshold, ratios, micro F1): **percentile bootstrap** through that very function
   (``stats.RESAMPLES`` resamples, fixed seed; clusters resampled whole when clustered);
-  A metric whose number is a function of per-question numbers summed (``aggregate_sums``: TopiOCQA's
+  A metric whose number is a function of per-question numbers summed (``Aggregation.sums``: TopiOCQA's
   corpus BLEU from each turn's n-gram counts) is bootstrapped as one matrix product instead;
-* counts (integers such as TopiOCQA's ``turns``) carry no interval, and a leaf neither rule covers
-  (rows scored before a metric kept the parts of its number) is recorded with ``method: none``.
+* a number of things (``count(total=True)``: TopiOCQA's ``turns``) carries no interval, and a leaf
+  neither rule covers (rows scored before a metric kept the parts of its number) is recorded with
+  ``method: none``.
 
-Several rows of one question (epochs) are averaged per question first (``collapse_repeats``).
+Each entry records its ``kind``. Several rows of one question (epochs) are averaged per question
+first (``collapse_repeats``).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
+
+from harness.scoring.kinds import Kind, key_path
+
+if TYPE_CHECKING:
+    from harness.scoring.metric import Metric
 
 SECTION = "uncertainty"
 
 
 _INDICATOR = re.compile(r"^(.+?)(==|>=)(-?\d+(?:\.\d+)?)$")
-
-
-def key_path(text: str) -> tuple[str, ...]:
-    """A declared leaf's key path: split at each dot not followed by a digit (``acc.loose`` is two
-    keys; set-f1's ``f1_ge_0.5`` and the indicator ``f1>=0.5`` are one)."""
-    return tuple(re.split(r"\.(?!\d)", text))
 
 
 def is_indicator(key: str) -> bool:
@@ -95,56 +100,58 @@ def _close(a: float, b: float) -> bool:
     return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
 
 
-def declared_sources(fn: Any, aggregate: dict[str, Any] | None = None) -> dict[tuple[str, ...], tuple[str, ...]]:
+def _declared(metric: "Metric | None") -> "Metric":
+    """The metric, or one that declares nothing (a metric that cannot be loaded: its numbers unbounded)."""
+    from harness.scoring.metric import Metric
+
+    return metric if metric is not None else Metric(lambda *a, **k: {"raw": {}})
+
+
+def declared_sources(
+    metric: "Metric | None", aggregate: dict[str, Any] | None = None
+) -> dict[tuple[str, ...], tuple[str, ...]]:
     """{aggregate key path: per-question key path} the metric declares: its ``per_question_leaves``,
-    and those ``fn.per_question_paths(aggregate)`` gives (key paths whose keys may hold dots)."""
-    declared = {
-        key_path(k): key_path(v) for k, v in (getattr(fn, "per_question_leaves", None) or {}).items()
-    }
-    paths = getattr(fn, "per_question_paths", None)
-    if paths is not None and isinstance(aggregate, dict):
-        declared.update(paths(aggregate))
+    and those ``per_question_paths(aggregate)`` gives (key paths whose keys may hold dots)."""
+    aggregation = _declared(metric).aggregation
+    declared = {key_path(k): key_path(v) for k, v in aggregation.per_question_leaves.items()}
+    if aggregation.per_question_paths is not None and isinstance(aggregate, dict):
+        declared.update(aggregation.per_question_paths(aggregate))
     return declared
 
 
 def scored_part(aggregate: dict[str, Any]) -> dict[str, Any]:
     """A metric's aggregate without its diagnostics (``results.DIAGNOSTICS``): the numbers that get error bars."""
-    from harness.scoring.results import DIAGNOSTICS
+    from harness.scoring.sections import DIAGNOSTICS
 
     return {k: v for k, v in aggregate.items() if k not in DIAGNOSTICS}
 
 
 def plan_leaf(
-    path: tuple[str, ...], value: Any, per_rows: list[Any], declared: dict[tuple[str, ...], tuple[str, ...]]
+    path: tuple[str, ...],
+    value: Any,
+    per_rows: list[Any],
+    declared: dict[tuple[str, ...], tuple[str, ...]],
+    kind: Kind,
 ) -> dict[str, Any] | None:
     """How this aggregate leaf's interval is computed: {"kind": "mean", "source", "scale"} when it
-    is a mean of a per-question value, {"kind": "count"} for an integer, else None (bootstrap)."""
+    is the mean of a per-question value times its kind's factor (``Kind.times``), {"kind": "count"}
+    for a number of things (``count(total=True)``), {"kind": "none"} without a value, else None
+    (bootstrap through the metric's aggregate)."""
     if isinstance(value, bool) or value is None:
         return {"kind": "none"}
-    if isinstance(value, int):
+    if kind.name == "count" and kind.total:
         return {"kind": "count"}
     source = declared.get(path, path)
-    scales = _mean_scales(value, [leaf(r, source) for r in per_rows])
-    return {"kind": "mean", "source": source, "scale": scales[0]} if scales else None
+    if _is_mean(value, [leaf(r, source) for r in per_rows], kind.times):
+        return {"kind": "mean", "source": source, "scale": kind.times}
+    return None
 
 
-def _mean_scales(value: Any, column: list[Any]) -> list[float]:
-    """The scales (1, 100) at which ``value`` is the mean of ``column``: none when it is not."""
+def _is_mean(value: Any, column: list[Any], times: float) -> bool:
+    """Whether ``value`` is ``times`` the mean of ``column`` (the aggregate was computed from it)."""
     if not column or not all(isinstance(v, (bool, int, float)) for v in column):
-        return []
-    mean = sum(float(v) for v in column) / len(column)
-    return [scale for scale in (1.0, 100.0) if _close(float(value), scale * mean)]
-
-
-def bounds_of(key: str, column: list[float], scale: float) -> tuple[float, float] | None:
-    """The range of a mean's per-question values times ``scale``, from its metric's scale
-    (``results.scale_of``): [0, 100] on the 0-100 scale (TopiOCQA's x100 EM/F1, per-turn BLEU),
-    else [0, scale] when every value lies in [0, 1]; None (unbounded, a mean count) otherwise."""
-    from harness.scoring.results import scale_of
-
-    if scale_of(key) == "0-100":
-        return (0.0, 100.0) if all(0 <= v * scale <= 100 for v in column) else None
-    return (0.0, scale) if all(0 <= v <= 1 for v in column) else None
+        return False
+    return _close(float(value), times * sum(float(v) for v in column) / len(column))
 
 
 def plan_leaf_of_runs(
@@ -152,27 +159,48 @@ def plan_leaf_of_runs(
     values: list[Any],
     rows_of_runs: list[list[Any]],
     declared: dict[tuple[str, ...], tuple[str, ...]],
+    kind: Kind,
 ) -> dict[str, Any] | None:
     """``plan_leaf`` for the same leaf of several runs' aggregates, each value checked against all of
     its own run's rows (what it was computed from): a mean only when it is the mean of the same
-    per-question value at the same scale in every run, so neither a run's extra questions nor its
-    place among the runs changes how the leaf is compared."""
-    plans = [plan_leaf(path, v, rows, declared) for v, rows in zip(values, rows_of_runs)]
+    per-question value in every run, so neither a run's extra questions nor its place among the runs
+    changes how the leaf is compared."""
+    plans = [plan_leaf(path, v, rows, declared, kind) for v, rows in zip(values, rows_of_runs)]
     kinds = {p["kind"] if p else None for p in plans}
     if kinds & {"count", "none"}:
         return plans[0] if len(kinds) == 1 else {"kind": "none"}
     if None in kinds:
         return None
-    source = plans[0]["source"]
-    for scale in (1.0, 100.0):  # all zeros are a mean at either scale: the one every run allows
-        if all(scale in _mean_scales(v, [leaf(r, source) for r in rows]) for v, rows in zip(values, rows_of_runs)):
-            return {"kind": "mean", "source": source, "scale": scale}
+    return plans[0]
+
+
+def contradiction(kind: Kind, column: list[float]) -> str | None:
+    """Why per-question values (already times the kind's factor) cannot be what the kind says: a
+    share's must be 0 or ``scale``, a bounded number's within its range; None when they can."""
+    bounds = kind.bounds
+    if kind.name == "share" and not all(v in bounds for v in column):
+        return f"declared a share of questions, but its per-question values are not all 0 or {kind.scale:g}"
+    tolerance = 1e-9 * (1.0 if bounds is None or math.isinf(bounds[1]) else max(1.0, bounds[1]))  # rounding
+    if bounds is not None and not all(bounds[0] - tolerance <= v <= bounds[1] + tolerance for v in column):
+        return f"declared a {kind.name} in [{bounds[0]:g}, {bounds[1]:g}], but per-question values lie outside it"
     return None
+
+
+def leaf_interval(kind: Kind, column: list[float], clusters: list[Any] | None, scale: float) -> dict[str, Any]:
+    """The interval of a mean of per-question values (``column``, before ``scale``) as its kind asks
+    (``stats.mean_ci``: Wilson for a share, else the normal interval within the kind's range)."""
+    from harness.scoring import stats
+
+    why = contradiction(kind, [v * scale for v in column])
+    if why is not None:
+        value = scale * sum(column) / len(column) if column else None
+        return {"value": value, "stderr": None, "ci95": None, "method": "none", "n": len(column), "reason": why}
+    return stats.mean_ci(column, clusters, scale, kind.bounds, share=kind.name == "share")
 
 
 def metric_uncertainty(
     name: str,
-    fn: Callable | None,
+    fn: "Metric | None",
     aggregate: dict[str, Any],
     rows: list[dict[str, Any]],
     clusters: list[Any] | None,
@@ -182,13 +210,15 @@ def metric_uncertainty(
     question, scoring order); ``clusters``: their cluster labels or None."""
     from harness.scoring import stats
 
+    metric = _declared(fn)
     out: dict[str, dict[str, Any]] = {}
-    declared = declared_sources(fn, aggregate)
-    aggregate_rows = getattr(fn, "aggregate_rows", None)
+    declared = declared_sources(metric, aggregate)
+    aggregate_rows = metric.aggregation.rows
     to_bootstrap: list[tuple[str, ...]] = []
     for path, value in _flat_leaves(scored_part(aggregate)).items():
         key = ".".join((name, *path))
-        plan = plan_leaf(path, value, rows, declared)
+        kind = metric.kind_of(path)
+        plan = plan_leaf(path, value, rows, declared, kind)
         if plan is None:
             if aggregate_rows is not None and rows:
                 to_bootstrap.append(path)
@@ -198,19 +228,21 @@ def metric_uncertainty(
                     "stderr": None,
                     "ci95": None,
                     "method": "none",
+                    "kind": kind.name,
                     "reason": "not a mean of per-question values, and the metric has no aggregate of them",
                 }
             continue
         if plan["kind"] in ("count", "none"):
-            continue  # a count (or no value): no interval
+            continue  # a number of things (or no value): no interval
         column = [float(leaf(r, plan["source"])) for r in rows]
-        entry = stats.mean_ci(column, clusters, plan["scale"], bounds_of(key, column, plan["scale"]))
+        entry = leaf_interval(kind, column, clusters, plan["scale"])
         entry["value"] = value  # the metric's own number, bit for bit
+        entry["kind"] = kind.name
         entry["per_question"] = list(plan["source"])  # its key path in each raw row's metric values
         if plan["scale"] != 1.0:
             entry["scale"] = plan["scale"]
         out[key] = entry
-    summed = sums_of(fn, rows) if to_bootstrap else None
+    summed = sums_of(metric, rows) if to_bootstrap else None
     if summed is not None:
         vectors, finish = summed
         served = finish([sum(c) for c in zip(*vectors)])
@@ -220,6 +252,7 @@ def metric_uncertainty(
             entries = stats.bootstrap(stat, len(rows), clusters, value=[_num(leaf(aggregate, p)) for p in fast])
             for path, entry in zip(fast, entries):
                 entry["value"] = leaf(aggregate, path)
+                entry["kind"] = metric.kind_of(path).name
                 entry["aggregate"] = "the metric's own, from per-question sums"
                 out[".".join((name, *path))] = entry
             to_bootstrap = [p for p in to_bootstrap if p not in fast]
@@ -229,6 +262,7 @@ def metric_uncertainty(
         for path in [p for p in to_bootstrap if leaf(over_all, p) is None]:
             out[".".join((name, *path))] = {
                 "value": leaf(aggregate, path), "stderr": None, "ci95": None, "method": "none",
+                "kind": metric.kind_of(path).name,
                 "reason": "the per-question values lack what this number is computed from (reduced over epochs, "
                 "or scored by an older version: harness score RUN_DIR re-scores them)",
             }  # fmt: skip
@@ -243,16 +277,17 @@ def metric_uncertainty(
         entries = stats.bootstrap(stats.rows_statistic(rows, agg), len(rows), clusters, value=values)
         for path, entry in zip(to_bootstrap, entries):
             entry["value"] = leaf(aggregate, path)
+            entry["kind"] = metric.kind_of(path).name
             entry["aggregate"] = "the metric's own (aggregate_rows)"
             out[".".join((name, *path))] = entry
     return out
 
 
-def sums_of(fn: Callable | None, rows: list[Any]) -> tuple[list[Any], Callable] | None:
+def sums_of(fn: "Metric | None", rows: list[Any]) -> tuple[list[Any], Any] | None:
     """(each row's vector, column sums -> {leaf: value}) when the metric declares numbers that are a
-    function of per-question sums (``aggregate_sums``) and every row has its vector (rows scored
+    function of per-question sums (``Aggregation.sums``) and every row has its vector (rows scored
     before a metric kept them have none)."""
-    summed = getattr(fn, "aggregate_sums", None)
+    summed = _declared(fn).aggregation.sums
     if summed is None or not rows:
         return None
     per_row, finish = summed
@@ -290,7 +325,7 @@ def cluster_labels(questions: list[Any], ids: list[str], field: str | None) -> l
 
 
 def compute_uncertainty(
-    fns: dict[str, Callable | None],
+    fns: "dict[str, Metric | None]",
     scores: dict[str, Any],
     clusters_by_id: dict[str, Any] | None = None,
 ) -> dict[str, dict[str, Any]]:
