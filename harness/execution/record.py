@@ -30,7 +30,8 @@ from harness.records import (
     write_json_atomic,
 )
 from harness.redact import mentions_secret
-from harness.scoring.results import RESULTS_FORMAT, SECTIONS, upgrade
+from harness.scoring.results import RESULTS_FORMAT, SECTIONS
+from harness.scoring.scores import Interval, Scores, ScoresMeta  # noqa: F401 - their home is harness.scoring.scores
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -275,63 +276,6 @@ def mixed_spaces_warning(spaces: list[tuple[str, dict[str, Any] | None]]) -> str
         f"or contexts: {', '.join(narrow[:3])}{', ...' if len(narrow) > 3 else ''}), the others a whole source: "
         "their numbers measure different searches (see each run's search space)"
     )
-
-
-class ScoresMeta(_Open):
-    metrics: list[str] = []
-    n_questions: int | None = Field(None, ge=0, description="the questions selected (scored from generations: the dataset's)")
-    n_answered: int | None = Field(
-        None,
-        ge=0,
-        description="of a run: the questions scored, those with a finished sample (one finished without an answer "
-        "included: it scores 0); from generations: those with an answer",
-    )
-    n_failed: int | None = Field(
-        None, ge=0, description="the questions that failed (a failure row, no finished sample): not scored"
-    )
-    n_pending: int | None = Field(None, ge=0, description="the questions never asked (the run stopped first): not scored")
-    not_scored: str | None = Field(
-        None, description="why questions have no values, e.g. '3 of 3 failed: model_unavailable (...)'"
-    )
-    dataset: str | None = None
-    dataset_sha256: str | None = None
-    metric_info: dict[str, Any] = {}
-    aggregation: dict[str, Any] = {}
-    options: dict[str, Any] = {}
-    clustering: dict[str, Any] = {}
-    kept_metrics: list[str] = Field(
-        [],
-        description="metrics whose numbers (or failure) come from an earlier scoring of the run, kept as they were "
-        "when `harness score RUN_DIR --metrics ...` scored the others",
-    )
-
-
-class Scores(BaseModel):
-    """``scores``: one namespace per metric (its aggregate, any keys the metric writes) and the
-    sections ``raw`` (per question), ``breakdown``, ``uncertainty``, ``epochs`` and ``meta``."""
-
-    model_config = ConfigDict(extra="allow")
-    __pydantic_extra__: dict[str, dict[str, Any]] = Field(init=False)  # metric name -> its aggregate
-
-    results_format: Literal[1, 2, 3] = RESULTS_FORMAT
-    raw: list[dict[str, Any]] = []
-    breakdown: dict[str, dict[str, dict[str, Any]]] = {}
-    uncertainty: dict[str, dict[str, Any]] = {}
-    epochs: dict[str, Any] | None = None
-    meta: ScoresMeta = Field(default_factory=ScoresMeta)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _upgrade(cls, data: Any) -> Any:
-        return upgrade(data) if isinstance(data, dict) else data
-
-    def metrics(self) -> dict[str, dict[str, Any]]:
-        """{metric: its aggregate}, in scoring order."""
-        return dict(self.__pydantic_extra__ or {})
-
-    def as_dict(self) -> dict[str, Any]:
-        """The scores as written (the shape the scoring functions read)."""
-        return self.model_dump(mode="json")
 
 
 class RunResults(BaseModel):
