@@ -23,6 +23,7 @@ from harness.analysis.row import RunRow
 from harness.errors import ConfigError, HarnessError
 from harness.execution.record import FailureNote, RunResults, metric_names_of, read_results
 from harness.records import read_json, write_bytes_atomic
+from harness.scoring.scores import Interval
 from harness.scoring.display import dataset_headline, display_name
 
 SETTINGS = ("evidence-provided", "open-book")
@@ -50,7 +51,7 @@ def max_supported_context(model: str) -> int | None:
 def _row(size: int, run_dir: Path, results: RunResults, ceiling_row: dict[str, Any] | None) -> dict[str, Any]:
     row = RunRow.of(results, run_dir)
     metrics = row.metrics  # counts (topiocqa.turns) are not plotted; nothing scored: null, never 0
-    errors = results.scores.uncertainty if results.scores is not None else {}
+    errors = results.scores.intervals() if results.scores is not None else {}
     return {
         "context_size": size,
         "run_dir": str(run_dir),
@@ -63,9 +64,7 @@ def _row(size: int, run_dir: Path, results: RunResults, ceiling_row: dict[str, A
         "no_answer": row.outcomes.unanswered,
         "no_answer_note": row.outcomes.note(),
         "metrics": metrics,
-        "uncertainty": {
-            m: {k: errors[m].get(k) for k in ("stderr", "ci95", "method", "note")} for m in metrics if m in errors
-        },
+        "uncertainty": {m: errors[m].model_dump(include=_INTERVAL_KEYS) for m in metrics if m in errors},
         "step": None,  # the change from the previous size, filled by add_steps
         "tokens": results.tokens.model_dump(mode="json") if results.tokens is not None else None,
         "cost_usd": results.cost.total_usd if results.cost is not None else None,
@@ -95,7 +94,7 @@ def add_steps(rows: list[dict[str, Any]], results: list[RunResults]) -> None:
 
     runs = [LoadedRun.of(r["run_dir"], res) for r, res in zip(rows, results)]
     for i in range(1, len(rows)):
-        if not runs[i - 1].scores.get("raw") or not runs[i].scores.get("raw"):
+        if not runs[i - 1].scores.raw or not runs[i].scores.raw:
             continue
         try:
             result = compare_runs([runs[i - 1], runs[i]])
@@ -156,12 +155,12 @@ def format_table(ablation: dict[str, Any]) -> str:
     notes = [f"context size {r['context_size']}: {r['no_answer_note']}" for r in rows if r.get("no_answer_note")]
     for r in ablation["rows"]:
         ceiling = r["ceiling"] or {}
-        errors = r.get("uncertainty") or {}
+        errors = _intervals(r)
         answered = _scored(r)
         cells = [str(r["context_size"])]
         for m in keys:
             value = r["metrics"].get(m) if answered else None  # nothing answered: no score, never 0
-            se, note = (errors.get(m) or {}).get("stderr"), (errors.get(m) or {}).get("note")
+            se, note = (errors[m].stderr, errors[m].note) if m in errors else (None, None)
             if value is None:
                 cells.append("n/a (failed)" if not answered else "n/a")
             else:
@@ -195,20 +194,24 @@ def headline_of(ablation: dict[str, Any]) -> list[str]:
     return dataset_headline(name or None, _metric_names(ablation))
 
 
-def _interval(ci: Any) -> bool:
-    return isinstance(ci, (list, tuple)) and len(ci) == 2 and all(isinstance(v, (int, float)) for v in ci)
+_INTERVAL_KEYS = {"stderr", "ci95", "method", "note"}  # what a row of ablation.json keeps of each Interval
+
+
+def _intervals(row: dict[str, Any]) -> dict[str, Interval]:
+    """A row's recorded uncertainty (ablation.json ``uncertainty``), typed."""
+    return {m: Interval.model_validate(e) for m, e in (row.get("uncertainty") or {}).items() if isinstance(e, dict)}
 
 
 def sweep_of(ablation: dict[str, Any], source: str | Path) -> Sweep:
     """An ablation (as written to ablation.json, any version) as the figures read it."""
     points = []
     for r in ablation["rows"]:
-        errors = r.get("uncertainty") or {}
+        errors = _intervals(r)
         points.append(
             SweepPoint(
                 context_size=r["context_size"],
                 values=r.get("metrics") or {},
-                intervals={m: tuple(e["ci95"]) for m, e in errors.items() if e and _interval(e.get("ci95"))},
+                intervals={m: e.bounds for m, e in errors.items() if e.bounds is not None},
                 ceiling=r.get("ceiling"),
                 answered=_scored(r),
             )

@@ -3,7 +3,7 @@
 Each later run is compared with the first (the baseline), leaf by leaf of every metric all the
 runs have, whichever run comes first or has more questions:
 
-* each run's value and 95% interval on the shared questions (as ``scores["uncertainty"]`` computes
+* each run's value and 95% interval on the shared questions (as ``Scores.uncertainty`` computes
   them: Wilson for shares, analytic for other means, bootstrap through the metric's aggregate
   otherwise; n/a with a note where there is no spread to estimate);
 * the difference (run - baseline) with Newcombe's paired score interval for two unclustered shares,
@@ -44,7 +44,8 @@ import numpy as np
 from harness.analysis.row import answered_nothing
 from harness.errors import HarnessError
 from harness.execution.record import RunResults, read_results, results_path
-from harness.scoring.results import interval_text, metric_aggregates
+from harness.scoring.results import interval_text
+from harness.scoring.scores import Scores
 from harness.scoring.uncertainty import (
     _flat_leaves,
     collapse_repeats,
@@ -61,15 +62,15 @@ TOP_CHANGED = 5
 
 @dataclass(frozen=True)
 class LoadedRun:
-    """A run to compare: where it is, its typed results, and its scores as the scoring functions read them."""
+    """A run to compare: where it is, its typed results, and its scores (empty: an unscored run)."""
 
     path: str
     results: RunResults
-    scores: dict[str, Any]
+    scores: Scores
 
     @classmethod
     def of(cls, path: str | Path, results: RunResults) -> LoadedRun:
-        return cls(str(path), results, results.scores_dict() or {})
+        return cls(str(path), results, results.scores or Scores())
 
 
 def load_run(path: str | Path, failed_ok: bool = False) -> LoadedRun:
@@ -82,15 +83,14 @@ def load_run(path: str | Path, failed_ok: bool = False) -> LoadedRun:
         return run
     if nothing:  # unanswered questions score 0: comparing those zeros would look like a result
         raise HarnessError(f"{results_path(path)}: {nothing}: its zero scores measure nothing; rerun it first")
-    if not run.scores.get("raw"):
+    if not run.scores.raw:
         raise HarnessError(f"{results_path(path)}: no per-question scores (an unscored run: harness score {path} first)")
     return run
 
 
 def dataset_of(run: LoadedRun) -> tuple[str | None, str | None]:
-    meta = run.results.scores.meta if run.results.scores is not None else None
-    spec = run.results.dataset.spec or (meta.dataset if meta else None)
-    return spec, run.results.dataset.sha256 or (meta.dataset_sha256 if meta else None)
+    meta = run.scores.meta
+    return run.results.dataset.spec or meta.dataset, run.results.dataset.sha256 or meta.dataset_sha256
 
 
 def run_label(results: RunResults, path: str | Path) -> str:
@@ -120,7 +120,7 @@ def _implementation(run: LoadedRun, name: str) -> tuple[Any, str, str | None]:
     current registry's ``name``: a plugin may share a built-in's name and aggregate otherwise."""
     from harness.scoring.metrics import METRICS
 
-    info = run.results.scores.meta.metric_info.get(name) or {} if run.results.scores is not None else {}
+    info = run.scores.metric_info(name)
     record = info.get("plugin") if isinstance(info, dict) else None
     if not isinstance(record, dict):  # built-ins record no plugin
         try:
@@ -207,10 +207,9 @@ def _clusters(runs: list[LoadedRun], ids: list[str]) -> tuple[list[Any] | None, 
     are joined: questions that share a cluster in any run share one here (coarser: never too narrow)."""
     found = []
     for run in runs:
-        clustering = run.results.scores.meta.clustering if run.results.scores is not None else {}
-        if clustering.get("by") and clustering.get("clusters"):
-            labels = clustering["clusters"]
-            found.append((clustering["by"], [labels.get(q, f"question:{q}") for q in ids]))
+        labels = run.scores.clusters
+        if run.scores.cluster_by and labels:
+            found.append((run.scores.cluster_by, [labels.get(q, f"question:{q}") for q in ids]))
     if not found:
         return None, None
     by = "+".join(sorted({b for b, _ in found}))
@@ -268,7 +267,7 @@ def compare_runs(
         for i, (r, text) in enumerate(zip(everyone, _labels(everyone)))
     ]
     out["warnings"] = [w for w in (spaces_warning(everyone),) if w]
-    out["n_questions"] = [len({row.get("question_id") for row in (r.scores.get("raw") or [])}) for r in everyone]
+    out["n_questions"] = [len(r.scores.question_ids()) for r in everyone]
     return out
 
 
@@ -295,12 +294,12 @@ def _compare_answered(runs: list[LoadedRun], metrics: list[str] | None) -> dict[
     """The comparison of the runs that answered (the baseline first; alone when every other failed)."""
     from harness.scoring import stats
 
-    rows = [{r["question_id"]: r for r in collapse_repeats(run.scores["raw"])} for run in runs]
+    rows = [{r["question_id"]: r for r in collapse_repeats(run.scores.raw)} for run in runs]
     # one order whichever run comes first: the same resamples and permutations, mirrored results
     shared = sorted((q for q in rows[0] if all(q in other for other in rows[1:])), key=str)
     if not shared:
         raise HarnessError(f"{runs[0].path} and the other runs share no scored question")
-    aggs = [metric_aggregates(run.scores) for run in runs]
+    aggs = [run.scores.metric_aggregates() for run in runs]
     names = [m for m in aggs[0] if all(m in a for a in aggs[1:])]
     # the leaves every run has (each run's own aggregate may have others)
     leaves = {m: [p for p in _flat_leaves(aggs[0][m]) if all(p in _flat_leaves(a[m]) for a in aggs[1:])] for m in names}
@@ -394,8 +393,7 @@ def _epochs(runs: list[LoadedRun]) -> list[int]:
     """Each run's number of epochs (1 when it records none)."""
     found = []
     for run in runs:
-        scores = run.results.scores
-        n = (scores.epochs or {}).get("n") if scores is not None else None
+        n = run.scores.n_epochs
         found.append(n if isinstance(n, int) and n > 1 else 1)
     return found
 
@@ -430,7 +428,7 @@ def _leaf_kind(fn, path: tuple[str, ...], runs: list[LoadedRun]):
 
     kind = fn.kind_of(path) if fn is not None else UNBOUNDED
     for run, n in zip(runs, _epochs(runs)):
-        reducer = (run.results.scores.epochs or {}).get("reducer") if run.results.scores is not None else None
+        reducer = run.scores.epoch_reducer
         kind = epoch_kind(kind, reducer or "mean", n)
     return kind
 

@@ -23,7 +23,6 @@ from harness.errors import HarnessError
 from harness.execution.record import RunResults, metric_names_of
 from harness.records import write_bytes_atomic
 from harness.scoring.display import chosen_keys, dataset_headline, display_name, scale_of
-from harness.scoring.results import score_values
 
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
 PNG_DPI = 150
@@ -262,7 +261,7 @@ def scores_spec(
     with its 95% interval. A run that answered nothing is marked failed, with no dot."""
     if not runs:
         raise HarnessError("no run to draw")
-    values = [score_values(r.scores_dict()) for _, r in runs]
+    values = [r.scores.score_values() if r.scores is not None else {} for _, r in runs]
     headlines = [dataset_headline(r.dataset.name, metric_names_of(r.scores)) for _, r in runs]
     available = list(dict.fromkeys(k for v, h in zip(values, headlines) for k in [*v, *h]))
     keys = choose_keys(metrics, available, headlines)
@@ -288,11 +287,8 @@ def scores_spec(
         points, ticks = [], []
         for row, ((_, results), name, vals, dead) in enumerate(zip(runs, names, values, failed)):
             value = None if dead else vals.get(key)
-            interval = (
-                (results.scores.uncertainty.get(key) or {}).get("ci95")
-                if value is not None and results.scores
-                else None
-            )
+            found = results.scores.interval(key) if value is not None and results.scores is not None else None
+            interval = found.ci95 if found is not None else None
             note = "failed" if dead else "n/a" if value is None else None
             points.append(
                 Point(

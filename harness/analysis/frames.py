@@ -19,7 +19,6 @@ from harness.errors import HarnessError
 from harness.execution.record import RunResults, read_results
 from harness.records import work_key
 from harness.scoring.display import display_name
-from harness.scoring.results import per_question
 
 INSTALL = "pip install 'harness[analysis]'"
 
@@ -150,7 +149,7 @@ def samples_df(*paths: str | Path):
     numeric: list[str] = ["latency_s", "prompt_tokens", "completion_tokens", "model_calls", "cost_usd"]
     for run_dir, results in runs:
         rows = load_rows(run_dir)
-        values = per_question(results.scores_dict())
+        values = results.scores.per_question() if results.scores is not None else {}
         epochs = results.counts.epochs or 1
         ids = results.sample_ids or list(dict.fromkeys(r.id for r in [*rows.finished.values(), *rows.failed.values()]))
         for qid in ids:

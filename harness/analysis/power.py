@@ -31,27 +31,28 @@ def power_analysis(
 ) -> dict[str, Any]:
     from harness.scoring import stats
     from harness.analysis.compare import compare_runs, load_run
-    from harness.scoring.uncertainty import compute_uncertainty, uncertainty_of
+    from harness.scoring.scores import Interval
+    from harness.scoring.uncertainty import compute_uncertainty
 
     run = load_run(run_path)
     other = load_run(paired_with) if paired_with else None
     scores = run.scores
-    table = uncertainty_of(scores)
+    table = scores.intervals()
     if not table:  # a results file from before the error bars: computed now, not written
         from harness.analysis.compare import metric_of_run
-        from harness.scoring.results import metric_aggregates
 
-        clusters = run.results.scores.meta.clustering.get("clusters")
-        table = compute_uncertainty({m: metric_of_run(run, m) for m in metric_aggregates(scores)}, scores, clusters)
+        fns = {m: metric_of_run(run, m) for m in scores.metric_aggregates()}
+        computed = compute_uncertainty(fns, scores, scores.clusters)
+        table = {k: Interval.model_validate(e) for k, e in computed.items()}
     key = resolve_metric(metric, list(table))
     entry = table[key]
-    if entry.get("stderr") is None and not stats.measured_no_spread(entry):  # all equal: sd 0, said below
-        why = "; ".join(str(v) for v in (entry.get("method"), entry.get("note")) if v)
-        raise HarnessError(f"--metric {key}: the run has no standard error for it (n={entry.get('n')}; {why})")
+    if entry.stderr is None and not entry.no_spread():  # all equal: sd 0, said below
+        why = "; ".join(str(v) for v in (entry.method, entry.note) if v)
+        raise HarnessError(f"--metric {key}: the run has no standard error for it (n={entry.n}; {why})")
     out: dict[str, Any] = {
         "run": run.path, "metric": key, "delta": delta, "alpha": alpha, "power": power,
-        "pilot": {"n": entry["n"], "value": entry["value"], "stderr": entry["stderr"], "method": entry["method"]},
-        **({"note": entry["note"]} if entry.get("note") else {}),
+        "pilot": {"n": entry.n, "value": entry.value, "stderr": entry.stderr, "method": entry.method},
+        **({"note": entry.note} if entry.note else {}),
     }
     if other is not None:
         result = compare_runs([run, other], metrics=[key])
@@ -64,8 +65,8 @@ def power_analysis(
         sd = (diff["stderr"] or 0.0) * math.sqrt(n)
         out.update(design="paired", paired_with=other.path, n_shared=n, sd=sd, observed_diff=diff["diff"])
     else:
-        n = entry["n"]
-        sd = (entry["stderr"] or 0.0) * math.sqrt(n)
+        n = entry.n
+        sd = (entry.stderr or 0.0) * math.sqrt(n)
         out.update(design="unpaired (two independent runs)", sd=sd)
     paired = bool(paired_with)
     out["n_required"] = stats.required_n(sd, delta, alpha, power, paired=paired) if sd > 0 else None

@@ -25,7 +25,8 @@ from harness.execution.record import CostRecord, ModelRecord, RunResults, Sample
 from harness.records import write_bytes_atomic
 from harness.strategy import RECORD_KINDS
 from harness.scoring.display import display_name, metric_headline
-from harness.scoring.results import breakdown_values, count_values, per_question, scale_of, score_values
+from harness.scoring.results import scale_of
+from harness.scoring.scores import Interval, Scores
 
 REPORT_FILE = "report.html"
 SHORT = 240  # characters of a question or answer shown in the table (all of it in the transcript)
@@ -75,7 +76,7 @@ def _dataset_samples(results: RunResults) -> dict[str, Any]:
 def build_report_data(run_dir: Path) -> dict[str, Any]:
     results = read_results(run_dir)
     finished, failed = _load_records(run_dir)
-    by_question = per_question(results.scores_dict())  # METRIC.NAME values
+    by_question = results.scores.per_question() if results.scores is not None else {}  # METRIC.NAME values
     samples = _dataset_samples(results)
     ids = results.sample_ids or list(finished)
     later_epochs: dict[str, list[tuple[int, Any]]] = {}  # --epochs: the other epochs' answers, in the transcript
@@ -296,13 +297,13 @@ def _outcome_note(results: RunResults) -> str:
 
 
 def _scores_section(results: RunResults) -> str:
-    scores = results.scores_dict()
-    values = score_values(scores)
+    scores = results.scores or Scores()
+    values = scores.score_values()
     if not values:
         return '<section id="scores"><h2>Scores</h2><p class="muted">No scores (see scoring above).</p></section>'
     said = _outcome_note(results)
-    errors = results.scores.uncertainty
-    counts = count_values(scores)
+    errors = scores.intervals()
+    counts = scores.count_values()
     counted = f"<h3>Counts</h3>{_kv_table(list(counts.items()))}" if counts else ""
     if not errors:  # a results file from before the error bars: as it was (harness score RUN adds them)
         rows = [(f"{k} ({scale_of(k)})", v) for k, v in values.items()]
@@ -310,18 +311,18 @@ def _scores_section(results: RunResults) -> str:
     head = "<tr><th>metric</th><th>value</th><th>± stderr</th><th>95% interval</th><th>method</th></tr>"
     body = []
     for name, value in values.items():
-        e = errors.get(name) or {}
-        ci = e.get("ci95")
-        method = e.get("method") or ""
-        if e.get("n_clusters"):
-            method += f" ({e['n_clusters']} clusters)"
-        na = "n/a" if e.get("note") else ""  # no spread to estimate: said, never ± 0
-        cells = [_fmt(value), na if e.get("stderr") is None else _fmt(e["stderr"])]
+        e = errors.get(name) or Interval()
+        ci = e.ci95
+        method = e.method or ""
+        if e.n_clusters:
+            method += f" ({e.n_clusters} clusters)"
+        na = "n/a" if e.note else ""  # no spread to estimate: said, never ± 0
+        cells = [_fmt(value), na if e.stderr is None else _fmt(e.stderr)]
         cells.append(f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else na)
-        cells.append(f"{method}; {e['note']}" if e.get("note") else method)
+        cells.append(f"{method}; {e.note}" if e.note else method)
         label = f"{name} ({scale_of(name)})"
         body.append(f"<tr><th>{_e(label)}</th>" + "".join(f'<td class="num">{_e(c)}</td>' for c in cells) + "</tr>")
-    clustered_by = results.scores.meta.clustering.get("by")
+    clustered_by = scores.cluster_by
     note = f'<p class="muted">errors clustered by {_e(clustered_by)}</p>' if clustered_by else ""
     return (
         f'<section id="scores"><h2>Scores</h2>{said}<table class="kv scores">{head}{"".join(body)}</table>{note}'
@@ -334,7 +335,7 @@ def _figure_section(results: RunResults) -> str:
     SVG: drawn here, nothing fetched. None without scores."""
     from harness.analysis.figures import figure_svg, scores_spec
 
-    if not score_values(results.scores_dict()) and results.counts.finished:
+    if (results.scores is None or not results.scores.score_values()) and results.counts.finished:
         return ""
     try:
         spec = scores_spec([(results.run_id, results)])
@@ -346,7 +347,7 @@ def _figure_section(results: RunResults) -> str:
 def _breakdown_section(results: RunResults) -> str:
     """One table per breakdown group (FanOutQA category, QAMPARI type, QUEST template/domain,
     TopiOCQA turn type): each value's n and headline means."""
-    groups = breakdown_values(results.scores_dict())
+    groups = results.scores.breakdown_values() if results.scores is not None else {}
     if not groups:
         return ""
     parts = ['<section id="breakdowns"><h2>Breakdowns</h2>']

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from harness.execution.record import CostRecord, Decoding, RunResults, SearchSpaceRecord, Tokens, metric_names_of
 from harness.scoring.display import dataset_headline
-from harness.scoring.results import breakdown_values, count_values, metric_aggregates, score_values
+from harness.scoring.scores import Scores
 from harness.scoring.uncertainty import _flat_leaves
 
 ANSWERED = "answered"  # the outcome of a sample that ended with an answer (harness.strategy.SampleResult)
@@ -136,19 +136,9 @@ def answered_nothing(results: RunResults) -> str | None:
     return f"the run answered nothing ({counts.finished} samples finished, none of them with an answer)"
 
 
-def null_values(scores: dict[str, Any] | None) -> list[str]:
+def null_values(scores: Scores | None) -> list[str]:
     """The ``METRIC.NAME`` leaves whose value is null (no value: nothing answered, a judge unavailable)."""
-    out: list[str] = []
-
-    def walk(values: dict[str, Any], prefix: str) -> None:
-        for key, value in values.items():
-            if isinstance(value, dict):
-                walk(value, f"{prefix}{key}.")
-            elif value is None:
-                out.append(f"{prefix}{key}")
-
-    walk(metric_aggregates(scores), "")
-    return out
+    return scores.null_values() if scores is not None else []
 
 
 class RunRow(BaseModel):
@@ -212,12 +202,12 @@ class RunRow(BaseModel):
 
     @classmethod
     def of(cls, results: RunResults, path: str | Path) -> RunRow:
-        scores = results.scores_dict()
+        scores = results.scores or Scores()
         outcomes = Outcomes.of(results)
         cost = results.cost or CostRecord()
         price = cost.price or {}
         meta = results.scores.meta if results.scores is not None else None
-        metrics: dict[str, float | None] = dict(score_values(scores))
+        metrics: dict[str, float | None] = dict(scores.score_values())
         note = outcomes.failure_note()
         info = meta.metric_info if meta is not None else {}
         null_reasons: dict[str, str] = {}
@@ -229,7 +219,7 @@ class RunRow(BaseModel):
             for key in metrics:
                 metrics[key] = None
                 null_reasons[key] = f"no question answered ({note})" if note else "no question answered"
-        errors = results.scores.uncertainty if results.scores is not None else {}
+        errors = scores.intervals()
         failed = reason is not None
         names = metric_names_of(results.scores) or list(results.config.metrics or [])
         return cls(
@@ -260,12 +250,12 @@ class RunRow(BaseModel):
             metrics=metrics,
             numbers=_numbers(scores),
             null_reasons=null_reasons,
-            stderr={m: None if failed else (errors.get(m) or {}).get("stderr") for m in metrics if m in errors},
-            ci95={m: None if failed else (errors.get(m) or {}).get("ci95") for m in metrics if m in errors},
-            uncertainty_method={m: errors[m].get("method") for m in metrics if m in errors},
-            uncertainty_note={m: errors[m]["note"] for m in metrics if (errors.get(m) or {}).get("note")},
-            score_counts=count_values(scores),
-            breakdown=breakdown_values(scores),
+            stderr={m: None if failed else errors[m].stderr for m in metrics if m in errors},
+            ci95={m: None if failed else errors[m].ci95 for m in metrics if m in errors},
+            uncertainty_method={m: errors[m].method for m in metrics if m in errors},
+            uncertainty_note={m: errors[m].note for m in metrics if m in errors and errors[m].note},
+            score_counts=scores.count_values(),
+            breakdown=scores.breakdown_values(),
             tokens=results.tokens,
             cost_usd=cost.total_usd,
             cost_per_sample_usd=cost.per_sample_usd,
@@ -278,10 +268,10 @@ class RunRow(BaseModel):
         )
 
 
-def _numbers(scores: dict[str, Any] | None) -> dict[str, float | None]:
+def _numbers(scores: Scores) -> dict[str, float | None]:
     """Every numeric leaf of the run's metrics as ``METRIC.LEAF``, None kept (no value)."""
     out: dict[str, float | None] = {}
-    for metric, aggregate in metric_aggregates(scores).items():
+    for metric, aggregate in scores.metric_aggregates().items():
         if isinstance(aggregate, dict):
             for path, value in _flat_leaves(aggregate).items():
                 out[".".join((metric, *path))] = None if value is None else float(value)

@@ -66,8 +66,8 @@ def question_set(results: RunResults) -> str:
     """What a run's numbers average over, as ``N questions #DIGEST``: the scored questions' ids
     (``scores.raw``), else the selection's (``sample_ids``), hashed with the dataset's spec and its
     file's sha256; equal for two runs only when they scored the same questions of the same data."""
-    raw = results.scores.raw if results.scores is not None else []
-    ids = sorted({str(q["question_id"]) for q in raw if isinstance(q, dict) and q.get("question_id") is not None})
+    scored = results.scores.question_ids() if results.scores is not None else []
+    ids = sorted({str(q) for q in scored if q is not None})
     count = len(ids)
     if not ids:  # no per-question scores: the selection, and how many of it were answered
         answered = results.scores.meta.n_answered if results.scores is not None else None
@@ -79,8 +79,8 @@ def question_set(results: RunResults) -> str:
 
 def table_row(path: Path, results: RunResults) -> TableRow:
     row = RunRow.of(results, path)
-    uncertainty = results.scores.uncertainty if results.scores is not None else {}
-    notes = {k: str(e["note"]) for k, e in uncertainty.items() if isinstance(e, dict) and e.get("note")}
+    intervals = results.scores.intervals() if results.scores is not None else {}
+    notes = {k: e.note for k, e in intervals.items() if e.note}
     return TableRow(
         path=str(path),
         label=run_label(results, path),
@@ -97,7 +97,7 @@ def table_row(path: Path, results: RunResults) -> TableRow:
         no_answer_note=row.outcomes.note(),
         headline=row.headline,
         values=row.numbers,
-        ci95={k: (e.get("ci95") if isinstance(e, dict) else None) for k, e in uncertainty.items()},
+        ci95={k: e.ci95 for k, e in intervals.items()},
         notes=notes,
         search_space=results.search_space_label,
         evidence_only=results.search_space is not None and results.search_space.evidence_only,

@@ -69,6 +69,7 @@ class Interval(BaseModel):
     ci95: list[float | None] | None = None
     method: str | None = None
     n: int | None = None
+    n_clusters: int | None = None
     note: str | None = None
 
     @property
@@ -225,6 +226,16 @@ class Scores(BaseModel):
     @property
     def clustering(self) -> dict[str, Any]:
         return self.meta.clustering
+
+    @property
+    def cluster_by(self) -> str | None:
+        """The field the error bars were clustered by (None: by question)."""
+        return self.meta.clustering.get("by")
+
+    @property
+    def clusters(self) -> dict[str, Any] | None:
+        """{question id: its cluster} where the error bars were clustered."""
+        return self.meta.clustering.get("clusters")
 
     @property
     def n_epochs(self) -> int | None:

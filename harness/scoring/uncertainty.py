@@ -36,6 +36,7 @@ from harness.scoring.kinds import Kind, key_path
 
 if TYPE_CHECKING:
     from harness.scoring.metric import Metric
+    from harness.scoring.scores import Scores
 
 SECTION = "uncertainty"
 
@@ -326,10 +327,14 @@ def cluster_labels(questions: list[Any], ids: list[str], field: str | None) -> l
 
 def compute_uncertainty(
     fns: "dict[str, Metric | None]",
-    scores: dict[str, Any],
+    scores: "dict[str, Any] | Scores",
     clusters_by_id: dict[str, Any] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """The uncertainty section for a results-format-2 scores dict (its aggregates and ``raw``)."""
+    """The uncertainty section for a results-format-2 scores dict or ``Scores`` (its aggregates and ``raw``)."""
+    from harness.scoring.scores import Scores
+
+    if isinstance(scores, Scores):
+        scores = {**scores.metrics(), "raw": scores.raw, "meta": {"n_questions": scores.meta.n_questions}}
     rows = collapse_repeats(list(scores.get("raw") or []))
     n_scored = (scores.get("meta") or {}).get("n_questions")
     out: dict[str, dict[str, Any]] = {}
