@@ -165,10 +165,10 @@ def test_a_run_stopped_before_asking_scores_nothing_it_never_asked(tmp_path, cap
     meta = results.scores.meta
     assert (meta.n_answered, meta.n_failed, meta.n_pending) == (0, 0, 3)
     assert meta.not_scored.startswith("3 of 3 not asked: run stopped (error: ") and "(401)" in meta.not_scored
-    assert results.scores.raw == [] and all(v is None for v in metric_values(results.scores_dict()).values())
+    assert results.scores.raw == [] and all(v is None for v in results.scores.metric_values().values())
     assert results.invocations[-1].error and "rejected the API key (401)" in results.invocations[-1].error
     rescored = harness.score(str(tmp_path / "r"), save=False)
-    assert Scores.model_validate(rescored).as_dict() == results.scores_dict()
+    assert Scores.model_validate(rescored).as_dict() == results.scores.as_dict()
 
 
 # ------------------------------------------------------------------ wrong is still 0
@@ -333,5 +333,5 @@ def test_a_401_stop_scores_none_of_its_pending_questions(tmp_path, capsys):
     assert code == 2 and "401" in capsys.readouterr().err
     results = read_results(tmp_path / "r")
     assert results.status == "error" and results.counts.pending == 3
-    assert results.scores.raw == [] and all(v is None for v in metric_values(results.scores_dict()).values())
+    assert results.scores.raw == [] and all(v is None for v in results.scores.metric_values().values())
     assert results.scores.meta.not_scored.startswith("3 of 3 not asked: run stopped (error: ")

@@ -434,26 +434,23 @@ def print_summary(results: dict[str, Any] | RunResults, file=None) -> None:
 
 def print_scores(scores: Scores | None, file) -> None:
     """One line per metric, the clustering of the error bars, the breakdowns."""
-    from harness.scoring.results import breakdown_lines, summary_lines
-
     if scores is None:
         return
-    as_dict = scores.as_dict()
-    for line in summary_lines(as_dict):
+    for line in scores.summary_lines():
         print(f"  {line}", file=file)
     clustering = scores.meta.clustering
     if clustering.get("by"):
         print(f"  (errors clustered by {clustering['by']}: {clustering['n_clusters']} clusters)", file=file)
-    for line in breakdown_lines(as_dict):
+    for line in scores.breakdown_lines():
         print(f"  {line}", file=file)
-    line = oversized_line(as_dict)
+    line = oversized_line(scores)
     if line:
         print(line, file=file)
 
 
-def oversized_line(scores: dict[str, Any]) -> str | None:
+def oversized_line(scores: Scores | dict[str, Any]) -> str | None:
     """One line on the answers scored only in part (longer than max_answer_chars), or None."""
-    meta = scores.get("meta") or {}
+    meta = scores.meta.model_dump() if isinstance(scores, Scores) else scores.get("meta") or {}
     n = meta.get("n_oversized_answers") or 0
     if not n:
         return None

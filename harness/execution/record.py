@@ -384,10 +384,6 @@ class RunResults(BaseModel):
         """The search space as every output shows it beside the numbers (None: the run searched nothing)."""
         return self.search_space.label if self.search_space is not None else None
 
-    def scores_dict(self) -> dict[str, Any] | None:
-        """The scores in the shape the scoring functions read (format 2/3 namespaces)."""
-        return self.scores.as_dict() if self.scores is not None else None
-
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude={"legacy_config"} if not self.legacy_config else None)
 

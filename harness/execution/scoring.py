@@ -355,7 +355,7 @@ def rescore_run(
         options = options.model_copy(update={"metric_options": merged})
         scores = score_run(run_dir, metrics, options, only_answered, data_path=data_path, named_options=metric_options)
         scored = scored_metrics(scores)
-        before = results.scores_dict() if results is not None else None
+        before = results.scores.model_dump(mode="json") if results is not None and results.scores is not None else None
         if drop_other_metrics or not before:
             kept: list[str] = []
             dropped = [n for n in metrics_of(before) if n not in scored]

@@ -36,7 +36,6 @@ from harness.scoring.kinds import Kind, key_path
 
 if TYPE_CHECKING:
     from harness.scoring.metric import Metric
-    from harness.scoring.scores import Scores
 
 SECTION = "uncertainty"
 
@@ -327,13 +326,11 @@ def cluster_labels(questions: list[Any], ids: list[str], field: str | None) -> l
 
 def compute_uncertainty(
     fns: "dict[str, Metric | None]",
-    scores: "dict[str, Any] | Scores",
+    scores: Any,
     clusters_by_id: dict[str, Any] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The uncertainty section for a results-format-2 scores dict or ``Scores`` (its aggregates and ``raw``)."""
-    from harness.scoring.scores import Scores
-
-    if isinstance(scores, Scores):
+    if not isinstance(scores, dict):  # a Scores (not imported: it sits above this module)
         scores = {**scores.metrics(), "raw": scores.raw, "meta": {"n_questions": scores.meta.n_questions}}
     rows = collapse_repeats(list(scores.get("raw") or []))
     n_scored = (scores.get("meta") or {}).get("n_questions")
