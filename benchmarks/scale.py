@@ -14,6 +14,8 @@ Wikipedia's page-length distribution and title shapes; see its docstring). For e
   same 1,000 queries on the SQLite snapshot and on the ZIM read in place;
 - ``--child fts5|fulltext SNAP QUERIES``: full-text search only, FTS5 or the tantivy sidecar
   (``harness snapshot fulltext SNAP``); ``sqliteq`` always times FTS5;
+- ``--child titles SNAP QUERIES [CODE]``: ``similar_titles`` (k=10) only, with this checkout's
+  ``wiki_snapshot`` or CODE's (a before/after comparison), and the process's peak RSS;
 - ``bm25``: ``harness index build --kind bm25`` (words100) with 1 and 2 workers, then query
   latency.
 
@@ -182,6 +184,19 @@ def query_child(backend: str, path: str, queries_file: str) -> None:
         c = time.process_time()
         res["search"] = _time_all(lambda q: s.search(q, 10), qs)
         res["search"]["process_cpu_ms_per_query"] = round((time.process_time() - c) * 1000 / (len(qs) + 1), 3)
+    elif backend == "titles":  # similar_titles alone: its FTS5 candidate queries and difflib scoring
+        import resource
+
+        from wiki_snapshot import Snapshot
+
+        try:  # a miss falls back to full-text search: FTS5's, also where a sidecar lies beside it
+            s = Snapshot.open(path, fulltext=False)
+        except TypeError:  # --code: a checkout from before the sidecar
+            s = Snapshot.open(path)
+        res["similar_titles_version"] = s.metadata.get("similar_titles")
+        res["open_s"] = round(time.perf_counter() - t, 3)
+        res["similar_titles"] = _time_all(lambda q: s.similar_titles(q, 10), qs)
+        res["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     elif backend == "sqlite":
         from wiki_snapshot import Snapshot
 

@@ -211,6 +211,44 @@ def test_similar_titles_finds_misspelt_titles(snap):
     assert snap.similar_titles("Albdeo", k=1) == ["Albedo"]
 
 
+def test_similar_titles_lists_a_redirects_page_first(snap, dump_pages):
+    # the query is a redirect's title: its page comes first
+    articles = {t for t, p in dump_pages.items() if p["ns"] == 0 and p["redirect"] is None}
+    checked = 0
+    for title, p in dump_pages.items():
+        if p["ns"] == 0 and p["redirect"] in articles:
+            assert snap.similar_titles(title.lower(), k=3)[0] == p["redirect"], title
+            checked += 1
+    assert checked >= 10
+    assert snap.metadata["similar_titles"]["version"] == 2  # the candidate rules, recorded with a run
+
+
+def _edits(word: str) -> set[str]:
+    """Every string one edit from ``word``: a letter dropped, doubled, replaced, two neighbours swapped."""
+    out = set()
+    for i in range(len(word)):
+        out |= {word[:i] + word[i + 1 :], word[:i] + word[i] + word[i:], word[:i] + "q" + word[i + 1 :]}
+        if i + 1 < len(word):
+            out.add(word[:i] + word[i + 1] + word[i] + word[i + 2 :])
+    return out - {word}
+
+
+def test_one_edit_expression_finds_every_single_edit(dump_pages):
+    # the pieces _one_edit searches must survive any one edit of a word of 7 letters or more
+    from wiki_snapshot.store import _one_edit, _words
+
+    con = sqlite3.connect(":memory:")
+    con.execute("CREATE VIRTUAL TABLE t USING fts5(title, tokenize='trigram')")
+    titles = sorted(t for t, p in dump_pages.items() if p["ns"] == 0)
+    con.executemany("INSERT INTO t(rowid, title) VALUES (?, ?)", list(enumerate(titles)))
+    words = sorted({(w, i) for i, t in enumerate(titles) for w in _words(t) if 7 <= len(w) <= 12})
+    assert len({len(w) for w, _ in words}) == 6  # every length from 7 to 12: both kinds of pieces
+    for word, row in words[::3]:
+        for edited in _edits(word):
+            hits = {r[0] for r in con.execute("SELECT rowid FROM t WHERE t MATCH ?", (_one_edit(edited),))}
+            assert row in hits, (word, edited, _one_edit(edited))
+
+
 def _similar_titles_unpruned(snap, query: str, k: int) -> list[str]:
     """similar_titles' ranking computed the slow way: every candidate scored in full with difflib."""
     import difflib
@@ -271,7 +309,7 @@ def test_odd_queries_do_not_crash(snap, query):
 
 
 # records: HotpotQA and plain-text articles ----------------------------------------------------
-def test_hotpotqa_records(tmp_path):
+def test_hotpotqa_records(tmp_path, monkeypatch):
     questions = json.loads(HOTPOT.read_text(encoding="utf-8"))
     first: dict[str, str] = {}
     total = 0
@@ -295,6 +333,17 @@ def test_hotpotqa_records(tmp_path):
         assert page.pageid == stable_pageid("Scott Derrickson") and 0 < page.pageid < 2**63
         assert "Scott Derrickson" in s.similar_titles("Scott Derickson")[:3]
         assert s.search("Doctor Strange Marvel Cinematic Universe director", k=3)
+        # A title whose words are all in a title listed before it ("Ed Wood", "Ed Wood (film)"): the
+        # word queries read rows in index order, not by rank, so however few they read, the title
+        # itself comes first (titles that start with the query are looked up in the title B-tree).
+        from wiki_snapshot.store import _words
+
+        titles = sorted(first, key=stable_pageid)
+        shadowed = [t for i, t in enumerate(titles) if any(set(_words(t)) <= set(_words(a)) for a in titles[:i])]
+        assert len(shadowed) >= 20
+        monkeypatch.setattr("wiki_snapshot.store.TITLE_ROWS", 1)
+        for t in shadowed:
+            assert s.similar_titles(t.lower(), k=3)[0] == t, t
 
 
 def test_plain_text_records_keep_real_pageids(tmp_path):
