@@ -118,6 +118,23 @@ def test_bm25_top10_equals_rank_bm25_on_the_same_tokens(hotpot):
             np.testing.assert_allclose([h.score for h in hits], ref[ref_top] / 1.9, rtol=1e-5)
 
 
+def test_bm25_search_reads_postings_and_equals_bm25s_dense_scores(hotpot):
+    """search_many (the query terms' postings only) against bm25s's score for every passage +
+    top_k: same passages, same order, same float32 scores, every HotpotQA question, k 10 and past
+    the matches (tests/test_bm25_query.py covers every method)."""
+    from wiki_snapshot.retriever import top_k
+
+    with Snapshot.open(hotpot) as snap:
+        retriever = open_retriever(snap, "bm25", "words100")
+        position = {f"{r[0]}_{r[3]}": i for i, r in enumerate(retriever.passages.records.tolist())}
+        questions = [s.question for s in load_dataset("hotpotqa:dev").samples]
+        for k in (10, len(retriever) + 1):
+            for question, hits in zip(questions, retriever.search_many(questions, k)):
+                idx, best = top_k(retriever.scores(question), k)
+                assert [position[h.passage_id] for h in hits] == idx[best > 0].tolist(), question
+                assert [h.score for h in hits] == best[best > 0].tolist(), question
+
+
 @pytest.mark.slow
 def test_index_meta_and_search_cli(hotpot):
     meta = json.loads((index_dir(hotpot, "bm25", "words100") / "meta.json").read_text())

@@ -11,9 +11,11 @@ build time (``harness index build --bm25-method/--bm25-k1/--bm25-b/--stemmer/--s
 QUEST's BM25 (gensim's Okapi BM25 over whole documents) corresponds to ``--passages page
 --bm25-method robertson --bm25-k1 1.5 --bm25-b 0.75``.
 
-A query's ranking is bm25s's scores for every passage, then our ``top_k`` (ties in passage order):
-bm25s's own top-k selection may order equal scores either way. Only passages that contain a query
-term are returned (as Lucene does), so a query with no indexed term returns none.
+A query's ranking is bm25s's scores (``BM25.get_scores_from_ids``), then our ``top_k`` (ties in
+passage order): bm25s's own top-k selection may order equal scores either way. Only passages with a
+score above 0 are returned (as Lucene returns only passages holding a query term), so a query with
+no indexed term returns none. bm25s scores every passage per query (a dense vector, then a
+partition over it); ``query_top_k`` computes the same floats over the query terms' postings only.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import json
 import logging
 import math
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -29,7 +32,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.retriever import UNREADABLE, Hit, Retriever, first_line, live_progress, top_k
+from wiki_snapshot.retriever import UNREADABLE, Hit, Retriever, first_line, live_progress, top_k, top_k_of
 
 DEFAULTS = {"method": "lucene", "k1": 0.9, "b": 0.4, "delta": 0.5, "stemmer": "porter", "stopwords": "en"}
 METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
@@ -469,6 +472,59 @@ class BM25Build:
         }
 
 
+class Scratch(threading.local):
+    """Per thread (a retriever may be searched from several): a float32 score per passage and a
+    touched flag per passage, all zero between queries (only the entries a query touched are
+    reset), so a query costs its postings, not the number of passages."""
+
+    def get(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        if getattr(self, "n", None) != n:
+            self.n, self.acc, self.seen = n, np.zeros(n, dtype=np.float32), np.zeros(n, dtype=bool)
+        return self.acc, self.seen
+
+
+def query_top_k(scores: dict, nonoccurrence, ids: list[int], k: int, scratch: Scratch):
+    """The ``top_k`` of bm25s's ``get_scores_from_ids(ids)`` (bm25s 0.3.16, bm25s/__init__.py)
+    with score > 0, bit for bit, reading only the query terms' columns. bm25s: ``np.zeros(n,
+    float32)``, then for each id in query order (a repeated id counts again) ``np.add.at`` of its
+    column (``indices``/``data``, a passage at most once a column, so ``acc[idx] += data`` is the
+    same float32 addition), then, for bm25l and bm25+, ``+= nonoccurrence_array[ids].sum()`` (a
+    float32) on every passage: an untouched passage scores exactly that constant, so the first
+    ``k`` untouched passages (passage order breaks the tie) join the candidates."""
+    data, indices, indptr, n = scores["data"], scores["indices"], scores["indptr"], int(scores["num_docs"])
+    q = np.asarray(ids, dtype=np.int32)  # bm25s's int_dtype
+    acc, seen = scratch.get(n)
+    touched: list[np.ndarray] = []
+    try:
+        for t in q.tolist():
+            start, end = int(indptr[t]), int(indptr[t + 1])
+            if start == end:
+                continue
+            idx = np.asarray(indices[start:end])
+            new = idx[~seen[idx]]
+            if len(new):
+                seen[new] = True  # before the addition: the reset below finds every entry changed
+                touched.append(new)
+            acc[idx] += data[start:end]
+        hit = np.concatenate(touched) if touched else np.empty(0, dtype=np.int32)
+        got = acc[hit]
+        if nonoccurrence is None:
+            keep = got > 0
+            return top_k_of(hit[keep], got[keep], k)
+        constant = nonoccurrence[q].sum()
+        got += constant
+        first = np.arange(min(n, k + len(hit)), dtype=np.int64)
+        free = first[~seen[first]][: max(k, 0)]
+        cand = np.concatenate([hit.astype(np.int64), free])
+        idx, best = top_k_of(cand, np.concatenate([got, np.zeros(len(free), dtype=np.float32) + constant]), k)
+        keep = best > 0
+        return idx[keep], best[keep]
+    finally:
+        for part in touched:
+            acc[part] = 0
+            seen[part] = False
+
+
 class BM25Retriever(Retriever):
     kind = "bm25"
 
@@ -486,6 +542,8 @@ class BM25Retriever(Retriever):
         # the score arrays hold a column per term, bm25s's empty-string term included or not
         if len(self.model.vocab_dict) not in (terms, terms + 1):
             raise self.damaged("bm25/vocab.index.json", f"{len(self.model.vocab_dict)} terms, the score arrays {terms}")
+        self.n_terms = terms
+        self._scratch = Scratch()
 
     def _check_files(self) -> int:
         """The score arrays (bm25s's CSC matrix) and parameters as the build wrote them: the number
@@ -519,14 +577,21 @@ class BM25Retriever(Retriever):
             return None
         return self.model.get_scores_from_ids(ids)
 
+    def ranking(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Indices and scores of the ``k`` best passages with score > 0: ``top_k`` of ``scores``,
+        computed from the query terms' postings only."""
+        ids = self.query_token_ids(query)
+        if not ids:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+        if max(ids) >= self.n_terms:  # bm25s's empty-string term has no column: bm25s refuses it
+            scores = self.model.get_scores_from_ids(ids)
+            idx, best = top_k(scores, k)
+            return idx[best > 0], best[best > 0]
+        return query_top_k(self.model.scores, self.model.nonoccurrence_array, ids, k, self._scratch)
+
     def search_many(self, queries: list[str], k: int) -> list[list[Hit]]:
         out = []
         for query in queries:
-            scores = self.scores(query)
-            if scores is None:
-                out.append([])
-                continue
-            idx, best = top_k(scores, k)
-            # only passages holding a query term, as Lucene returns them (not a tail of zeros)
-            out.append([self.passages.hit(i, s) for i, s in zip(idx, best) if s > 0])
+            idx, best = self.ranking(query, k)
+            out.append([self.passages.hit(i, s) for i, s in zip(idx, best)])
         return out

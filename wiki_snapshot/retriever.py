@@ -92,6 +92,23 @@ def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return idx, scores[idx]
 
 
+def top_k_of(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``top_k`` over a subset of the passages: ``ids`` their indices (distinct, any order),
+    ``scores`` theirs. The same k best in the same order as ``top_k`` over every passage gives
+    when the passages left out score below these (equal scores in passage order)."""
+    n = len(scores)
+    k = min(k, n)
+    if k <= 0:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=scores.dtype)
+    if k < n:
+        kth = np.partition(scores, n - k)[n - k]
+        cand = np.flatnonzero(scores >= kth)
+    else:
+        cand = np.arange(n)
+    cand = cand[np.lexsort((ids[cand], -scores[cand].astype(np.float64)))[:k]]
+    return ids[cand].astype(np.int64), scores[cand]
+
+
 class Retriever(ABC):
     """``search(query, k)`` -> the ``k`` best passages, best first."""
 
