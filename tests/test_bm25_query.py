@@ -72,15 +72,16 @@ def test_postings_query_equals_bm25s_dense_ranking(tmp_path, method, corpus):
         ids = model.get_tokens_ids(tokenize([query], opts, return_ids=False)[0])
         for k in (1, 3, 10, n + 5):
             want_idx, want = dense(model, ids, k)
-            got_idx, got = query_top_k(model.scores, model.nonoccurrence_array, ids, k, scratch)
-            assert got.dtype == np.float32 and got_idx.tolist() == want_idx.tolist(), (query, k)
-            assert got.view(np.uint32).tolist() == want.view(np.uint32).tolist(), (query, k)  # bit for bit
-            checked += len(want)
+            for share in (0, 1e9):  # the accumulator scanned, then the touched passages tracked
+                got_idx, got = query_top_k(model.scores, model.nonoccurrence_array, ids, k, scratch, share)
+                assert got.dtype == np.float32 and got_idx.tolist() == want_idx.tolist(), (query, k, share)
+                assert got.view(np.uint32).tolist() == want.view(np.uint32).tolist(), (query, k, share)
+                checked += len(want)
         assert not scratch.acc.any() and not scratch.seen.any()  # only touched entries, all reset
     assert checked > 1000
     if method in ("bm25l", "bm25+"):  # passages without the term score too: k past the matches fills up
         ids = model.get_tokens_ids(["aristotl"] if corpus == "every" else ["energi"])
-        assert len(query_top_k(model.scores, model.nonoccurrence_array, ids, n + 5, scratch)[0]) == n
+        assert len(query_top_k(model.scores, model.nonoccurrence_array, ids, n + 5, scratch, 1e9)[0]) == n
 
 
 def test_threads_share_a_retrievers_scratch(tmp_path):
@@ -91,7 +92,7 @@ def test_threads_share_a_retrievers_scratch(tmp_path):
     scratch = Scratch()
 
     def run(_):
-        return [query_top_k(model.scores, None, i, 10, scratch)[0].tolist() for i in ids]
+        return [query_top_k(model.scores, None, i, 10, scratch, 1e9)[0].tolist() for i in ids]
 
     with ThreadPoolExecutor(4) as pool:
         assert all(got == want for got in pool.map(run, range(4)))

@@ -483,21 +483,40 @@ class Scratch(threading.local):
         return self.acc, self.seen
 
 
-def query_top_k(scores: dict, nonoccurrence, ids: list[int], k: int, scratch: Scratch):
+# Above this many postings per passage, scanning every passage's accumulator (sequential) costs
+# less than tracking the touched ones (random access, ~50 ns a posting): measured on the 100k
+# synthetic index (881,197 passages), the heaviest queries touch a third of the passages.
+DENSE_SHARE = 1 / 16
+
+
+def query_top_k(scores: dict, nonoccurrence, ids: list[int], k: int, scratch: Scratch, dense_share=DENSE_SHARE):
     """The ``top_k`` of bm25s's ``get_scores_from_ids(ids)`` (bm25s 0.3.16, bm25s/__init__.py)
     with score > 0, bit for bit, reading only the query terms' columns. bm25s: ``np.zeros(n,
     float32)``, then for each id in query order (a repeated id counts again) ``np.add.at`` of its
     column (``indices``/``data``, a passage at most once a column, so ``acc[idx] += data`` is the
     same float32 addition), then, for bm25l and bm25+, ``+= nonoccurrence_array[ids].sum()`` (a
     float32) on every passage: an untouched passage scores exactly that constant, so the first
-    ``k`` untouched passages (passage order breaks the tie) join the candidates."""
+    ``k`` untouched passages (passage order breaks the tie) join the candidates. Queries with
+    more than ``dense_share`` postings a passage scan the accumulator instead (same floats): the
+    cost stays proportional to the postings either way."""
     data, indices, indptr, n = scores["data"], scores["indices"], scores["indptr"], int(scores["num_docs"])
     q = np.asarray(ids, dtype=np.int32)  # bm25s's int_dtype
+    spans = [(int(indptr[t]), int(indptr[t + 1])) for t in q.tolist()]
     acc, seen = scratch.get(n)
+    if sum(end - start for start, end in spans) > n * dense_share:
+        try:
+            for start, end in spans:
+                acc[indices[start:end]] += data[start:end]
+            if nonoccurrence is None:
+                hit = np.flatnonzero(acc > 0)
+                return top_k_of(hit, acc[hit], k)
+            idx, best = top_k(acc + nonoccurrence[q].sum(), k)
+            return idx[best > 0], best[best > 0]
+        finally:
+            acc.fill(0)
     touched: list[np.ndarray] = []
     try:
-        for t in q.tolist():
-            start, end = int(indptr[t]), int(indptr[t + 1])
+        for start, end in spans:
             if start == end:
                 continue
             idx = np.asarray(indices[start:end])
