@@ -163,7 +163,7 @@ def rescored_line(run_dir: str, done) -> str:
 
     from harness.records import RESULTS_FILE
 
-    holds = ", ".join((done.scores.get("meta") or {}).get("metrics") or []) or "no metric's numbers"
+    holds = ", ".join(done.scores.meta.metrics) or "no metric's numbers"
     parts = [f"{', '.join(done.scored) or 'no metric'} scored now"]
     if done.kept:
         parts.append(f"{', '.join(done.kept)} kept as they were (--drop-other-metrics drops them)")

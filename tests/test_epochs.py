@@ -66,7 +66,7 @@ def test_three_epochs_reduce_per_question_and_resume(tmp_path, script, capsys):
     em = scores["uncertainty"]["em-f1.em"]
     assert em["n"] == 4 and em["stderr"] is None and em["ci95"] is None and em["method"].startswith("analytic")
     assert em["note"] == "all 4 values equal: no spread to estimate"
-    assert score_run(tmp_path / "run") == scores  # re-scoring the run directory gives the same
+    assert score_run(tmp_path / "run").as_dict() == scores  # re-scoring the run directory gives the same
 
     # a fourth epoch resumes the same run: only its 4 samples are sent
     script.requests.clear()
@@ -157,7 +157,7 @@ def test_every_number_is_the_mean_of_the_epochs_own_strict_accuracy_included(tmp
     assert sum(column) / len(column) == pytest.approx(scores["set-f1"]["f1_ge_0.5"], abs=1e-12)
     assert share["per_question"] == ["f1>=0.5"] and share["n"] == 10 and share["method"].startswith("analytic")
     assert share["value"] == scores["set-f1"]["f1_ge_0.5"]
-    assert score_run(tmp_path / "run") == scores
+    assert score_run(tmp_path / "run").as_dict() == scores
 
     # max: pass@3, the same epochs (the reducer is not hashed: nothing is asked again)
     results = asyncio.run(
@@ -170,7 +170,7 @@ def test_every_number_is_the_mean_of_the_epochs_own_strict_accuracy_included(tmp
     assert scores["epochs"]["reducer_meaning"].startswith("pass@N: a question counts as right if any epoch was")
     assert [row["fanoutqa-string"]["acc==1"] for row in scores["raw"]] == [1.0] * 8 + [0.0] * 2
     assert scores["uncertainty"]["fanoutqa-string.acc.strict"]["method"] == "wilson"  # pass@3 values are 0/1: a share
-    assert score_run(tmp_path / "run") == scores
+    assert score_run(tmp_path / "run").as_dict() == scores
 
 
 def test_corpus_bleu_is_the_mean_of_the_epochs_corpus_bleu():

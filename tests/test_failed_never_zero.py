@@ -138,7 +138,7 @@ def test_a_run_where_every_question_failed_has_no_value_and_says_why(tmp_path):
     # the typed record reads it; a re-score gives the same
     typed = read_results(tmp_path / "r")
     assert typed.scores.meta.n_failed == 3 and typed.scores.meta.not_scored == reason
-    assert json.dumps(harness.score(str(tmp_path / "r"), save=False), sort_keys=True) == json.dumps(scores, sort_keys=True)
+    assert harness.score(str(tmp_path / "r"), save=False).as_dict() == scores
 
 
 def test_harness_run_exits_4_when_nothing_was_answered_and_1_when_some_failed(tmp_path, capsys):
@@ -283,7 +283,7 @@ def test_streamed_and_batch_scores_agree_whatever_failed(tmp_path, script, epoch
     on = run(tmp_path, script, "on", stream_scoring="on", **options)
     off = run(tmp_path, script, "off", stream_scoring="off", **options)
     canonical = [json.dumps(r["scores"], sort_keys=True) for r in (on, off)]
-    rescored = [json.dumps(harness.score(str(tmp_path / n), save=False), sort_keys=True) for n in ("on", "off")]
+    rescored = [json.dumps(harness.score(str(tmp_path / n), save=False).as_dict(), sort_keys=True) for n in ("on", "off")]
     assert canonical[0] == canonical[1] == rescored[0] == rescored[1]
     if on["counts"]["finished"]:
         assert on["invocations"][-1].get("streamed_scores")  # streaming did score them
