@@ -25,6 +25,7 @@ from harness.scoring.agent_metrics import agent_values
 from harness.scoring.fanoutqa_metrics import answer_in_text
 from harness.scoring.metrics import ScoringOptions, score_answers
 from harness.scoring.reasoning import strip_reasoning
+from harness.execution.record import results_dict
 
 HOTPOT = load_dataset("hotpotqa:dev")
 FANOUT = load_dataset("fanoutqa:dev")
@@ -234,7 +235,7 @@ def open_book_run(out, script, snapshot, setting="open-book", **extra):
     options = {"model": f"scripted/{script}", "dataset": "hotpotqa:dev", "setting": setting, "limit": 6,
                "out": str(out), "cache": False, "snapshot": str(snapshot), "search_space": "evidence-only",
                **extra}  # fmt: skip
-    return asyncio.run(Run(build_config(options), show_progress=False).execute())
+    return results_dict(asyncio.run(Run(build_config(options), show_progress=False).execute()))  # the JSON written
 
 
 def test_open_book_run_scores_agent_metrics_and_rescores_them_identically(searchers, hotpot_snapshot, tmp_path):

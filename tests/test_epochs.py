@@ -14,6 +14,7 @@ from harness.execution.runner import Run
 from harness.scoring.epochs import reduce_values
 from harness.scoring.results import numeric_leaves
 from harness.execution.scoring import score_run
+from harness.execution.record import results_dict
 
 GOLD = {s.question: s.answer for s in load_dataset("hotpotqa:dev").samples}
 
@@ -35,7 +36,7 @@ def run(tmp_path, **options):
     config = build_config(
         {"model": "scripted/epochs", "dataset": "hotpotqa:dev", "out": str(tmp_path / "run"), "limit": 4, **options}
     )
-    return asyncio.run(Run(config, show_progress=False).execute())
+    return results_dict(asyncio.run(Run(config, show_progress=False).execute()))  # the JSON written
 
 
 def test_reduce_values_nested_mean_max_mode():
@@ -135,7 +136,7 @@ def test_every_number_is_the_mean_of_the_epochs_own_strict_accuracy_included(tmp
         Run(build_config({**options, "out": str(tmp_path / "run"), "epochs": 3, "metrics": ["fanoutqa-string", "set-f1"],
                           "cache": False}), show_progress=False).execute()
     )  # fmt: skip
-    scores = results["scores"]
+    scores = results_dict(results)["scores"]  # the JSON written
     per_epoch = scores["epochs"]["per_epoch"]
     assert [e["fanoutqa-string.acc.strict"] for e in per_epoch] == [0.5, 0.3, 0.4]
     assert scores["fanoutqa-string"]["acc"]["strict"] == pytest.approx(0.4)
@@ -164,7 +165,7 @@ def test_every_number_is_the_mean_of_the_epochs_own_strict_accuracy_included(tmp
         Run(build_config({**options, "out": str(tmp_path / "run"), "epochs": 3, "epoch_reducer": "max",
                           "metrics": ["fanoutqa-string", "set-f1"], "cache": False}), show_progress=False).execute()
     )  # fmt: skip
-    scores = results["scores"]
+    scores = results_dict(results)["scores"]
     assert scores["epochs"]["per_epoch"] == per_epoch
     assert scores["fanoutqa-string"]["acc"] == {"strict": 0.8, "loose": 0.8}  # 8 of 10 right in some epoch
     assert scores["epochs"]["reducer_meaning"].startswith("pass@N: a question counts as right if any epoch was")
@@ -259,7 +260,7 @@ def test_epochs_with_the_real_local_model(tmp_path):
             "cache": False,
         }
     )
-    results = asyncio.run(Run(config, show_progress=False).execute())
+    results = results_dict(asyncio.run(Run(config, show_progress=False).execute()))  # the JSON written
     assert results["counts"]["finished"] == 4
     records = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
     assert sorted((r["id"], r["epoch"]) for r in records) == sorted(

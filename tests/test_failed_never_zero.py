@@ -15,7 +15,7 @@ import harness
 from harness.cli import main
 from harness.datasets import load_dataset
 from harness.errors import ModelError
-from harness.execution.record import Scores, read_results
+from harness.execution.record import Scores, read_results, results_dict
 from harness.execution.scoring import score_records
 from harness.models.scripted import register_script, unregister_script
 from harness.scoring.results import (
@@ -86,10 +86,10 @@ def scripts():
 
 def run(tmp_path: Path, script: str, name: str = "r", **options) -> dict:
     options = {"dataset": "fanoutqa:dev", "limit": 6, "stream_scoring": "off", **options}
-    return harness.run(
+    return results_dict(harness.run(  # the JSON written
         model=f"scripted/fnz-{script}", out=str(tmp_path / name), cache_path=str(tmp_path / "cache.sqlite"),
         show_progress=False, **options,
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def console(results: dict) -> str:

@@ -18,6 +18,7 @@ from conftest import wait_until
 import harness
 from harness.models.scripted import register_script, unregister_script
 from harness.scoring.scores import Scores
+from harness.execution.record import results_dict
 
 ANSWERS = [
     lambda q: q,
@@ -44,10 +45,10 @@ def hostile():
 
 def run(tmp_path: Path, name: str, **options):
     options = {"stream_scoring": "on", **options}
-    return harness.run(
+    return results_dict(harness.run(  # the JSON written
         model="scripted/hostile", out=str(tmp_path / name), cache_path=str(tmp_path / "cache.sqlite"),
         show_progress=False, max_tokens=100_000, **options,
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def records(run_dir: Path) -> list[dict]:
@@ -197,10 +198,10 @@ def test_a_run_s_scores_are_harness_score_s_to_the_last_bit(
         options["limit"] = limit
     if metrics == "llm-judge":
         options["judge"] = judge_by_answer
-    result = harness.run(
+    result = results_dict(harness.run(  # the JSON written
         model=hostile_by_epoch, out=str(tmp_path / "r"), cache_path=str(tmp_path / "cache.sqlite"),
         show_progress=False, max_tokens=100_000, **options,
-    )  # fmt: skip
+    ))  # fmt: skip
     rescored = harness.score(str(tmp_path / "r"))
     assert json.dumps(without_call_counts(result["scores"]), sort_keys=True) == json.dumps(
         without_call_counts(rescored), sort_keys=True
