@@ -7,8 +7,8 @@ __all__ = ["__version__", "read_results", "run", "runs_df", "samples_df", "score
 
 def run(config=None, /, **options):
     """Run (or resume) an evaluation from Python with the CLI's options as keywords; returns the
-    results dict. ``harness.run(model="local/smollm2", dataset="qampari:sample", limit=3)``.
-    See ``harness.api.run``."""
+    run record, as ``read_results`` reads it (``.counts.finished``, ``.scores.metric_values()``, ...).
+    ``harness.run(model="local/smollm2", dataset="qampari:sample", limit=3)``. See ``harness.api.run``."""
     from harness.api import run as _run
 
     return _run(config, **options)
@@ -16,7 +16,8 @@ def run(config=None, /, **options):
 
 def score(run_dir=None, /, **options):
     """Score saved generations (a run directory, or ``dataset=`` and ``generations=``) without
-    calling a model; returns the scores dict. See ``harness.api.score``."""
+    calling a model; returns the scores (``harness.scoring.scores.Scores``: ``.metric_values()``,
+    ``.as_dict()`` for their JSON). See ``harness.api.score``."""
     from harness.api import score as _score
 
     return _score(run_dir, **options)

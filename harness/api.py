@@ -1,6 +1,8 @@
 """The Python API: ``harness.run(...)`` and ``harness.score(...)`` take the CLI's options as keywords
-(long flag names with ``_``: ``model="local/smollm2", limit=3, agent_args={"max_rounds": 5}``) and
-return the results dict the CLI writes. The CLI is a thin layer over these.
+(long flag names with ``_``: ``model="local/smollm2", limit=3, agent_args={"max_rounds": 5}``).
+``run`` returns the run record results.json holds (``harness.execution.record.RunResults``, as
+``harness.read_results`` reads it back), ``score`` the scores (``harness.scoring.scores.Scores``;
+``.as_dict()`` is their JSON). The CLI is a thin layer over these.
 
 In a notebook (an event loop already running) ``run`` works too: it runs the evaluation on a
 worker thread with its own loop; ``await run_async(...)`` runs it on the caller's loop.
@@ -11,9 +13,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.execution.config import RunConfig, build_config, load_yaml
+
+if TYPE_CHECKING:
+    from harness.execution.record import RunResults
+    from harness.scoring.scores import Scores
 
 
 def build_run_config(options: dict[str, Any] | RunConfig) -> RunConfig:
@@ -45,8 +51,10 @@ def build_run_config(options: dict[str, Any] | RunConfig) -> RunConfig:
     return build_config(flat)
 
 
-async def run_async(config: dict[str, Any] | RunConfig | None = None, /, *, show_progress: bool = True, **options: Any):
-    """Run (or resume) an evaluation; returns results.json's contents."""
+async def run_async(
+    config: dict[str, Any] | RunConfig | None = None, /, *, show_progress: bool = True, **options: Any
+) -> "RunResults":
+    """Run (or resume) an evaluation; returns the run record (results.json, typed)."""
     from harness.execution.runner import Run
 
     return await Run(build_run_config(config if config is not None else options), show_progress=show_progress).execute()
@@ -54,8 +62,10 @@ async def run_async(config: dict[str, Any] | RunConfig | None = None, /, *, show
 
 def run(
     config: dict[str, Any] | RunConfig | None = None, /, *, show_progress: bool = True, **options: Any
-) -> dict[str, Any]:
-    """``harness run`` from Python: ``harness.run(model="local/smollm2", dataset="qampari:sample", limit=3)``."""
+) -> "RunResults":
+    """``harness run`` from Python: ``harness.run(model="local/smollm2", dataset="qampari:sample", limit=3)``.
+    Returns the run record (``RunResults``: ``.counts.finished``, ``.scores.metric_values()``, ...);
+    ``results_dict(record)`` (``harness.execution.record``) is results.json's JSON."""
     config = build_run_config(config if config is not None else options)  # bad options fail here, nothing started
     coro_factory = lambda: run_async(config, show_progress=show_progress)  # noqa: E731
     try:
@@ -83,16 +93,17 @@ def score(
     only_answered: bool = False,
     save: bool = True,
     drop_other_metrics: bool = False,
-) -> dict[str, Any]:
+) -> "Scores":
     """``harness score`` from Python. Either re-score a run directory (its results.json is rewritten
     unless ``save=False``), or score ``generations`` ({"id", "answer"} records, or a JSONL file of
     them) against ``dataset``. ``metric_options``: {metric: {option: value}} or NAME.KEY=VALUE strings,
-    over a run's own. ``judge``: a model, or several (a list or comma-separated). Returns the scores
-    dict; no model is called (except a named judge).
+    over a run's own. ``judge``: a model, or several (a list or comma-separated). Returns the
+    ``Scores`` (``.metric_values()``, ``.summary_lines()``, ``.as_dict()``: the JSON written); no
+    model is called (except a named judge).
 
     Re-scoring a run scores ``metrics`` (default: the run's own) and keeps every other metric's
-    numbers the run holds as they were (listed in ``scores.meta.kept_metrics``); the returned dict
-    is the run's scores after it, written or not. ``drop_other_metrics=True``: the metrics scored now
+    numbers the run holds as they were (listed in ``scores.meta.kept_metrics``); the returned scores
+    are the run's after it, written or not. ``drop_other_metrics=True``: the metrics scored now
     alone. Which metrics the file holds is said on stderr."""
     from harness.errors import HarnessError
     from harness.execution.config import parse_metric_options
@@ -163,7 +174,7 @@ def rescored_line(run_dir: str, done) -> str:
 
     from harness.records import RESULTS_FILE
 
-    holds = ", ".join((done.scores.get("meta") or {}).get("metrics") or []) or "no metric's numbers"
+    holds = ", ".join(done.scores.meta.metrics) or "no metric's numbers"
     parts = [f"{', '.join(done.scored) or 'no metric'} scored now"]
     if done.kept:
         parts.append(f"{', '.join(done.kept)} kept as they were (--drop-other-metrics drops them)")

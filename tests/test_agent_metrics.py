@@ -25,6 +25,7 @@ from harness.scoring.agent_metrics import agent_values
 from harness.scoring.fanoutqa_metrics import answer_in_text
 from harness.scoring.metrics import ScoringOptions, score_answers
 from harness.scoring.reasoning import strip_reasoning
+from harness.execution.record import results_dict
 
 HOTPOT = load_dataset("hotpotqa:dev")
 FANOUT = load_dataset("fanoutqa:dev")
@@ -234,7 +235,7 @@ def open_book_run(out, script, snapshot, setting="open-book", **extra):
     options = {"model": f"scripted/{script}", "dataset": "hotpotqa:dev", "setting": setting, "limit": 6,
                "out": str(out), "cache": False, "snapshot": str(snapshot), "search_space": "evidence-only",
                **extra}  # fmt: skip
-    return asyncio.run(Run(build_config(options), show_progress=False).execute())
+    return results_dict(asyncio.run(Run(build_config(options), show_progress=False).execute()))  # the JSON written
 
 
 def test_open_book_run_scores_agent_metrics_and_rescores_them_identically(searchers, hotpot_snapshot, tmp_path):
@@ -259,7 +260,7 @@ def test_open_book_run_scores_agent_metrics_and_rescores_them_identically(search
     recall = scores["uncertainty"]["agent.evidence_recall"]
     assert recall["method"] == "analytic" and recall["n"] == 6 and recall["ci95"][0] < 0.5 < recall["ci95"][1]
     # harness score RUN_DIR: the same numbers from samples.jsonl
-    assert harness.score(str(tmp_path / "a"), save=False) == scores
+    assert harness.score(str(tmp_path / "a"), save=False).as_dict() == scores
 
     # a second run: compare lists the agent leaves; leaderboard and report show them
     open_book_run(tmp_path / "b", "agent-b", hotpot_snapshot)
@@ -289,8 +290,9 @@ def test_closed_book_runs_get_no_agent_metrics_and_the_knob_is_recorded(hotpot_s
     assert closed["scores"]["em-f1"]["em"] == pytest.approx(1 / 6)  # hotpot-dev-000's gold is "yes"
     assert raw["scores"]["em-f1"]["em"] == 0.0
     # the run directory's own knob is what `harness score RUN_DIR` uses; the flag overrides it
-    assert harness.score(str(tmp_path / "r"), save=False) == raw["scores"]
-    assert harness.score(str(tmp_path / "r"), save=False, strip_reasoning=True)["em-f1"] == closed["scores"]["em-f1"]
+    assert harness.score(str(tmp_path / "r"), save=False).as_dict() == raw["scores"]
+    stripped = harness.score(str(tmp_path / "r"), save=False, strip_reasoning=True)
+    assert stripped.aggregate("em-f1") == closed["scores"]["em-f1"]
     assert main(["score", str(tmp_path / "c"), "--no-strip-reasoning", "--out", str(tmp_path / "s.json")]) == 0
     rescored = json.loads((tmp_path / "s.json").read_text())
     assert rescored["em-f1"] == raw["scores"]["em-f1"] and rescored["meta"]["options"]["strip_reasoning"] is False

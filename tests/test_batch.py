@@ -20,6 +20,7 @@ import harness
 from harness.errors import ModelError
 from harness.execution.config import build_config
 from harness.models.batch import BATCHES_FILE
+from harness.execution.record import results_dict
 
 # each test starts a loopback server (or runs whole CLI runs in subprocesses): the slow tier
 pytestmark = pytest.mark.slow
@@ -53,10 +54,10 @@ def base_url(fake, model):
 
 def run(fake, out, model=OPENAI, batch=True, limit=10, **options):
     options = {**(BATCH if batch else {}), **options}
-    return harness.run(
+    return results_dict(harness.run(  # the JSON written
         model=model, base_url=base_url(fake, model), batch=batch or None, limit=limit, out=str(out), cache=False,
         show_progress=False, max_tokens=16, retry_max_wait=0.05, **options,
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def rows(out, name="samples.jsonl"):
@@ -430,7 +431,7 @@ def test_vllm_run_batch_end_to_end_with_a_stand_in_executable(tmp_path, monkeypa
         model="vllm/org/model-x", batch=True, limit=4, out=str(out), cache=False, show_progress=False, max_tokens=16,
         context_size=2048, server_args=["--dtype=half"], **BATCH,
     )  # fmt: skip
-    assert result["counts"]["finished"] == 4 and result["model"]["batch"]["provider"] == "vllm"
+    assert result.counts.finished == 4 and result.model.model_dump()["batch"]["provider"] == "vllm"
     for row in rows(out):
         assert row["answer"] == answer_for(row["messages"][-2]["content"])
     (args,) = [json.loads(x) for x in argv_log.read_text().splitlines()]

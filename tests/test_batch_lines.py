@@ -17,6 +17,7 @@ from fake_batch import FakeBatchServer, answer_for
 from harness.errors import TransientModelError
 from harness.models import batch_api
 from harness.models.batch_api import LineSplitter, LongLine
+from harness.execution.record import results_dict
 
 MIB = 2**20
 
@@ -207,10 +208,10 @@ def test_in_a_run_the_long_lines_request_is_sent_again_or_fails_with_the_reason(
     monkeypatch.setattr(batch_api, "MAX_RESULT_LINE_BYTES", MIB)
 
     def run(fake, out, **options):
-        return harness.run(
+        return results_dict(harness.run(  # the JSON written
             model=model, base_url=base_url(fake, model), batch=True, limit=10, out=str(out), cache=False,
             show_progress=False, max_tokens=16, retry_max_wait=0.05, **BATCH, **options,
-        )  # fmt: skip
+        ))  # fmt: skip
 
     for out, attempts in (("retried", 6), ("once", 1)):
         served = []

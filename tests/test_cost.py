@@ -343,17 +343,17 @@ def test_max_cost_at_64_connections_spends_nearly_all_of_it(tmp_path, priced_scr
         }
     )  # fmt: skip
     results = asyncio.run(Run(config, show_progress=False).execute())
-    spent = results["cost"]["spent_usd"]
+    spent = results.cost.spent_usd
     assert 0.9 * budget <= spent <= budget, spent
-    assert results["status"] == "budget_exhausted" and state["most"] > 8  # many requests were in flight
-    worst = results["cost"]["budget"]["refused_request"]["worst_usd"]
+    assert results.status == "budget_exhausted" and state["most"] > 8  # many requests were in flight
+    worst = results.cost.budget["refused_request"]["worst_usd"]
     assert spent + worst > budget  # stopped only when the next request could not fit
-    counts = results["counts"]
-    assert counts["finished"] == len(lines(tmp_path / "run" / "samples.jsonl")) > 70
+    counts = results.counts
+    assert counts.finished == len(lines(tmp_path / "run" / "samples.jsonl")) > 70
     # the samples that waited when the budget ran out fail unsent, to be retried by a rerun
     failures = lines(tmp_path / "run" / "failures.jsonl")
     assert failures and all(f["error_type"] == "budget_exhausted" and f["model_calls"] == 0 for f in failures)
-    assert counts["finished"] + counts["failed"] + counts["pending"] == 100
+    assert counts.finished + counts.failed + counts.pending == 100
     assert spent == pytest.approx(sum(s["spent_usd"] for s in lines(tmp_path / "run" / "samples.jsonl")))
 
 
@@ -450,9 +450,9 @@ def test_a_tiered_run_records_per_request_prices(tmp_path):
     rows = lines(tmp_path / "run" / "samples.jsonl")
     each = (60_000 * 1.0 + 10 * 2.0) / 1e6
     assert len(rows) == 3 and all(r["cost_usd"] == pytest.approx(each) for r in rows)
-    cost = results.cost if hasattr(results, "cost") else read(tmp_path / "run" / "results.json")["cost"]
-    assert cost["model_usd"] == pytest.approx(3 * each) and cost["spent_usd"] == pytest.approx(3 * each)
-    assert cost["price"]["price_source"] == f"price table {path} sha256:{load_price_table(path).sha256[:12]}"
+    cost = results.cost
+    assert cost.model_usd == pytest.approx(3 * each) and cost.spent_usd == pytest.approx(3 * each)
+    assert cost.price["price_source"] == f"price table {path} sha256:{load_price_table(path).sha256[:12]}"
 
 
 # --------------------------------------------------------------------------- who bills per token

@@ -14,6 +14,7 @@ from harness.execution.runner import Run
 from harness.scoring.epochs import reduce_values
 from harness.scoring.results import numeric_leaves
 from harness.execution.scoring import score_run
+from harness.execution.record import results_dict
 
 GOLD = {s.question: s.answer for s in load_dataset("hotpotqa:dev").samples}
 
@@ -35,7 +36,7 @@ def run(tmp_path, **options):
     config = build_config(
         {"model": "scripted/epochs", "dataset": "hotpotqa:dev", "out": str(tmp_path / "run"), "limit": 4, **options}
     )
-    return asyncio.run(Run(config, show_progress=False).execute())
+    return results_dict(asyncio.run(Run(config, show_progress=False).execute()))  # the JSON written
 
 
 def test_reduce_values_nested_mean_max_mode():
@@ -66,7 +67,7 @@ def test_three_epochs_reduce_per_question_and_resume(tmp_path, script, capsys):
     em = scores["uncertainty"]["em-f1.em"]
     assert em["n"] == 4 and em["stderr"] is None and em["ci95"] is None and em["method"].startswith("analytic")
     assert em["note"] == "all 4 values equal: no spread to estimate"
-    assert score_run(tmp_path / "run") == scores  # re-scoring the run directory gives the same
+    assert score_run(tmp_path / "run").as_dict() == scores  # re-scoring the run directory gives the same
 
     # a fourth epoch resumes the same run: only its 4 samples are sent
     script.requests.clear()
@@ -135,7 +136,7 @@ def test_every_number_is_the_mean_of_the_epochs_own_strict_accuracy_included(tmp
         Run(build_config({**options, "out": str(tmp_path / "run"), "epochs": 3, "metrics": ["fanoutqa-string", "set-f1"],
                           "cache": False}), show_progress=False).execute()
     )  # fmt: skip
-    scores = results["scores"]
+    scores = results_dict(results)["scores"]  # the JSON written
     per_epoch = scores["epochs"]["per_epoch"]
     assert [e["fanoutqa-string.acc.strict"] for e in per_epoch] == [0.5, 0.3, 0.4]
     assert scores["fanoutqa-string"]["acc"]["strict"] == pytest.approx(0.4)
@@ -157,20 +158,20 @@ def test_every_number_is_the_mean_of_the_epochs_own_strict_accuracy_included(tmp
     assert sum(column) / len(column) == pytest.approx(scores["set-f1"]["f1_ge_0.5"], abs=1e-12)
     assert share["per_question"] == ["f1>=0.5"] and share["n"] == 10 and share["method"].startswith("analytic")
     assert share["value"] == scores["set-f1"]["f1_ge_0.5"]
-    assert score_run(tmp_path / "run") == scores
+    assert score_run(tmp_path / "run").as_dict() == scores
 
     # max: pass@3, the same epochs (the reducer is not hashed: nothing is asked again)
     results = asyncio.run(
         Run(build_config({**options, "out": str(tmp_path / "run"), "epochs": 3, "epoch_reducer": "max",
                           "metrics": ["fanoutqa-string", "set-f1"], "cache": False}), show_progress=False).execute()
     )  # fmt: skip
-    scores = results["scores"]
+    scores = results_dict(results)["scores"]
     assert scores["epochs"]["per_epoch"] == per_epoch
     assert scores["fanoutqa-string"]["acc"] == {"strict": 0.8, "loose": 0.8}  # 8 of 10 right in some epoch
     assert scores["epochs"]["reducer_meaning"].startswith("pass@N: a question counts as right if any epoch was")
     assert [row["fanoutqa-string"]["acc==1"] for row in scores["raw"]] == [1.0] * 8 + [0.0] * 2
     assert scores["uncertainty"]["fanoutqa-string.acc.strict"]["method"] == "wilson"  # pass@3 values are 0/1: a share
-    assert score_run(tmp_path / "run") == scores
+    assert score_run(tmp_path / "run").as_dict() == scores
 
 
 def test_corpus_bleu_is_the_mean_of_the_epochs_corpus_bleu():
@@ -259,7 +260,7 @@ def test_epochs_with_the_real_local_model(tmp_path):
             "cache": False,
         }
     )
-    results = asyncio.run(Run(config, show_progress=False).execute())
+    results = results_dict(asyncio.run(Run(config, show_progress=False).execute()))  # the JSON written
     assert results["counts"]["finished"] == 4
     records = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
     assert sorted((r["id"], r["epoch"]) for r in records) == sorted(

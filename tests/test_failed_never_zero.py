@@ -15,7 +15,7 @@ import harness
 from harness.cli import main
 from harness.datasets import load_dataset
 from harness.errors import ModelError
-from harness.execution.record import Scores, read_results
+from harness.execution.record import Scores, read_results, results_dict
 from harness.execution.scoring import score_records
 from harness.models.scripted import register_script, unregister_script
 from harness.scoring.results import (
@@ -86,10 +86,10 @@ def scripts():
 
 def run(tmp_path: Path, script: str, name: str = "r", **options) -> dict:
     options = {"dataset": "fanoutqa:dev", "limit": 6, "stream_scoring": "off", **options}
-    return harness.run(
+    return results_dict(harness.run(  # the JSON written
         model=f"scripted/fnz-{script}", out=str(tmp_path / name), cache_path=str(tmp_path / "cache.sqlite"),
         show_progress=False, **options,
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def console(results: dict) -> str:
@@ -138,7 +138,7 @@ def test_a_run_where_every_question_failed_has_no_value_and_says_why(tmp_path):
     # the typed record reads it; a re-score gives the same
     typed = read_results(tmp_path / "r")
     assert typed.scores.meta.n_failed == 3 and typed.scores.meta.not_scored == reason
-    assert json.dumps(harness.score(str(tmp_path / "r"), save=False), sort_keys=True) == json.dumps(scores, sort_keys=True)
+    assert harness.score(str(tmp_path / "r"), save=False).as_dict() == scores
 
 
 def test_harness_run_exits_4_when_nothing_was_answered_and_1_when_some_failed(tmp_path, capsys):
@@ -283,7 +283,7 @@ def test_streamed_and_batch_scores_agree_whatever_failed(tmp_path, script, epoch
     on = run(tmp_path, script, "on", stream_scoring="on", **options)
     off = run(tmp_path, script, "off", stream_scoring="off", **options)
     canonical = [json.dumps(r["scores"], sort_keys=True) for r in (on, off)]
-    rescored = [json.dumps(harness.score(str(tmp_path / n), save=False), sort_keys=True) for n in ("on", "off")]
+    rescored = [json.dumps(harness.score(str(tmp_path / n), save=False).as_dict(), sort_keys=True) for n in ("on", "off")]
     assert canonical[0] == canonical[1] == rescored[0] == rescored[1]
     if on["counts"]["finished"]:
         assert on["invocations"][-1].get("streamed_scores")  # streaming did score them

@@ -82,7 +82,7 @@ def test_a_reply_received_before_the_failure_is_kept(tmp_path):
         results = asyncio.run(run.execute())
     finally:
         unregister_script("one-reply")
-    assert results["counts"]["failed"] == 1
+    assert results.counts.failed == 1
     failure = json.loads((tmp_path / "run" / "failures.jsonl").read_text())
     assert failure["error_type"] == "exception"
     assert failure["messages"][1] == {"role": "assistant", "content": "Pat Burrell"}

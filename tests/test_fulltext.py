@@ -178,7 +178,7 @@ def test_the_engine_joins_the_run_key_only_when_the_sidecar_is_used(built, answe
     options = {"out": str(tmp_path / "run")}
     run = Run(build_config({**_run(built["with"]).config.model_dump(mode="json"), **options}), show_progress=False)
     results = asyncio.run(run.execute())
-    assert results["snapshot"]["metadata"]["text_search"] == "tantivy-bm25"
+    assert results.snapshot.metadata["text_search"] == "tantivy-bm25"
 
 
 def test_cli_builds_and_reports_one_line_errors(built, tmp_path):

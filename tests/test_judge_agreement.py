@@ -5,7 +5,6 @@ scores exactly as before several were allowed (tests/fixtures/llm_judge_single_j
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import io
 import json
@@ -277,7 +276,7 @@ def test_each_judge_priced(fanoutqa, judges, tmp_path):
         "models:\n  scripted/right: {input: 2.0, output: 4.0}\n  scripted/random: {input: 1.0, output: 1.0}\n"
     )
     cost = judge_cost(scores, load_price_table(prices))
-    info = scores["meta"]["metric_info"]["llm-judge"]["by_judge"]
+    info = scores.metric_info("llm-judge")["by_judge"]
     expected = {}
     for name, (pin, pout) in {
         "scripted/right": (2.0, 4.0),
@@ -294,9 +293,9 @@ def test_each_judge_priced(fanoutqa, judges, tmp_path):
     assert cost["usd"] == pytest.approx(sum(expected.values()))
     assert cost["model"] == NAMES and cost["prompt_tokens"] == sum(e["judge_prompt_tokens"] for e in info.values())
     # a judge with no price (an API model missing from the table) makes the judges' total unknown
-    unpriced = copy.deepcopy(scores)
-    entry = unpriced["meta"]["metric_info"]["llm-judge"]["by_judge"]["scripted/random"]
-    unpriced["meta"]["metric_info"]["llm-judge"]["by_judge"] = {
+    unpriced = scores.model_copy(deep=True)
+    entry = unpriced.metric_info("llm-judge")["by_judge"]["scripted/random"]
+    unpriced.meta.metric_info["llm-judge"]["by_judge"] = {
         "openai/no-such-judge": {**entry, "judge": "openai/no-such-judge"}
     }
     assert judge_cost(unpriced, load_price_table(prices))["usd"] is None
@@ -440,11 +439,11 @@ def test_single_judge_unchanged(tmp_path):
         for metrics in (["llm-judge"], ["fanoutqa-string", "llm-judge"]):
             options = ScoringOptions(judge="scripted/golden-judge", cache_path=str(tmp_path / "c.sqlite"))
             s = score_answers(ds, qs, answers, metrics, options=options)
-            s["meta"]["options"]["cache_path"] = "CACHE"
-            s["meta"]["metric_info"]["llm-judge"]["backend"]["script"]["identity"] = "IDENTITY"
+            s.meta.options["cache_path"] = "CACHE"
+            s.metric_info("llm-judge")["backend"]["script"]["identity"] = "IDENTITY"
             buf = io.StringIO()
-            print_scores(Scores.model_validate(s), buf)
-            now["+".join(metrics)] = {"scores": json.loads(json.dumps(s)), "console": buf.getvalue().splitlines()}
+            print_scores(s, buf)
+            now["+".join(metrics)] = {"scores": s.as_dict(), "console": buf.getvalue().splitlines()}
     finally:
         unregister_script("golden-judge")
     # added since (issue 41): each interval's declared kind; the verdicts are shares, FanOutQA's string

@@ -570,6 +570,6 @@ def test_a_batch_run_of_a_responses_model_sends_responses_lines(openai_at, tmp_p
     assert fake.chat_calls == 0 and batch["endpoint"] == "/v1/responses"
     assert all(x["url"] == "/v1/responses" and x["body"]["store"] is False for x in batch["lines"])
     assert all("messages" not in x["body"] and x["body"]["max_output_tokens"] == 64 for x in batch["lines"])
-    assert result["counts"]["finished"] == 3 and result["model"]["api"] == "responses"
+    assert result.counts.finished == 3 and result.model.model_dump()["api"] == "responses"
     for row in (json.loads(x) for x in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()):
         assert row["answer"] == answer_for(row["messages"][-2]["content"])

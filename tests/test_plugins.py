@@ -13,6 +13,7 @@ import pytest
 
 import harness
 from harness.cli import main
+from harness.execution.record import results_dict
 from harness.strategy import AGENTS, Knobs, knob
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -202,10 +203,10 @@ def test_a_run_made_by_this_release_resumes(tmp_path, capsys, monkeypatch):
 
 
 def _run(tmp_path, **options):
-    return harness.run(
+    return results_dict(harness.run(  # the JSON written
         model="scripted/answer=Paris", dataset="qampari:sample", limit=2, show_progress=False,
         cache_path=str(tmp_path / "cache.sqlite"), **options,
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def test_a_knob_added_with_its_neutral_value_keeps_the_run_key(tmp_path, monkeypatch):

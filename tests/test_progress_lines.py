@@ -55,7 +55,7 @@ def test_lines_without_a_terminal(gold_for_autozam, tmp_path, capsys):
     last = lines[-1]
     assert "1 failed" in last and "took " in last and ("/s" in last or "/min" in last)
     assert "ETA " in lines[0]
-    raw = [r["set-f1"]["f1"] for r in results["scores"]["raw"] if r["question_id"] != results["sample_ids"][1]]
+    raw = [r["set-f1"]["f1"] for r in results.scores.raw if r["question_id"] != results.sample_ids[1]]
     mean = sum(raw) / len(raw)
     assert 0 < mean < 1
     assert last.endswith(f"set-f1.f1 {mean:.3f} (mean of 12 scored)"), last

@@ -14,15 +14,16 @@ import harness
 from harness.analysis.leaderboard import build_leaderboard
 from harness.execution.paths import portable_text, recorded_path
 from harness.execution.scoring import rescore_run, score_run
+from harness.execution.record import results_dict
 
 QAMPARI = Path(harness.__file__).parent / "datasets" / "data" / "qampari" / "qampari_sample.jsonl"
 
 
 def _run(out, data, cache, limit=2):
-    return harness.run(
+    return results_dict(harness.run(  # the JSON written
         model="scripted/answer=Paris", dataset="qampari:dev", data_path=str(data), limit=limit, show_progress=False,
         out=str(out), cache_path=str(cache),
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def _home(tmp_path, monkeypatch) -> tuple[Path, Path]:

@@ -10,6 +10,7 @@ from harness.execution.config import build_config
 from harness.errors import ModelError
 from harness.models.scripted import register_script, unregister_script
 from harness.execution.runner import Run
+from harness.execution.record import results_dict
 
 STATE: dict = {}  # a per-question behaviour and in-flight bookkeeping
 
@@ -40,7 +41,7 @@ def script():
 
 def run(tmp_path, **knobs):
     config = build_config({"model": "scripted/runner-control", "out": str(tmp_path / "run"), "cache": False, **knobs})
-    return asyncio.run(Run(config, show_progress=False).execute())
+    return results_dict(asyncio.run(Run(config, show_progress=False).execute()))  # the JSON written
 
 
 def test_timeout_is_recorded_then_retried(tmp_path, script):

@@ -74,8 +74,8 @@ def test_local_model_runs_samples_one_after_another(tmp_path, capsys):
         }
     )
     results = asyncio.run(Run(config, show_progress=False).execute())
-    assert results["counts"]["finished"] == 3
-    assert results["model"]["samples_at_a_time"] == 1
+    assert results.counts.finished == 3
+    assert results.model.model_dump()["samples_at_a_time"] == 1
     err = capsys.readouterr().err
     assert err.count("one request at a time (one llama.cpp model): samples run one after another (--max-connections 4") == 1
     records = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]

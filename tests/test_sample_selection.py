@@ -16,6 +16,7 @@ from harness.errors import ConfigError
 from harness.models.scripted import register_script, unregister_script
 from harness.execution.runner import Run
 from harness.execution.selection import allocate, select_samples
+from harness.execution.record import results_dict
 
 QUEST = load_dataset("quest:train-sample", None)  # 80 questions; template and domain fields
 QAMPARI = load_dataset("qampari:sample", None)  # 13 questions; type field
@@ -118,7 +119,7 @@ def flaky():
 
 def run(model, out, **options):
     config = build_config({"model": model, "dataset": "qampari:sample", "out": str(out), "cache": False, **options})
-    return asyncio.run(Run(config, show_progress=False).execute())
+    return results_dict(asyncio.run(Run(config, show_progress=False).execute()))  # the JSON written
 
 
 def test_recorded_in_results_not_in_the_run_key(flaky, tmp_path):

@@ -19,7 +19,6 @@ from harness.models.scripted import register_script
 from harness.scoring.fanoutqa_metrics import str_answer
 from harness.scoring.metrics import ScoringOptions, get_metric, score_answers
 from harness.scoring.results import (
-    DIAGNOSTICS,
     RESULTS_FORMAT,
     metric_values,
     numeric_leaves,
@@ -96,40 +95,41 @@ def _without_volatile(info: dict) -> dict:
 def test_each_metric_alone_has_its_values(quest_case):
     _, qs, _, _, alone = quest_case
     for name, scores in alone.items():
-        assert scores["results_format"] == RESULTS_FORMAT
-        assert set(scores) == {"results_format", name, "raw", "breakdown", "uncertainty", "meta"}
-        assert [r["question_id"] for r in scores["raw"]] == [q.id for q in qs]
-        assert all(set(r) == {"question_id", name} for r in scores["raw"])
+        assert scores.results_format == RESULTS_FORMAT
+        # what is written: the metric's namespace beside the sections
+        assert set(scores.as_dict()) == {"results_format", name, "raw", "breakdown", "uncertainty", "meta"}
+        assert scores.metric_names() == [name]
+        assert scores.question_ids() == [q.id for q in qs]
+        assert all(set(r) == {"question_id", name} for r in scores.raw)
     # non-trivial numbers, so that the pair test below can tell values apart
-    assert 0 < alone["set-f1"]["set-f1"]["f1"] < 1 and 0 < alone["em-f1"]["em-f1"]["f1"] < 1
-    assert alone["set-f1"]["set-f1"]["f1"] != alone["em-f1"]["em-f1"]["f1"]
-    assert alone["topiocqa"]["topiocqa"]["f1"] > 1  # 0-100 scale, as officially printed
+    f1 = {m: alone[m].aggregate(m)["f1"] for m in ("set-f1", "em-f1", "topiocqa")}
+    assert 0 < f1["set-f1"] < 1 and 0 < f1["em-f1"] < 1 and f1["set-f1"] != f1["em-f1"]
+    assert f1["topiocqa"] > 1  # 0-100 scale, as officially printed
     # graded B for the right and partly right answers (4), unanswered 0 without a request; of 6
-    assert alone["llm-judge"]["llm-judge"]["llm_judge"] == pytest.approx(4 / 6)
-    assert alone["bleurt"]["bleurt"] == {"bleurt": None}  # no checkpoint: unavailable, never 0
+    assert alone["llm-judge"].aggregate("llm-judge")["llm_judge"] == pytest.approx(4 / 6)
+    assert alone["bleurt"].aggregate("bleurt") == {"bleurt": None}  # no checkpoint: unavailable, never 0
     # em-f1 declares no aggregate: score_answers takes the mean over the questions scored, unanswered as 0
-    raw = [r["em-f1"]["f1"] for r in alone["em-f1"]["raw"]]
-    assert alone["em-f1"]["em-f1"]["f1"] == pytest.approx(sum(raw) / 6) and raw[5] == 0.0
+    raw = [r["em-f1"]["f1"] for r in alone["em-f1"].raw]
+    assert f1["em-f1"] == pytest.approx(sum(raw) / 6) and raw[5] == 0.0
 
 
 @pytest.mark.parametrize("first, second", list(itertools.permutations(ALL_METRICS, 2)))
 def test_every_pair_of_metrics_keeps_its_own_values(quest_case, first, second):
     ds, qs, answers, options, alone = quest_case
     together = score_answers(ds, qs, answers, [first, second], options=options)
-    assert set(together) == {"results_format", first, second, "raw", "breakdown", "uncertainty", "meta"}
-    assert together["meta"]["metrics"] == [first, second]
+    assert set(together.as_dict()) == {"results_format", first, second, "raw", "breakdown", "uncertainty", "meta"}
+    assert together.meta.metrics == [first, second]
     for name in (first, second):
         own = alone[name]
-        assert {k: v for k, v in together[name].items() if k not in DIAGNOSTICS} == own[name]
+        assert together.metric_aggregates()[name] == own.aggregate(name)
         if name == "llm-judge" and {first, second} & {"fanoutqa-string", "em-f1"}:
-            assert set(together[name]["agreement"]) == {"with_string"}
-        assert [r[name] for r in together["raw"]] == [r[name] for r in own["raw"]]
-        for group, values in own["breakdown"].items():
+            assert set(together.aggregate(name)["agreement"]) == {"with_string"}
+        assert [r[name] for r in together.raw] == [r[name] for r in own.raw]
+        for group, values in own.breakdown.items():
             for value, entry in values.items():
-                assert together["breakdown"][group][value][name] == entry[name]
-                assert together["breakdown"][group][value]["n"] == entry["n"]
-        info = together["meta"]["metric_info"][name]
-        assert _without_volatile(info) == _without_volatile(own["meta"]["metric_info"][name])
+                assert together.breakdown[group][value][name] == entry[name]
+                assert together.breakdown[group][value]["n"] == entry["n"]
+        assert _without_volatile(together.metric_info(name)) == _without_volatile(own.metric_info(name))
     # the flat view every table reads holds both, namespaced
     assert metric_values(together) == {**metric_values(alone[first]), **metric_values(alone[second])}
 
@@ -380,7 +380,7 @@ def test_score_run_without_results_json(tmp_path):
     out = tmp_path / "run"
     results = make_run(out, RUNS["hotpotqa"])
     (out / "results.json").unlink()
-    assert score_run(out) == results["scores"]
+    assert score_run(out).as_dict() == results["scores"]
 
 
 def test_central_means():

@@ -17,6 +17,8 @@ from conftest import wait_until
 
 import harness
 from harness.models.scripted import register_script, unregister_script
+from harness.scoring.scores import Scores
+from harness.execution.record import results_dict
 
 ANSWERS = [
     lambda q: q,
@@ -43,10 +45,10 @@ def hostile():
 
 def run(tmp_path: Path, name: str, **options):
     options = {"stream_scoring": "on", **options}
-    return harness.run(
+    return results_dict(harness.run(  # the JSON written
         model="scripted/hostile", out=str(tmp_path / name), cache_path=str(tmp_path / "cache.sqlite"),
         show_progress=False, max_tokens=100_000, **options,
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def records(run_dir: Path) -> list[dict]:
@@ -71,7 +73,7 @@ def test_streamed_scores_equal_batch_scores(tmp_path, hostile, dataset, metrics)
     assert not any("scores" in r for r in recs)  # rows are written before they are scored
     assert any(r["oversized_answer"] for r in recs)  # the cap was exercised
     rescored = harness.score(str(tmp_path / "r"))
-    assert json.dumps(streamed, sort_keys=True) == json.dumps(rescored, sort_keys=True)
+    assert json.dumps(streamed, sort_keys=True) == json.dumps(rescored.as_dict(), sort_keys=True)
 
 
 @pytest.mark.slow
@@ -80,7 +82,7 @@ def test_resumed_and_rescored_runs_mix_stored_and_new_values(tmp_path, hostile):
     # a resumed run scores the earlier rows at its end, the new ones as they finish
     resumed = run(tmp_path, "r", dataset="hotpotqa:dev", limit=12)
     assert resumed["invocations"][-1]["streamed_scores"] == 6
-    assert json.dumps(resumed["scores"], sort_keys=True) == json.dumps(harness.score(str(tmp_path / "r")), sort_keys=True)
+    assert json.dumps(resumed["scores"], sort_keys=True) == json.dumps(harness.score(str(tmp_path / "r")).as_dict(), sort_keys=True)
     # rows an older harness wrote with their values (``scores``, ``scored_with``) are used as they are
     rows = records(tmp_path / "r")
     old = [{**r, "scores": {"em-f1": {"em": 1.0, "f1": 1.0, "f1_precision": 1.0, "f1_recall": 1.0}}} for r in rows]
@@ -92,11 +94,11 @@ def test_resumed_and_rescored_runs_mix_stored_and_new_values(tmp_path, hostile):
     (tmp_path / "r" / "samples.jsonl").write_text("".join(json.dumps({**r, "scored_with": mark}) + "\n" for r in old))
     kept = run(tmp_path, "r", dataset="hotpotqa:dev", limit=12, stream_scoring="off")
     assert kept["scores"]["em-f1"]["em"] == 1.0  # the stored values, not the answers' (mostly wrong)
-    assert harness.score(str(tmp_path / "r"))["em-f1"]["em"] < 1.0  # re-scoring always scores afresh
+    assert harness.score(str(tmp_path / "r")).aggregate("em-f1")["em"] < 1.0  # re-scoring always scores afresh
     # other metrics than the records were scored with: the stored values are not used for them
     other = run(tmp_path, "r", dataset="hotpotqa:dev", limit=12, metrics="em-f1")
     assert other["scores"]["meta"]["metrics"] == ["em-f1"]
-    assert other["scores"]["em-f1"] == harness.score(str(tmp_path / "r"), metrics="em-f1")["em-f1"]
+    assert other["scores"]["em-f1"] == harness.score(str(tmp_path / "r"), metrics="em-f1").aggregate("em-f1")
 
 
 def test_auto_streams_only_large_runs(tmp_path, hostile):
@@ -162,9 +164,9 @@ def judge_by_answer():
 JUDGE_ACCOUNTING = ("calls", "cache_hits", "judge_prompt_tokens", "judge_completion_tokens")
 
 
-def without_call_counts(scores: dict) -> dict:
-    """``scores`` less the judge's accounting: a re-score finds the run's verdicts in the cache."""
-    scores = json.loads(json.dumps(scores))
+def without_call_counts(scores: Scores | dict) -> dict:
+    """``scores`` (as written) less the judge's accounting: a re-score finds the run's verdicts in the cache."""
+    scores = scores.as_dict() if isinstance(scores, Scores) else json.loads(json.dumps(scores))
     for info in scores["meta"]["metric_info"].values():
         for key in JUDGE_ACCOUNTING:
             info.pop(key, None)
@@ -196,10 +198,10 @@ def test_a_run_s_scores_are_harness_score_s_to_the_last_bit(
         options["limit"] = limit
     if metrics == "llm-judge":
         options["judge"] = judge_by_answer
-    result = harness.run(
+    result = results_dict(harness.run(  # the JSON written
         model=hostile_by_epoch, out=str(tmp_path / "r"), cache_path=str(tmp_path / "cache.sqlite"),
         show_progress=False, max_tokens=100_000, **options,
-    )  # fmt: skip
+    ))  # fmt: skip
     rescored = harness.score(str(tmp_path / "r"))
     assert json.dumps(without_call_counts(result["scores"]), sort_keys=True) == json.dumps(
         without_call_counts(rescored), sort_keys=True
@@ -345,7 +347,7 @@ def test_a_stalled_worker_is_stopped_and_the_run_scores_at_the_end(tmp_path, hos
     assert len(said) == 1 and stopped in said[0] and "scored at the end" in said[0]
     assert set(results["scores"]["meta"]["metrics"]) == {"em-f1", "stuck"}
     rescored = harness.score(str(tmp_path / "r"))
-    assert json.dumps(results["scores"], sort_keys=True) == json.dumps(rescored, sort_keys=True)
+    assert json.dumps(results["scores"], sort_keys=True) == json.dumps(rescored.as_dict(), sort_keys=True)
 
 
 def test_a_metric_that_raises_in_the_worker_leaves_it_alone(tmp_path, hostile, caplog):
@@ -387,4 +389,4 @@ def test_the_run_keeps_pace_with_the_scorer_and_every_sample_is_streamed(tmp_pat
     assert results["invocations"][-1]["streamed_scores"] == 40  # every one scored in the worker
     # BACKLOG_MAX waiting, plus those in flight when the feeder stopped starting new ones
     assert 7 <= longest[0] <= 7 + 4
-    assert json.dumps(results["scores"], sort_keys=True) == json.dumps(harness.score(str(tmp_path / "r")), sort_keys=True)
+    assert json.dumps(results["scores"], sort_keys=True) == json.dumps(harness.score(str(tmp_path / "r")).as_dict(), sort_keys=True)

@@ -341,7 +341,7 @@ def test_one_prompt_over_the_context_in_run_batch_is_that_sample_s_failure(style
         model="vllm/Qwen/Qwen2.5-7B-Instruct", batch=True, limit=4, out=str(out), cache=False, show_progress=False,
         max_tokens=16, batch_window=0.2, batch_poll_interval=0.05,
     )  # fmt: skip
-    assert result["counts"]["finished"] == 3 and result["counts"]["failed"] == 1
+    assert result.counts.finished == 3 and result.counts.failed == 1
     assert len(stand_in.read_text().splitlines()) == 1  # one run-batch: the failure was not sent again
     (failure,) = [json.loads(x) for x in (out / "failures.jsonl").read_text().splitlines()]
     assert failure["error_type"] == "context_overflow" and "is longer than the maximum model length" in failure["error"]

@@ -346,11 +346,11 @@ def test_open_book_run_over_a_zim_finishes(zims, tmp_path):
         results = asyncio.run(Run(build_config(options), show_progress=False).execute())
     finally:
         unregister_script("zim-reader")
-    assert results["status"] == "complete"
-    assert results["scores"]["em-f1"]["em"] == 1.0
-    snap = results["snapshot"]
-    assert snap["content_hash"].startswith("zim:") and snap["metadata"]["format"] == "zim"
-    assert snap["metadata"]["scope"] == "source"
+    assert results.status == "complete"
+    assert results.scores.metric_values()["em-f1.em"] == 1.0
+    snap = results.snapshot
+    assert snap.content_hash.startswith("zim:") and snap.metadata["format"] == "zim"
+    assert snap.metadata["scope"] == "source"
     gold = samples[0].needed_titles[0]
     assert any(gold in text for text in seen_pages)  # the tool returned the page read from the ZIM
 

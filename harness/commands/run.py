@@ -363,7 +363,7 @@ def command(args: argparse.Namespace) -> int:
 
     config = build_run_config(options_from_args(args))
 
-    async def main() -> dict[str, Any]:
+    async def main() -> RunResults:
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
         # A kill (SIGTERM) unwinds like Ctrl-C: servers stopped, results.json written.
@@ -371,11 +371,10 @@ def command(args: argparse.Namespace) -> int:
         return await run_async(config)
 
     try:
-        results = asyncio.run(main())
+        record = asyncio.run(main())
     except (KeyboardInterrupt, asyncio.CancelledError):
         print("interrupted: run the same command again to resume", file=sys.stderr)
         return 130
-    record = RunResults.model_validate(results)
     print_summary(record)
     return exit_status(record)
 

@@ -48,7 +48,6 @@ def add_parser(sub) -> None:
 def command(args: argparse.Namespace) -> int:
     from harness.api import score
     from harness.commands.run import print_scores
-    from harness.execution.record import Scores
     from harness.records import write_json_atomic
 
     scores = score(
@@ -67,12 +66,11 @@ def command(args: argparse.Namespace) -> int:
         drop_other_metrics=args.drop_other_metrics,
     )
     if args.out:
-        write_json_atomic(args.out, scores)
+        write_json_atomic(args.out, scores.as_dict())
         print(f"wrote {args.out}", file=sys.stderr)
     else:
-        print(json.dumps(scores, indent=2))
-    typed = Scores.model_validate(scores)
+        print(json.dumps(scores.as_dict(), indent=2))
     where = sys.stdout if args.out else sys.stderr  # stdout stays JSON when it is JSON
-    print(f"scored {typed.meta.n_answered}/{typed.meta.n_questions}", file=where)
-    print_scores(typed, where)
+    print(f"scored {scores.meta.n_answered}/{scores.meta.n_questions}", file=where)
+    print_scores(scores, where)
     return 0

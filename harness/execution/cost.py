@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from harness.errors import ConfigError, HarnessError
 from harness.models.base import WAIT_CLOCK
+from harness.scoring.scores import Scores
 
 DEFAULT_PRICE_TABLE = Path(__file__).resolve().parents[1] / "prices.yaml"
 LOCAL_NOTE = "runs on your own hardware: compute is not priced (cost 0)"
@@ -550,10 +551,10 @@ def spent_in_records(records: Iterable[dict[str, Any]]) -> float:
     return sum(r.get("spent_usd") or 0.0 for r in records)
 
 
-def judge_cost(scores: dict[str, Any] | None, table: PriceTable) -> dict[str, Any] | None:
+def judge_cost(scores: Scores | dict[str, Any] | None, table: PriceTable) -> dict[str, Any] | None:
     """The LLM judge's cost (its own requests, apart from the model under test). Several judges:
     each priced on its own (``by_judge``), the tokens and USD their sums (USD None if any is unpriced)."""
-    info = ((scores or {}).get("meta") or {}).get("metric_info", {}).get("llm-judge")
+    info = Scores.of(scores).meta.metric_info.get("llm-judge")
     if not info:
         return None
     if info.get("by_judge"):
@@ -580,7 +581,7 @@ def _one_judge_cost(info: dict[str, Any], table: PriceTable) -> dict[str, Any]:
     return out
 
 
-def refresh_judge_cost(cost: dict[str, Any], price_table: str | None, scores: dict[str, Any] | None) -> dict[str, Any]:
+def refresh_judge_cost(cost: dict[str, Any], price_table: str | None, scores: Scores | dict[str, Any] | None) -> dict[str, Any]:
     """After ``harness score RUN_DIR`` re-scored a run: the judge's cost and the total follow."""
     cost = dict(cost)
     table = load_price_table(price_table)

@@ -24,7 +24,7 @@ from harness.execution.cost import Budget, load_price_table, pricing_for, run_co
 from harness.execution.lock import RunLock
 from harness.execution.paths import directory_run_id, portable, portable_record
 from harness.execution.progress import Progress
-from harness.execution.record import RunResults, read_results, results_dict, write_results
+from harness.execution.record import RunResults, read_results, write_results
 from harness.execution.scoring import run_metrics, score_records, stopped_reason
 from harness.scoring.metrics import resolve_metrics
 from harness.execution.summary import build_results, now_iso, search_space_info, snapshot_hash, snapshot_text_search
@@ -427,7 +427,8 @@ class Run:
             return early
         return StreamingScorer(self.metric_names, self.scoring_options)
 
-    async def execute(self) -> dict[str, Any]:
+    async def execute(self) -> RunResults:
+        """Run (or resume) the evaluation; returns the run record written to results.json."""
         # One writer per run directory, held until the results are written (the kernel drops it on kill -9).
         try:
             lock = RunLock(self.run_dir, purpose="run").acquire()
@@ -446,7 +447,7 @@ class Run:
                 shutil.rmtree(self.run_dir / LOG_DIR, ignore_errors=True)
             lock.release(remove_if_empty=not began)
 
-    async def _execute_locked(self) -> dict[str, Any]:
+    async def _execute_locked(self) -> RunResults:
         previous = self._check_run_dir()
         finished = load_finished(self.run_dir, keep=self._kept, into=HeldRows(self.run_dir))
         # epoch-major: an interrupted run has whole epochs done first
@@ -530,7 +531,7 @@ class Run:
                     record = self._results(finished, failures, status, model_info, invocations, previous)
                     record = portable_record(record)  # no home directory in it
                     write_results(self.run_dir / RESULTS_FILE, record)
-                    results = results_dict(record)
+                    results = record
             finally:
                 finished.close()  # its spool file
         if died is not None:

@@ -15,7 +15,8 @@ from harness.execution.config import RunConfig
 from harness.execution.record import RunClaim, RunResults, parse_results, read_claim, read_results
 from harness.records import CONFIG_FILE, FAILURES_FILE, RESULTS_FILE, record_epoch, work_key
 from harness.scoring.metrics import ScoringOptions, check_metrics, score_answers, score_nothing
-from harness.scoring.results import RESULTS_FORMAT, SECTIONS, upgrade
+from harness.scoring.results import RESULTS_FORMAT
+from harness.scoring.scores import Scores
 
 
 def score_records(
@@ -30,7 +31,7 @@ def score_records(
     reducer: str = "mean",
     failures: dict[str, dict[str, Any]] | None = None,
     stopped: str | None = None,
-) -> dict[str, Any]:
+) -> Scores:
     """Scores of finished sample records ({"id", "answer", ...}) on the selected questions.
 
     A question is scored iff it has a finished record: one that finished without an answer (context
@@ -77,15 +78,16 @@ def score_records(
         if scored_ids:
             per_epoch = [score_epoch(e, (precomputed or {}).get(e)) for e in range(1, n + 1)]
             scores = reduce_epoch_scores(per_epoch, reducer, questions, fns)
-            scores["epochs"]["n_answered"] = [len(scored_in(e)) for e in range(1, n + 1)]
+            scores.epochs["n_answered"] = [len(scored_in(e)) for e in range(1, n + 1)]
     if scores is None:
         from harness.scoring.epochs import epochs_of_nothing
 
         scores = score_nothing(dataset, questions, metrics, options, counted["not_scored"] or "no question selected")
         if n > 1:
-            scores["epochs"] = epochs_of_nothing(n, reducer)
-            scores["meta"].update(epochs=n, epoch_reducer=reducer)
-    scores["meta"].update(n_questions=len(questions), n_answered=len(scored_ids), **counted)
+            scores.epochs = epochs_of_nothing(n, reducer)
+            scores.meta.epochs, scores.meta.epoch_reducer = n, reducer
+    for field, value in {"n_questions": len(questions), "n_answered": len(scored_ids), **counted}.items():
+        setattr(scores.meta, field, value)
     return scores
 
 
@@ -240,8 +242,8 @@ def score_run(
     only_answered: bool = False,
     data_path: str | None = None,
     named_options: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Scores of a run directory's finished samples (results format 2). ``metrics`` and
+) -> Scores:
+    """Scores of a run directory's finished samples. ``metrics`` and
     ``options`` default to the run's own; nothing is written. Checked first as a run is
     (``check_metrics``); ``named_options``: the metric options named now."""
     from harness.records import load_finished
@@ -316,7 +318,7 @@ class Rescored(NamedTuple):
     ones), whether results.json was written, and which metrics were scored now, kept as they were,
     or dropped (``drop_other_metrics``)."""
 
-    scores: dict[str, Any]
+    scores: Scores
     saved: bool
     scored: list[str]
     kept: list[str]
@@ -355,7 +357,7 @@ def rescore_run(
         options = options.model_copy(update={"metric_options": merged})
         scores = score_run(run_dir, metrics, options, only_answered, data_path=data_path, named_options=metric_options)
         scored = scored_metrics(scores)
-        before = results.scores.model_dump(mode="json") if results is not None and results.scores is not None else None
+        before = results.scores if results is not None else None
         if drop_other_metrics or not before:
             kept: list[str] = []
             dropped = [n for n in metrics_of(before) if n not in scored]
@@ -374,19 +376,19 @@ def rescore_run(
 
 
 # --------------------------------------------------------------------------- merging a re-scoring
-def metrics_of(scores: dict[str, Any] | None) -> list[str]:
+def metrics_of(scores: Scores | dict[str, Any] | None) -> list[str]:
     """The metrics a scores dict holds numbers of (``meta.metrics``, then any other namespace), and
     those that failed in it (``meta.failed_metrics``)."""
-    scores = upgrade(scores) or {}
-    meta = scores.get("meta") or {}
-    names = [*(meta.get("metrics") or []), *(k for k, v in scores.items() if k not in SECTIONS and isinstance(v, dict))]
-    return list(dict.fromkeys([*names, *(meta.get("failed_metrics") or {})]))
+    if not scores:
+        return []
+    scores = Scores.of(scores)
+    return list(dict.fromkeys([*scores.meta.metrics, *scores.metric_names(), *scores.failed_metrics()]))
 
 
-def scored_metrics(scores: dict[str, Any]) -> list[str]:
+def scored_metrics(scores: Scores | dict[str, Any]) -> list[str]:
     """The metrics a scoring covered: those it scored and those that failed in it."""
-    meta = scores.get("meta") or {}
-    return list(dict.fromkeys([*(meta.get("metrics") or []), *(meta.get("failed_metrics") or {})]))
+    scores = Scores.of(scores)
+    return list(dict.fromkeys([*scores.meta.metrics, *scores.failed_metrics()]))
 
 
 # Facts of a scoring every metric's numbers depend on: a kept metric is only kept where they are the
@@ -471,17 +473,17 @@ def _pick(old: dict[str, Any], new: dict[str, Any], kept: set[str], names: list[
     return out
 
 
-def merge_scores(before: dict[str, Any], now: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def merge_scores(before: Scores | dict[str, Any], now: Scores | dict[str, Any]) -> tuple[Scores, list[str]]:
     """(the scores a run holds after a re-scoring, the metrics kept). The metrics scored ``now``
     replace their own parts of ``before`` (namespace, per-question values, breakdown, error bars,
     epochs, info, aggregation, options, failure) and the others keep theirs; a metric scored before
     keeps its place, a new one comes last (nothing kept: ``now`` as it is). Refused (one line naming each difference and the two
     ways on) where the kept numbers were scored on other answers or options than these."""
-    before = upgrade(before) or {}
     scored = scored_metrics(now)
     kept = [n for n in metrics_of(before) if n not in scored]
     if not kept:
-        return now, []
+        return Scores.of(now), []
+    before, now = Scores.of(before).as_dict(), Scores.of(now).as_dict()  # merged by their shape
     with_numbers = [n for n in kept if isinstance(before.get(n), dict)]  # not a failure note alone
     reasons = kept_mismatches(before, now, with_numbers)
     if reasons:
@@ -574,4 +576,4 @@ def merge_scores(before: dict[str, Any], now: dict[str, Any]) -> tuple[dict[str,
             relate = metric.aggregation.with_other_metrics if metric is not None else None
             if relate is not None and isinstance(out.get(name), dict):
                 out[name], meta["metric_info"][name] = relate(out[name], meta["metric_info"].get(name) or {}, rows, name)
-    return out, kept
+    return Scores.model_validate(out), kept

@@ -24,7 +24,7 @@ def _split(key: str) -> tuple[str, str]:
 def metric_of(metric: str) -> Any:
     """The ``Metric`` registered under ``metric`` (its declared display and kinds), or None when it
     cannot be resolved (a plugin gone): the generic names below serve, and its numbers are unbounded."""
-    from harness.scoring.metrics import METRICS
+    from harness.scoring.metric_registry import METRICS
 
     if metric not in METRICS:  # only registered names: a key's metric is never loaded as a file here
         return None

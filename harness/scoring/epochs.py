@@ -30,6 +30,7 @@ from typing import Any
 
 from harness.errors import ConfigError
 from harness.scoring.results import numeric_leaves
+from harness.scoring.scores import Scores
 from harness.scoring.kinds import Kind, mean
 from harness.scoring.uncertainty import compute_uncertainty, is_indicator, key_path, leaf
 
@@ -192,9 +193,9 @@ class _OverEpochs:
 
 
 def reduce_epoch_scores(
-    epoch_scores: list[dict[str, Any]], reducer: str, questions: list, fns: dict[str, Any]
-) -> dict[str, Any]:
-    """One results-format-2 scores dict from each epoch's (in epoch order, the same metrics): every
+    epoch_scores: "list[Scores | dict[str, Any] | None]", reducer: str, questions: list, fns: dict[str, Any]
+) -> Scores:
+    """One ``Scores`` from each epoch's (in epoch order, the same metrics): every
     number combined over the epochs by the reducer (see the module), per-question rows reduced. An
     epoch in which no question was scored (every one failed) is None: each number is then combined
     over the epochs that have it; at least one must."""
@@ -202,6 +203,7 @@ def reduce_epoch_scores(
     from harness.scoring.values import mean_values
 
     check_reducer(reducer, fns, len(epoch_scores))
+    epoch_scores = [s.as_dict() if isinstance(s, Scores) else s for s in epoch_scores]  # the reduction walks the shape
     first = next(scores for scores in epoch_scores if scores is not None)
     names_of_first = first["meta"]["metrics"]
     epoch_scores = [scores if scores is not None else _no_epoch(names_of_first) for scores in epoch_scores]
@@ -272,7 +274,7 @@ def reduce_epoch_scores(
     out["meta"]["metrics"] = names
     if failed:
         out["meta"]["failed_metrics"] = failed
-    return out
+    return Scores.model_validate(out)
 
 
 def _no_epoch(names: list[str]) -> dict[str, Any]:

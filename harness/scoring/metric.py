@@ -1,7 +1,7 @@
 """The ``Metric`` object: one metric's function and everything said about it (its declaration,
 streaming, aggregation, display and kinds), filled by the decorators of ``harness.scoring.metrics``
 (``declare``, ``streamable``, ``aggregates``, ``reads``, ``discrete_values``) and registered once
-(``harness.scoring.metrics.METRICS``), the same for built-ins and plugins. A module of its own, with
+(``harness.scoring.metric_registry.METRICS``, public in ``harness.scoring.metrics``), the same for built-ins and plugins. A module of its own, with
 no import of the registry, so that the error bars (``uncertainty``) read a Metric's fields without
 importing the metrics."""
 

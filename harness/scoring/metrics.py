@@ -36,10 +36,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from harness.datasets.base import Dataset, Sample
 from harness.errors import ConfigError, HarnessError
 from harness.models.base import WEEK_S
-from harness.registry import Entry, Registry
+from harness.registry import Entry
 from harness.scoring.kinds import Kind, Kinds, mean, share, unbounded
 # the Metric and its parts, public here too
 from harness.scoring.metric import Aggregation, Display, Metric, MetricDeclaration, as_metric  # noqa: F401
+from harness.scoring.metric_registry import METRICS  # noqa: F401 - public here
+from harness.scoring.scores import Scores
 from harness.scoring.sections import RESULTS_FORMAT, SECTIONS
 from harness.scoring.values import mean_values
 
@@ -240,20 +242,7 @@ def declaration_of(fn: Any) -> MetricDeclaration:
     return as_metric(fn).declaration
 
 
-METRICS: Registry[Metric] = Registry(
-    "metric",
-    builtins={
-        "fanoutqa-string": "harness.scoring.metrics:fanoutqa_string",
-        "em-f1": "harness.scoring.metrics:em_f1",
-        "set-f1": "harness.scoring.list_metrics:set_f1",
-        "quest": "harness.scoring.quest_metrics:quest",
-        "topiocqa": "harness.scoring.topiocqa_metrics:topiocqa",
-        "bleurt": "harness.scoring.bleurt:bleurt",
-        "llm-judge": "harness.scoring.llm_judge:llm_judge",
-        "agent": "harness.scoring.agent_metrics:agent",
-    },
-    coerce=as_metric,
-)
+# METRICS lives in harness.scoring.metric_registry (imported above; the readers of kinds use it there)
 
 
 def aggregates(
@@ -540,13 +529,13 @@ def score_answers(
     options: ScoringOptions | None = None,
     precomputed: dict[str, dict[str, Any]] | None = None,
     sample_rows: dict[str, dict[str, Any]] | None = None,
-) -> dict[str, Any]:
+) -> Scores:
     """Score ``answers`` ({"id", "answer"}) on ``questions``; unanswered questions count 0
     unless ``only_answered`` (mirrors the official Scorer's ``only_score_answered``).
     ``precomputed``: {metric: {"raw": {qid: value}, "info": {...}}} of streamable metrics, scored one
     sample at a time while a run went (``score_one``); only the other questions are scored here.
     ``sample_rows``: {question id: its sample row} for the metrics that read rows (``reads("row")``).
-    Returns a results-format-2 scores dict (see ``harness.scoring.results``)."""
+    Returns the ``Scores`` (``harness.scoring.scores``; written in results format 2/3's shape)."""
     if not dataset.info.has_answers:
         raise HarnessError(f"{dataset.info.spec()} has no reference answers; it cannot be scored here")
     entries = resolve_metrics(list(metrics or dataset.metrics))  # every name checked before any is run
@@ -630,7 +619,7 @@ def score_answers(
     }
     if failed:
         out["meta"]["failed_metrics"] = failed
-    return out
+    return Scores.model_validate(out)
 
 
 def score_nothing(
@@ -639,7 +628,7 @@ def score_nothing(
     metrics: list[str] | None,
     options: ScoringOptions | None,
     reason: str,
-) -> dict[str, Any]:
+) -> Scores:
     """The scores of a run that answered none of ``questions`` (every one failed or was never asked):
     each metric's aggregate shaped as ``score_answers`` shapes it, every number null (no value, never
     0); no per-question rows or breakdown; each number's interval n/a and each metric's
@@ -650,12 +639,12 @@ def score_nothing(
     options = options or ScoringOptions()
     entries = resolve_metrics(list(metrics or dataset.metrics))
     names = list(entries)
-    probe = score_answers(dataset, questions[:1], [], metrics, False, options, None, {}) if questions else {}
-    probe_info = (probe.get("meta") or {}).get("metric_info") or {}
+    probe = score_answers(dataset, questions[:1], [], metrics, False, options, None, {}) if questions else Scores()
+    probe_info = probe.meta.metric_info
     out: dict[str, Any] = {"results_format": RESULTS_FORMAT}
     uncertainty: dict[str, dict[str, Any]] = {}
     for name in names:
-        shape = probe.get(name) if isinstance(probe.get(name), dict) else {}
+        shape = probe.aggregate(name) or {}
         out[name] = _null_leaves(shape)
         for path, value in _leaf_paths(scored_part(shape)):
             kind = entries[name].obj.kind_of(path)
@@ -668,7 +657,7 @@ def score_nothing(
     out["uncertainty"] = uncertainty
     plugin = {n: (probe_info.get(n) or {}).get("plugin") for n in names}
     out["meta"] = {
-        **(probe.get("meta") or {}),
+        **probe.meta.model_dump(exclude_unset=True),
         "metrics": names,
         "n_questions": len(questions),
         "n_answered": 0,
@@ -679,11 +668,11 @@ def score_nothing(
         "dataset_sha256": dataset.info.sha256,
         "metric_info": {n: {"reason": reason, **({"plugin": plugin[n]} if plugin[n] else {})} for n in names},
         "aggregation": {n: "no value: no question was scored" for n in names},
-        "options": (probe.get("meta") or {}).get("options") or options.model_dump(),
+        "options": probe.meta.options or options.model_dump(),
         "clustering": {"by": None},
     }
     out["meta"].pop("failed_metrics", None)  # a plugin failing on the unanswered probe says nothing of the run
-    return out
+    return Scores.model_validate(out)
 
 
 def _null_leaves(value: Any) -> Any:

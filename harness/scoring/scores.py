@@ -129,8 +129,9 @@ class Scores(BaseModel):
         return cls.model_validate(scores) if scores else cls()
 
     def as_dict(self) -> dict[str, Any]:
-        """The scores as written (the JSON of ``scores``)."""
-        return self.model_dump(mode="json")
+        """The scores as written (the JSON of ``scores`` in results.json: the fields given, not
+        defaults added, as ``RunResults`` dumps them)."""
+        return self.model_dump(mode="json", exclude_unset=True)
 
     # for callers written against the dict (tests, plugins): a read of one top-level key --------------
     def __getitem__(self, key: str) -> Any:
@@ -159,6 +160,10 @@ class Scores(BaseModel):
 
     def metric_names(self) -> list[str]:
         return [k for k in self.metrics() if k not in SECTIONS]
+
+    def failed_metrics(self) -> dict[str, Any]:
+        """{metric: why it failed} (``meta.failed_metrics``; a metric that raised has no numbers)."""
+        return dict((self.meta.model_extra or {}).get("failed_metrics") or {})
 
     def aggregate(self, name: str) -> dict[str, Any] | None:
         """One metric's aggregate as written (None: not scored)."""
