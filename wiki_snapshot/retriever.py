@@ -77,19 +77,7 @@ class PassageTable:
 def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Indices and scores of the ``k`` best, best first; equal scores in passage order, so results
     never depend on a sort's tie-breaking."""
-    n = len(scores)
-    k = min(k, n)
-    if k <= 0:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=scores.dtype)
-    if k < n:
-        # everything scoring at least the k-th best, so ties at the boundary are all candidates
-        kth = np.partition(scores, n - k)[n - k]
-        cand = np.flatnonzero(scores >= kth)
-    else:
-        cand = np.arange(n)
-    order = np.lexsort((cand, -scores[cand].astype(np.float64)))[:k]
-    idx = cand[order]
-    return idx, scores[idx]
+    return top_k_of(np.arange(len(scores)), scores, k)
 
 
 def top_k_of(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -101,6 +89,7 @@ def top_k_of(ids: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, n
     if k <= 0:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=scores.dtype)
     if k < n:
+        # everything scoring at least the k-th best, so ties at the boundary are all candidates
         kth = np.partition(scores, n - k)[n - k]
         cand = np.flatnonzero(scores >= kth)
     else:
