@@ -27,6 +27,18 @@ from harness.models.anthropic_api import (
 from harness.models.batch_api import AnthropicBatchAPI
 from harness.models.facts import FACTS_ENV
 
+# A refusal as Anthropic documents it (no recording of one is in pydantic-ai's cassettes):
+# https://platform.claude.com/docs/en/test-and-evaluate/strengthen-guardrails/handle-streaming-refusals
+REFUSAL_REPLY = {
+    "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+    "content": [{"type": "text", "text": "Hello.."}],
+    "stop_reason": "refusal",
+    "stop_details": {"type": "refusal", "category": "cyber",
+                     "explanation": "This request was declined because it could enable cyber harm."},
+    "usage": {"input_tokens": 10, "output_tokens": 3},
+}  # fmt: skip
+
+
 RECORDED = Path(__file__).parent / "fixtures" / "recorded" / "anthropic"
 SAMPLING = ("temperature", "top_p", "top_k")
 
@@ -137,14 +149,7 @@ def test_cache_reads_and_writes_from_the_recorded_usage():
 def test_a_refusal_keeps_its_explanation():
     """Shape from https://platform.claude.com/docs/en/test-and-evaluate/strengthen-guardrails/handle-streaming-refusals
     (no recording of a refusal is in pydantic-ai's cassettes)."""
-    reply = {
-        "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-        "content": [{"type": "text", "text": "Hello.."}],
-        "stop_reason": "refusal",
-        "stop_details": {"type": "refusal", "category": "cyber",
-                         "explanation": "This request was declined because it could enable cyber harm."},
-        "usage": {"input_tokens": 10, "output_tokens": 3},
-    }  # fmt: skip
+    reply = copy.deepcopy(REFUSAL_REPLY)
     response = from_anthropic_message(reply)
     assert response.finish_reason == "content_filter"
     assert response.refusal == "This request was declined because it could enable cyber harm."

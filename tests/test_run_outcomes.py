@@ -8,9 +8,11 @@ snapshot; about 3 s."""
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
+from test_anthropic_recorded import REFUSAL_REPLY
 
 from harness.analysis.ablate import _row as ablation_row, format_table
 from harness.analysis.grid import render
@@ -155,14 +157,7 @@ def test_a_refusal_is_counted_apart_from_the_answers(tmp_path, capsys):
     """A reply that declines (Anthropic's documented refusal shape, read by the backend's own parser:
     https://platform.claude.com/docs/en/test-and-evaluate/strengthen-guardrails/handle-streaming-refusals)
     is the sample's outcome ``refused``: kept, scored as wrong, counted apart."""
-    refusal = {
-        "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-        "content": [{"type": "text", "text": "Hello.."}],
-        "stop_reason": "refusal",
-        "stop_details": {"type": "refusal", "category": "cyber",
-                         "explanation": "This request was declined because it could enable cyber harm."},
-        "usage": {"input_tokens": 10, "output_tokens": 3},
-    }  # fmt: skip
+    refusal = copy.deepcopy(REFUSAL_REPLY)
 
     def script(messages, tools, tool_choice, params):
         return from_anthropic_message(refusal) if _index(messages) == 1 else HOTPOT[_index(messages)].answer
