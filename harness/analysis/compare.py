@@ -34,6 +34,7 @@ under ``skipped`` with the reason.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -471,7 +472,8 @@ def _compare_leaf(stats, fn, kind, path, plan, per, shared, clusters, k) -> dict
     aggregate_rows = fn.aggregation.rows
 
     def agg(drawn: list[Any]) -> float:
-        return float(leaf(aggregate_rows(drawn, len(drawn)), path))
+        value = leaf(aggregate_rows(drawn, len(drawn)), path)
+        return math.nan if value is None else float(value)  # a resample without it (a ratio's empty base): left out
 
     entry["kind"] = "aggregate"
     counts = stats.draw_counts(n, clusters)  # the same resamples for every run: paired

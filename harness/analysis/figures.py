@@ -1,5 +1,6 @@
-"""Figures for papers: a context-length ablation (one or several sweeps, a line each) and runs'
-scores (a dot with its 95% interval per run), one panel per metric.
+"""Figures for papers: a context-length ablation (one or several sweeps, a line each), runs'
+scores (a dot with its 95% interval per run), one panel per metric, and runs' effort curves
+(accuracy against searches, tokens, model calls or cost per question, a line per run).
 
 A figure is built in two steps: its data as a typed ``FigureSpec`` (panels -> lines -> points, the
 labels, the ceiling, the value axis from the metric's scale), then the drawing of that spec with
@@ -40,6 +41,7 @@ class Point(BaseModel):
     lo: float | None = None  # the 95% interval, where there is one
     hi: float | None = None
     note: str | None = None  # why there is no value: "failed" (nothing answered), "n/a"
+    n: int | None = None  # the questions behind it (an effort bin)
 
 
 class Line(BaseModel):
@@ -66,7 +68,7 @@ class Panel(BaseModel):
 
 
 class FigureSpec(BaseModel):
-    kind: Literal["ablation", "scores"]
+    kind: Literal["ablation", "scores", "effort"]
     panels: list[Panel]
     legend: bool
     notes: list[str] = []  # what is not drawn and why (a run that failed)
@@ -321,6 +323,164 @@ def scores_spec(
     return FigureSpec(kind="scores", panels=panels, legend=False, notes=notes, caption=caption)
 
 
+# --------------------------------------------------------------------------- effort
+# what a question spent, as read from its sample row (harness.scoring.agent_metrics reads the same)
+EFFORT_AXES = {
+    "searches": "Searches per question",
+    "tokens": "Tokens per question",
+    "model_calls": "Model calls per question",
+    "cost": "Cost per question (USD)",
+}
+
+
+def effort_of_rows(rows: Any) -> dict[str, dict[str, float | None]]:
+    """{question id: {axis: what it spent}} from a run's finished sample rows (``SampleRow``s or
+    their dicts), the mean over its epochs; an axis a row does not record (no search tool, no price)
+    is None for that question."""
+    spent: dict[str, dict[str, list[float | None]]] = {}
+    for row in rows:
+        r = row if isinstance(row, dict) else row.model_dump()
+        extra = r.get("extra") if isinstance(r.get("extra"), dict) else {}
+        usage = r.get("usage") if isinstance(r.get("usage"), dict) else {}
+        values = {
+            "searches": float(len(extra["searches"])) if isinstance(extra.get("searches"), list) else None,
+            "tokens": float((usage.get("prompt_tokens") or 0) + (usage.get("completion_tokens") or 0)),
+            "model_calls": float((r.get("model_calls") or 0) + (r.get("cache_hits") or 0)),
+            "cost": None if r.get("cost_usd") is None else float(r["cost_usd"]),
+        }
+        own = spent.setdefault(r["id"], {axis: [] for axis in EFFORT_AXES})
+        for axis, value in values.items():
+            own[axis].append(value)
+    return {
+        qid: {a: (None if not v or None in v else sum(v) / len(v)) for a, v in axes.items()}  # type: ignore[arg-type]
+        for qid, axes in spent.items()
+    }
+
+
+def effort_bin(x: float) -> int:
+    """The bin of an effort: 0 alone, then doublings (1, 2-3, 4-7, ... for counts; the same powers of
+    two for tokens and USD), so a handful of searches and a million tokens both spread out."""
+    return 0 if x <= 0 else math.floor(math.log2(x)) + 1_000  # 1_000: every positive bin after 0's
+
+
+def _per_question(results: RunResults, key: str) -> tuple[dict[str, float], Any, float]:
+    """({question id: its value of ``key``, on the number's scale}, the kind, its factor): the
+    per-question values a mean number is the mean of (``declared_sources``); a number that is no
+    such mean (corpus BLEU, a ratio) is a one-line error."""
+    from harness.scoring.display import kind_of, metric_of
+    from harness.scoring.kinds import key_path
+    from harness.scoring.uncertainty import collapse_repeats, declared_sources, leaf, plan_leaf
+
+    scores = results.scores
+    name, _, rest = key.partition(".")
+    aggregate = scores.aggregate(name) if scores is not None else None
+    if not isinstance(aggregate, dict):
+        raise HarnessError(f"--metric {key}: not scored in run {results.run_id}")
+    path = key_path(rest)
+    metric = metric_of(name)
+    kind = metric.kind_of(path) if metric is not None else kind_of(key)
+    rows = [r for r in collapse_repeats(list(scores.raw)) if isinstance(r.get(name), dict)]
+    plan = plan_leaf(path, leaf(aggregate, path), [r[name] for r in rows], declared_sources(metric, aggregate), kind)
+    if not plan or plan["kind"] != "mean":
+        raise HarnessError(f"--metric {key}: not a mean of per-question values, so it has no value per question to bin")
+    values = {}
+    for r in rows:
+        value = leaf(r[name], plan["source"])
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            values[r["question_id"]] = float(value)
+    return values, kind, plan["scale"]
+
+
+def effort_spec(
+    runs: list[tuple[str, RunResults, dict[str, dict[str, float | None]]]],
+    metrics: list[str] | None = None,
+    axes: list[str] | None = None,
+    labels: list[str] | None = None,
+) -> FigureSpec:
+    """One panel per (metric, effort axis): each run a line of its questions binned by what they spent
+    (``effort_bin``), a point per bin at the bin's mean effort and the questions' mean value, with
+    its 95% interval as the metric's kind asks (Wilson for a share, else the normal interval); the
+    questions a point stands for are its ``n``. ``runs``: (source, results, ``effort_of_rows``).
+    Default axes: searches and tokens; default metric: the dataset headline."""
+    from harness.scoring.uncertainty import leaf_interval
+
+    if not runs:
+        raise HarnessError("no run to draw")
+    axes = list(dict.fromkeys(axes or ["searches", "tokens"]))
+    unknown = [a for a in axes if a not in EFFORT_AXES]
+    if unknown:
+        raise HarnessError(f"--x {unknown[0]}: not an effort axis (axes: {', '.join(EFFORT_AXES)})")
+    values = [r.scores.score_values() if r.scores is not None else {} for _, r, _ in runs]
+    headlines = [dataset_headline(r.dataset.name, metric_names_of(r.scores)) for _, r, _ in runs]
+    available = list(dict.fromkeys(k for v, h in zip(values, headlines) for k in [*v, *h]))
+    keys = choose_keys(metrics, available, headlines)
+    names = labels_for(
+        [[("", r.config.model), ("", r.setting), ("", r.agent_name), ("", r.dataset.spec), ("context", r.context_size),
+          ("searched", r.search_space_label)] for _, r, _ in runs],  # fmt: skip
+        [source for source, _, _ in runs],
+        labels,
+    )
+    notes: list[str] = []
+    panels = []
+    for key in keys:
+        scale = scale_of(key)
+        per_run = [
+            None if results.counts.finished == 0 or key not in own else _per_question(results, key)
+            for (_, results, _), own in zip(runs, values)
+        ]
+        for axis in axes:
+            lines = []
+            for i, ((_, results, spent), name, found) in enumerate(zip(runs, names, per_run)):
+                if found is None:
+                    notes.append(f"{name}: no {display_name(key)} (failed or not scored): no line")
+                    continue
+                by_question, kind, times = found
+                bins: dict[int, list[tuple[float, float]]] = {}
+                missing = 0
+                for qid, value in by_question.items():
+                    x = (spent.get(qid) or {}).get(axis)
+                    if x is None:
+                        missing += 1
+                        continue
+                    bins.setdefault(effort_bin(x), []).append((x, value))
+                if not bins:
+                    notes.append(f"{name}: records no {axis} per question: no line on the {axis} panel")
+                    continue
+                if missing:
+                    notes.append(f"{name}: {missing} question(s) without a {axis} record left out of the {axis} panel")
+                points = []
+                for b in sorted(bins):
+                    xs, ys = zip(*bins[b])
+                    interval = leaf_interval(kind, list(ys), None, times).get("ci95")
+                    points.append(
+                        Point(
+                            x=sum(xs) / len(xs),
+                            y=times * sum(ys) / len(ys),
+                            lo=interval[0] if interval else None,
+                            hi=interval[1] if interval else None,
+                            n=len(ys),
+                        )
+                    )
+                lines.append(Line(label=name, role="series", color=f"C{i % 10}", source=runs[i][0], points=points))
+            xs = [p.x for line in lines for p in line.points]
+            panels.append(
+                Panel(
+                    key=key,
+                    title=f"{display_name(key)} by {axis.replace('_', ' ')}",
+                    scale=scale,
+                    value_label=display_name(key) + ("" if scale is None else f" (0–{scale:g})"),
+                    value_lim=value_limits(scale),
+                    position_label=EFFORT_AXES[axis],
+                    positions=[],
+                    position_labels=[],
+                    log2=bool(xs) and min(xs) > 0 and axis in ("tokens", "cost"),
+                    lines=lines,
+                )
+            )
+    caption = "questions binned by effort (0, then doublings), each point at its bin's mean; bands: 95% intervals"
+    return FigureSpec(kind="effort", panels=panels, legend=True, notes=list(dict.fromkeys(notes)), caption=caption)
+
+
 # --------------------------------------------------------------------------- drawing
 def _grid(n: int) -> tuple[int, int]:
     cols = min(n, MAX_COLUMNS)
@@ -392,8 +552,14 @@ def draw(spec: FigureSpec):
         else:
             if panel.log2:
                 ax.set_xscale("log", base=2)
-            ax.set_xticks(panel.positions, panel.position_labels)
-            ax.minorticks_off()
+            if panel.positions:
+                ax.set_xticks(panel.positions, panel.position_labels)
+                ax.minorticks_off()
+            elif panel.log2:  # an effort panel: matplotlib's ticks, written as plain numbers (no mathtext)
+                from matplotlib.ticker import FuncFormatter
+
+                ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+                ax.minorticks_off()
             ax.set_xlabel(panel.position_label)
             ax.set_ylabel(panel.value_label)
             if panel.value_lim:

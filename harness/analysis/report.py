@@ -344,6 +344,31 @@ def _figure_section(results: RunResults) -> str:
     return f'<section id="figures"><h2>Figure</h2><div style="overflow-x:auto">{figure_svg(spec)}</div></section>'
 
 
+def _effort_section(results: RunResults, rows: list[dict[str, Any]]) -> str:
+    """The headline against the searches (where recorded) and tokens each question took (``harness
+    figure effort``), as inline SVG; nothing without a binnable headline or recorded effort."""
+    from harness.analysis.figures import effort_of_rows, effort_spec, figure_svg
+
+    spent = effort_of_rows(
+        {"id": r["id"], "extra": r["extra"], "model_calls": r["model_calls"], "cache_hits": r["cache_hits"],
+         "cost_usd": r["cost_usd"], "usage": {"prompt_tokens": r["prompt_tokens"], "completion_tokens": r["completion_tokens"]}}
+        for r in rows if r["status"] == "ok"
+    )  # fmt: skip
+    if not spent:
+        return ""
+    axes = ["searches", "tokens"] if any(v["searches"] is not None for v in spent.values()) else ["tokens"]
+    try:
+        spec = effort_spec([(results.run_id, results, spent)], axes=axes)
+    except HarnessError:  # no headline metric, or one that is no mean of per-question values
+        return ""
+    if not any(line.points for panel in spec.panels for line in panel.lines):
+        return ""
+    return (
+        '<section id="effort"><h2>Effort</h2><p class="muted">the headline by what each question spent (bins: 0, '
+        f'then doublings; 95% intervals)</p><div style="overflow-x:auto">{figure_svg(spec)}</div></section>'
+    )
+
+
 def _breakdown_section(results: RunResults) -> str:
     """One table per breakdown group (FanOutQA category, QAMPARI type, QUEST template/domain,
     TopiOCQA turn type): each value's n and headline means."""
@@ -712,7 +737,8 @@ def render_report(data: dict[str, Any]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{_e(title)} — run {_e(results.run_id)}</title><style>{CSS}</style></head><body>"
         f"<h1>{_e(title)}</h1>{_space_banner(results)}"
-        f"{_meta_section(results)}{_scores_section(results)}{_figure_section(results)}{_breakdown_section(results)}"
+        f"{_meta_section(results)}{_scores_section(results)}{_figure_section(results)}{_effort_section(results, rows)}"
+        f"{_breakdown_section(results)}"
         f"{_question_table(rows, data['score_columns'])}"
         f'<section id="transcripts"><h2>Transcripts</h2>{"".join(_transcript(r, kinds) for r in rows)}</section>'
         f'<script type="application/json" id="report-data">{_json_for_script(embedded)}</script>'

@@ -1,4 +1,4 @@
-"""``harness figure ablation|scores``: figures for papers from finished work (the drawing:
+"""``harness figure ablation|scores|effort``: figures for papers from finished work (the drawing:
 harness.analysis.figures)."""
 
 from __future__ import annotations
@@ -65,11 +65,31 @@ def add_parser(sub) -> None:
     )
     s.add_argument("runs", nargs="+", metavar="RUN", help="run directories (or their results.json)")
     _common_options(s)
+    e = sub.add_parser(
+        "effort",
+        help="accuracy against searches, tokens, model calls or cost per question, a line per run",
+        description=(
+            "Each run's questions binned by what they spent (0, then doublings: 1, 2-3, 4-7, ...), a point per "
+            "bin at its mean effort and the questions' mean value, with its 95%% interval (Wilson for a share); "
+            "one line per run, one panel per metric and effort axis. Read from each run's samples.jsonl and "
+            "scores, nothing rerun; a metric that is no mean of per-question values cannot be binned."
+        ),
+    )
+    e.add_argument("runs", nargs="+", metavar="RUN", help="run directories (their samples.jsonl is read)")
+    e.add_argument(
+        "--x",
+        dest="axes",
+        action="append",
+        choices=["searches", "tokens", "model_calls", "cost"],
+        help="an effort axis, a panel each; repeat for more (default: searches and tokens)",
+    )
+    _common_options(e)
     p.set_defaults(figure_parser=p)
 
 
 def command(args: argparse.Namespace) -> int:
-    return run_subcommand(args, {"ablation": _ablation, "scores": _scores}, "figure_command", "figure_parser")
+    handlers = {"ablation": _ablation, "scores": _scores, "effort": _effort}
+    return run_subcommand(args, handlers, "figure_command", "figure_parser")
 
 
 def _write(spec, out: str) -> int:
@@ -106,3 +126,19 @@ def _scores(args: argparse.Namespace) -> int:
     _check_out(args.out)
     runs = [(path, read_results(path)) for path in args.runs]
     return _write(scores_spec(runs, args.metrics, args.labels), args.out)
+
+
+def _effort(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from harness.analysis.figures import effort_of_rows, effort_spec
+    from harness.analysis.runs import load_rows
+    from harness.execution.record import read_results
+
+    _check_out(args.out)
+    runs = []
+    for path in args.runs:
+        results = read_results(path)
+        run_dir = Path(path).parent if Path(path).is_file() else Path(path)
+        runs.append((path, results, effort_of_rows(load_rows(run_dir).finished.values())))
+    return _write(effort_spec(runs, args.metrics, args.axes, args.labels), args.out)

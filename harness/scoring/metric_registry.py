@@ -20,6 +20,8 @@ METRICS: Registry[Metric] = Registry(
         "bleurt": "harness.scoring.bleurt:bleurt",
         "llm-judge": "harness.scoring.llm_judge:llm_judge",
         "agent": "harness.scoring.agent_metrics:agent",
+        "outcomes": "harness.scoring.outcome_metrics:outcomes",
+        "per-correct": "harness.scoring.per_correct:per_correct",
     },
     coerce=as_metric,
 )
