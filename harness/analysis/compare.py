@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.analysis.row import answered_nothing
+from harness.analysis.row import Outcomes, answered_nothing
 from harness.errors import HarnessError
 from harness.execution.record import RunResults, read_results, results_path
 from harness.scoring.results import interval_text
@@ -264,12 +264,24 @@ def compare_runs(
             "dataset": dataset_of(r)[0],
             "search_space": r.results.search_space_label,
             **({"failed": failed[i]} if i in failed else {}),
+            **_no_answer(r),
         }
         for i, (r, text) in enumerate(zip(everyone, _labels(everyone)))
     ]
     out["warnings"] = [w for w in (spaces_warning(everyone),) if w]
     out["n_questions"] = [len(r.scores.question_ids()) for r in everyone]
     return out
+
+
+def _no_answer(run: LoadedRun) -> dict[str, Any]:
+    """A run's samples that finished without an answer, as ``harness run`` says them
+    (``harness.analysis.row.Outcomes``): ``answered``, ``no_answer`` (how many) and ``no_answer_note``
+    (why; "no sample produced an answer: ..." where none did); nothing where every finished sample answered."""
+    outcomes = Outcomes.of(run.results)
+    if not outcomes.unanswered:
+        return {}
+    note = outcomes.none_answered_line() if outcomes.no_answer else outcomes.note()
+    return {"answered": outcomes.answered, "no_answer": outcomes.unanswered, "no_answer_note": note}
 
 
 _SPACE_FACTS = ("backend", "source", "pages", "revision_date", "scope", "scope_dataset")
@@ -643,6 +655,8 @@ def format_comparison(result: dict[str, Any], headline_only: bool = True) -> str
     for i, run in enumerate(result["runs"]):
         mark = "  [baseline]" if i == 0 else f"  [failed, not compared: {run['failed']}]" if run.get("failed") else ""
         lines.append(f"  {run_letter(i)}: {run['path']}  ({run['label']}){mark}")
+        if run.get("no_answer_note"):
+            lines.append(f"     {run['no_answer_note']}")
         if run.get("search_space"):
             lines.append(f"     search space: {run['search_space']}")
     lines += [f"warning: {w}" for w in result.get("warnings") or []]
@@ -651,6 +665,9 @@ def format_comparison(result: dict[str, Any], headline_only: bool = True) -> str
         lines.append(key)
         for i, r in enumerate(entry["runs"]):
             value = "n/a (failed)" if r.get("failed") else f"{_fmt(r['value'])}{interval_text(r)}"
+            run = result["runs"][i]
+            if run.get("no_answer") and not r.get("failed"):  # beside the number: how much of it is no answer
+                value += f"  ({run['no_answer']} finished samples without an answer, scored as wrong)"
             lines.append(f"  {run_letter(i)}      {value}")
         for j, d in enumerate(entry["diffs"], 1):
             name = f"{run_letter(j)} - A"
@@ -743,6 +760,7 @@ def comparison_grid(result: dict[str, Any], headline_only: bool = True) -> Any:
         + (" [baseline]" if i == 0 else "")
         for i, run in enumerate(runs)
     ]
+    lead += [f"{run_letter(i)}: {run['no_answer_note']}" for i, run in enumerate(runs) if run.get("no_answer_note")]
     lead += [f"warning: {w}" for w in result.get("warnings") or []]
     failed_notes = [f"{run_letter(i)} failed, not compared: {run['failed']}" for i, run in enumerate(runs) if run.get("failed")]
     shared = f"{result['n_shared']} shared questions" + (

@@ -105,6 +105,25 @@ class Outcomes(BaseModel):
             + f": {SCORED_AS_WRONG}"
         )
 
+    def counts_line(self) -> str:
+        """``finished 10/10, failed 0, answered 0`` (answered where some finished sample has none):
+        the first line of what ``harness run``, ``harness score RUN_DIR`` and ``harness compare`` say."""
+        answered = f", answered {self.answered}" if self.unanswered else ""
+        return f"finished {self.finished}/{self.selected}, failed {self.failed}{answered}"
+
+    @property
+    def none_answered(self) -> bool:
+        """No sample produced an answer: none finished, or every finished one ended without one."""
+        return bool(self.selected) and (self.finished == 0 or self.no_answer)
+
+    def none_answered_line(self) -> str | None:
+        """Why no sample produced an answer (``harness run`` and ``harness score`` exit non-zero then), or None."""
+        if self.selected and self.finished == 0:
+            return "no question was answered: no scores (n/a, not 0)"
+        if self.no_answer:
+            return f"no sample produced an answer: {self.note()}"
+        return None
+
     def cell(self) -> str:
         """The leaderboard's cell: ``10 (max_steps 10; 70 of 70 steps unreadable)``, ``0``."""
         why = self.why() if self.unanswered else ""

@@ -157,6 +157,7 @@ def table_grid(table: RunTable) -> Grid:
             Column(
                 key=key,
                 title=titles[key],
+                short=display_name(key),
                 kind="score",
                 interval=True,
                 best="low" if lower_is_better(key) else "high",
@@ -183,7 +184,13 @@ def table_grid(table: RunTable) -> Grid:
         cells += [Cell(value=r.no_answer)] if unanswered else []
         cells.append(Cell(value=r.status))
         rows.append(cells)
-    grid = Grid(columns=columns, rows=rows, notes=_notes(table, titles), groups=[_group(r) for r in table.rows])
+    grid = Grid(
+        columns=columns,
+        rows=rows,
+        notes=_notes(table, titles),
+        groups=[_group(r) for r in table.rows],
+        section_column="dataset" if several else None,  # LaTeX: a section per dataset, with its own columns
+    )
     mark_best(grid)
     return grid
 

@@ -390,10 +390,9 @@ def exit_status(record: RunResults) -> int:
     was never asked, or every finished one ended without an answer)."""
     from harness.analysis.row import Outcomes
 
-    c = record.counts
-    if c.selected and (c.finished == 0 or Outcomes.of(record).no_answer):
+    if Outcomes.of(record).none_answered:
         return EXIT_NONE_ANSWERED
-    return 0 if c.failed == 0 else EXIT_SOME_FAILED
+    return 0 if record.counts.failed == 0 else EXIT_SOME_FAILED
 
 
 def print_summary(results: dict[str, Any] | RunResults, file=None) -> None:
@@ -404,8 +403,7 @@ def print_summary(results: dict[str, Any] | RunResults, file=None) -> None:
     file = file or sys.stdout
     c = record.counts
     outcomes = Outcomes.of(record)  # answered: finished with an answer (harness.analysis.row)
-    answered = f", answered {outcomes.answered}" if outcomes.unanswered else ""
-    print(f"finished {c.finished}/{c.selected}, failed {c.failed}{answered}", file=file)
+    print(outcomes.counts_line(), file=file)
     if record.search_space is not None:  # what the numbers below were searched over
         print(f"search space: {record.search_space.label}", file=file)
     print_scores(record.scores, file)
@@ -423,12 +421,8 @@ def print_summary(results: dict[str, Any] | RunResults, file=None) -> None:
     elif c.failed:
         failures = [f.model_dump(mode="json") for f in record.failures.values()]
         print(failure_line(c.failed, failures), file=sys.stderr)
-    if c.selected and c.finished == 0:
-        print(
-            f"no question was answered: no scores (n/a, not 0); exit status {EXIT_NONE_ANSWERED}", file=sys.stderr
-        )
-    elif outcomes.no_answer:
-        print(f"no sample produced an answer: {outcomes.note()}; exit status {EXIT_NONE_ANSWERED}", file=sys.stderr)
+    if outcomes.none_answered:
+        print(f"{outcomes.none_answered_line()}; exit status {EXIT_NONE_ANSWERED}", file=sys.stderr)
 
 
 def print_scores(scores: Scores | None, file) -> None:

@@ -37,6 +37,7 @@ from harness.datasets.base import Dataset, Sample
 from harness.errors import ConfigError, HarnessError
 from harness.models.base import WEEK_S
 from harness.registry import Entry
+from harness.scoring.display import declared_record
 from harness.scoring.kinds import Kind, Kinds, mean, share, unbounded
 # the Metric and its parts, public here too
 from harness.scoring.metric import Aggregation, Display, Metric, MetricDeclaration, as_metric  # noqa: F401
@@ -187,13 +188,15 @@ def declare(
     headline: tuple[str, ...] | list[str] = (),
     labels: dict[str, str] | None = None,
     lower_is_better: tuple[str, ...] | list[str] = (),
+    detail: tuple[str, ...] | list[str] = (),
     kind: Kind | None = None,
     kinds: dict[str, Kind] | None = None,
     scale: float | None = _UNSET,
     scales: dict[str, float | None] | None = None,
 ):
     """Decorator: what the metric scores and needs (its ``MetricDeclaration``), how its numbers are
-    shown (``headline``, ``labels``, ``lower_is_better``) and what each number is (``kind``: of every
+    shown (``headline``, ``labels``, ``lower_is_better``; ``detail``: the leaves, or prefixes, that
+    are no column of a table or leaderboard, the parts of an F-score) and what each number is (``kind``: of every
     number; ``kinds``: {leaf or prefix: kind}; ``harness.scoring.kinds``: ``share``, ``mean``,
     ``count``, ``money``, ``unbounded``, the default). The error bars follow the kinds. ``scale`` (a
     perfect score, 1 or 100; None: unbounded) and ``scales`` (per leaf) are the older way to say the
@@ -210,6 +213,9 @@ def declare(
         raise ValueError(f"declare(needs=...): {unknown} are not scoring options ({known})")
     if options is not None and not (isinstance(options, type) and issubclass(options, BaseModel)):
         raise ValueError("declare(options=...): a pydantic model (subclass harness.scoring.metrics.MetricOptions)")
+    for what, leaves in (("headline", headline), ("lower_is_better", lower_is_better), ("detail", detail)):
+        if isinstance(leaves, str) or not all(isinstance(leaf, str) for leaf in leaves):
+            raise ValueError(f"declare({what}=...): a tuple of leaf names, got {leaves!r}")
     if (kind is not None or kinds) and (scale is not _UNSET or scales):
         raise ValueError("declare: give kind/kinds or the older scale/scales, not both")
     if scale is not _UNSET or scales:
@@ -224,7 +230,7 @@ def declare(
         options,
         check,
     )
-    display = Display(tuple(headline), dict(labels or {}), tuple(lower_is_better))
+    display = Display(tuple(headline), dict(labels or {}), tuple(lower_is_better), tuple(detail))
     declared_kinds = Kinds.of(kind, kinds)
 
     def mark(fn: MetricFn | Metric) -> Metric:
@@ -452,6 +458,7 @@ ROUGE_LABELS = {
     accepts=FANOUTQA_SHAPES,
     headline=("acc.loose",),
     labels={"acc.loose": "Accuracy (loose)", "acc.strict": "Accuracy (strict)", **ROUGE_LABELS},
+    detail=tuple(f"rouge.{r}.{part}" for r in ("rouge1", "rouge2", "rougeL") for part in ("precision", "recall")),
     kind=mean(),
     kinds={"acc.strict": share()},
 )
@@ -485,6 +492,7 @@ def fanoutqa_string(
     accepts=(*FANOUTQA_SHAPES, "entity_list"),
     headline=("f1",),
     labels={"em": "EM", "f1": "F1", "f1_precision": "F1 precision", "f1_recall": "F1 recall"},
+    detail=("f1_precision", "f1_recall"),
     kind=mean(),
     kinds={"em": share()},  # exact match is 0 or 1 per question
 )
@@ -582,8 +590,8 @@ def score_answers(
             out[name] = mean_values([per_question[qid] for qid in order if qid in per_question])
             aggregation[name] = "mean of the per-question values"
         info[name] = result.get("info", {})
-        if entries[name].source != "builtin":
-            info[name] = {**info[name], "plugin": entries[name].record()}
+        if entries[name].source != "builtin":  # its declaration too: tables read it without loading the plugin
+            info[name] = {**info[name], "plugin": {**entries[name].record(), "declared": declared_record(fn)}}
     for name, fn in fns.items():  # numbers relating one metric's values to another's (a judge and string accuracy)
         relate = fn.aggregation.with_other_metrics
         if relate is not None and isinstance(out.get(name), dict):

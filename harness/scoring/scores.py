@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from harness.scoring.display import is_column, learn_declared
 from harness.scoring.sections import RESULTS_FORMAT, SECTIONS
 from harness.scoring.shape import (
     _is_count_name,
@@ -20,7 +21,6 @@ from harness.scoring.shape import (
     _short_label,
     _typed_leaves,
     _without_diagnostics,
-    headline_of,
     numeric_leaves,
     upgrade,
 )
@@ -120,6 +120,12 @@ class Scores(BaseModel):
     @classmethod
     def _upgrade(cls, data: Any) -> Any:
         return upgrade(data) if isinstance(data, dict) else data
+
+    @model_validator(mode="after")
+    def _learn_declared(self) -> "Scores":
+        # a plugin given by reference is known to tables by what its run recorded (display.learn_declared)
+        learn_declared(self.meta.metric_info)
+        return self
 
     @classmethod
     def of(cls, scores: "Scores | dict[str, Any] | None") -> "Scores":
@@ -345,7 +351,7 @@ class Scores(BaseModel):
                 parts = " ".join(
                     f"{_short_label(k.removeprefix(strip))} {_num(v)}"
                     for k, v in entry.items()
-                    if k != "n" and headline_of(k) and not _is_count_name(k)
+                    if k != "n" and is_column(k) and not _is_count_name(k)
                 )
                 lines.append(f"  {value} (n={entry.get('n')}): {parts}")
             if len(shown) > max_values:
