@@ -42,7 +42,7 @@ def cases() -> dict[str, dict]:
     both = ["fanoutqa-string", "set-f1"]
     out = {}
     for reducer in ("mean", "max"):
-        records = _records(fq, 3, {(0, 2)})  # question 0 unfinished in epoch 2
+        records = _records(fq, 3, {(0, 2), (4, 2)})  # questions 0 and 4 unfinished in epoch 2
         out[f"fanoutqa-3-epochs-{reducer}"] = score_records(fanoutqa, fq, records, both, epochs=3, reducer=reducer)
         out[f"topiocqa-3-epochs-{reducer}"] = score_records(topiocqa, tq, _records(tq, 3), epochs=3, reducer=reducer)
     records = _records(fq, 3, {(None, 2)})  # nothing finished in epoch 2
