@@ -580,5 +580,6 @@ def merge_scores(before: Scores | dict[str, Any], now: Scores | dict[str, Any]) 
             metric = _metric_fn(name, meta.metric_info.get(name) or {})
             relate = metric.aggregation.with_other_metrics if metric is not None else None
             if relate is not None and isinstance(aggregates.get(name), dict):
-                aggregates[name], meta.metric_info[name] = relate(aggregates[name], meta.metric_info.get(name) or {}, rows, name)
+                info = meta.metric_info.get(name) or {}
+                aggregates[name], meta.metric_info[name] = relate(aggregates[name], info, rows, name)
     return Scores(results_format=now.results_format, raw=rows, **sections, meta=meta, **aggregates), kept

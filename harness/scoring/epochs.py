@@ -233,7 +233,9 @@ def reduce_epoch_scores(
             aggregate_rows = metric.aggregation.rows if metric is not None else None
             pooled[name] = aggregate_rows(reduced, len(order)) if aggregate_rows else mean_values(reduced)
         pooled_breakdown = _breakdown([q for q in questions if q.id in rows], rows, names, fns)
-    aggregates = {name: combine([scores.aggregate(name) for scores in epochs], pooled.get(name), reducer) for name in names}
+    aggregates = {
+        name: combine([scores.aggregate(name) for scores in epochs], pooled.get(name), reducer) for name in names
+    }
     every_answer = [row for scores in epochs for row in scores.raw]
     for name in names:  # diagnostics relating a metric to others (judges' agreement): over every epoch's answers
         relate = fns[name].aggregation.with_other_metrics if fns.get(name) is not None else None
@@ -254,8 +256,11 @@ def reduce_epoch_scores(
             clusters.update(scores.clusters or {})
         clustering.update(clusters=clusters, n_clusters=len(set(clusters.values())))
     seen = {name: over_epochs(fns.get(name), reducer, len(epochs)) for name in names}
-    bundled = Scores(
-        results_format=first.results_format, raw=list(bundles.values()), meta=ScoresMeta(n_questions=len(order)), **aggregates
+    bundled = Scores(  # what the error bars see: each row with its every epoch's
+        results_format=first.results_format,
+        raw=list(bundles.values()),
+        meta=ScoresMeta(n_questions=len(order)),
+        **aggregates,
     )
     aggregation = {
         name: f"{reducer} of {len(epochs)} epochs: {MEANING[reducer]}; each epoch: {first.meta.aggregation[name]}"
