@@ -87,10 +87,12 @@ def test_every_reader_says_it_beside_the_numbers(hotpot_snapshot, tmp_path, caps
 
     # leaderboard: JSON and markdown
     board = build_leaderboard(tmp_path / "runs")
-    by_name = {r["path"].rsplit("/", 1)[1]: r for r in board["rows"]}
+    by_name = {r["path"].rsplit("/", 1)[1]: r for r in board.to_json()["rows"]}  # the JSON rows
     assert by_name["lost"]["n_answered"] == 0 and by_name["lost"]["outcome_note"] == NOTE
     assert by_name["lost"]["outcomes"]["without_answer"] == {"max_steps": 10}
     assert by_name["half"]["n_answered"] == 5 and by_name["half"]["outcome_note"] == half_note
+    typed = [(r.answered, r.outcome_note) for r in board.rows]  # the rows it is dumped from: RunRow's
+    assert typed == [(rows[n].answered, rows[n].outcome_note) for n in ("half", "lost")]
     lines = [line for line in format_markdown(board).splitlines() if line.startswith("|")]
     head = [c.strip() for c in lines[0].strip("|").split("|")]
     cells = {c[head.index("path")].rsplit("/", 1)[1]: c for c in ([x.strip() for x in line.strip("|").split("|")] for line in lines[2:])}  # fmt: skip

@@ -30,15 +30,15 @@ def command(args) -> int:
     from harness.records import write_json_atomic
 
     board = build_leaderboard(args.roots)
-    for skipped in board["skipped"]:
-        print(f"skipped {skipped['path']}: {skipped['reason']}", file=sys.stderr)
-    for warning in board["warnings"]:
+    for skipped in board.skipped:
+        print(f"skipped {skipped.path}: {skipped.reason}", file=sys.stderr)
+    for warning in board.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    for row in board["rows"]:
-        if row.get("outcome_note"):
-            print(f"note: {row['path']}: {row['outcome_note']}", file=sys.stderr)
+    for row in board.rows:
+        if row.outcome_note:
+            print(f"note: {row.path}: {row.outcome_note}", file=sys.stderr)
     if args.out:
-        write_json_atomic(args.out, board)
-        print(f"wrote {args.out} ({len(board['rows'])} runs)", file=sys.stderr)
+        write_json_atomic(args.out, board.to_json())
+        print(f"wrote {args.out} ({len(board.rows)} runs)", file=sys.stderr)
     print(format_markdown(board))
     return 0

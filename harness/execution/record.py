@@ -264,11 +264,15 @@ class SearchSpaceRecord(_Open):
         return f"whole source: {' '.join(p for p in parts if p)}, {size}{gold}"
 
 
-def mixed_spaces_warning(spaces: list[tuple[str, dict[str, Any] | None]]) -> str | None:
+def mixed_spaces_warning(spaces: "list[tuple[str, SearchSpaceRecord | dict[str, Any] | None]]") -> str | None:
     """One line when some runs searched an evidence-only space and others a whole source: their numbers
     measure different searches (None otherwise). ``spaces``: (name, search_space record or None)."""
     searched = [(name, space) for name, space in spaces if space]
-    narrow = [name for name, space in searched if space.get("evidence_only")]
+    narrow = [
+        name
+        for name, space in searched
+        if (space.evidence_only if isinstance(space, SearchSpaceRecord) else space.get("evidence_only"))
+    ]
     if not narrow or len(narrow) == len(searched):
         return None
     return (

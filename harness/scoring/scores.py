@@ -259,6 +259,11 @@ class Scores(BaseModel):
     def metric_info(self, name: str) -> dict[str, Any]:
         return self.meta.metric_info.get(name) or {}
 
+    def no_value_reason(self, name: str) -> str | None:
+        """Why a metric has no values, as its info records it (a judge or checkpoint unavailable,
+        no question scored); None when it says nothing."""
+        return self.metric_info(name).get("reason")
+
     def nothing_scored(self) -> str | None:
         """Why no question has values (every selected one failed or was never asked), or None when
         some question was scored (or the scores do not say: older files)."""
@@ -302,7 +307,7 @@ class Scores(BaseModel):
         note = self.answered_note()
         lines = []
         for name, agg in self.metric_aggregates().items():
-            reason = self.metric_info(name).get("reason")
+            reason = self.no_value_reason(name)
             if nothing is not None and all(v is None for v in _leaves(agg).values()):
                 lines.append(f"{name}: n/a ({reason or nothing})")
                 continue
