@@ -242,7 +242,7 @@ def test_open_book_runs_record_rescore_compare_and_show_both_metrics(hotpot_snap
     assert tokens["kind"] == "aggregate" and tokens["diffs"][0]["ci95"] is not None
     assert compared["metrics"]["outcomes.evidence_use.found_used"]["kind"] == "mean"
     board = build_leaderboard(tmp_path)
-    assert {"per-correct.tokens", "outcomes.fully_correct", "outcomes.evidence_use.not_found"} <= set(board["metrics"])
+    assert {"per-correct.tokens", "outcomes.fully_correct", "outcomes.evidence_use.not_found"} <= set(board.metrics)
     from harness.analysis.table import build_table, table_grid
 
     table = table_grid(build_table([tmp_path / "o42-a", tmp_path / "o42-b"], ["per-correct", "outcomes"]))
