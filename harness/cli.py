@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import io
 import logging
 import os
 import sys
@@ -114,6 +115,17 @@ def _add_verbose(sub) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    from harness.text import LOG_ERRORS, argv_problem
+
+    problem = argv_problem(argv)  # a path or value no file could record: refused before any work
+    if problem is not None:
+        from harness.redact import redact
+
+        print(f"error: harness: {redact(problem)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    for stream in (sys.stdout, sys.stderr):  # printed text holding a lone surrogate: its escape, not a crash
+        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+            stream.reconfigure(errors=LOG_ERRORS)
     parser = build_parser(argv)
     args, extra = parser.parse_known_args(argv)
     trailing = getattr(args, "trailing_positionals", None)

@@ -202,7 +202,9 @@ class MediaWikiClient:
             return self.cache_dir / name
         key = json.dumps({str(k): str(v) for k, v in params.items()}, sort_keys=True, ensure_ascii=False)
         action = str(params.get("list") or params.get("prop") or params.get("meta") or params.get("action"))
-        return self.cache_dir / f"{action}-{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+        # surrogatepass: a lone surrogate (a model's "\ud800" in a search) hashes; other text as UTF-8
+        digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+        return self.cache_dir / f"{action}-{digest[:32]}.json"
 
     def read_cache(self, path: Path) -> dict[str, Any] | None:
         try:
@@ -215,7 +217,12 @@ class MediaWikiClient:
     def write_cache(self, path: Path, data: dict[str, Any]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+        text = json.dumps(data, ensure_ascii=False)
+        try:
+            raw = text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate ("\ud800" in a reply): kept as JSON's escape
+            raw = json.dumps(data).encode("ascii")
+        tmp.write_bytes(raw)
         os.replace(tmp, path)
 
     def cached_get(self, params: dict[str, Any], name: str | None = None) -> dict[str, Any]:

@@ -301,7 +301,7 @@ async def run_ablation(flat: dict[str, Any], sizes: list[int], out: Path) -> dic
         "files": {"table": ABLATION_MD, "plot": ABLATION_PNG},
     }
     ablation["plotted_metrics"] = draw_ablation(ablation, out / ABLATION_PNG)
-    write_bytes_atomic(out / ABLATION_MD, format_table(ablation).encode())
+    write_bytes_atomic(out / ABLATION_MD, format_table(ablation))
     write_json_atomic(out / ABLATION_JSON, ablation)
     return ablation
 

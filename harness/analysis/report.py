@@ -23,6 +23,7 @@ from harness.analysis.runs import load_rows
 from harness.errors import HarnessError
 from harness.execution.record import CostRecord, ModelRecord, RunResults, SampleRow, read_results
 from harness.records import write_bytes_atomic
+from harness.text import json_text
 from harness.strategy import RECORD_KINDS
 from harness.scoring.display import display_name, metric_headline
 from harness.scoring.results import scale_of
@@ -37,7 +38,7 @@ def _e(value: Any) -> str:
 
 
 def _json_for_script(data: Any) -> str:
-    text = json.dumps(data, ensure_ascii=False, sort_keys=True)
+    text = json_text(json.dumps(data, ensure_ascii=False, sort_keys=True))  # a lone surrogate: its escape
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 

@@ -27,7 +27,7 @@ def command(args) -> int:
 
     text = json.dumps(json_schema(args.name), indent=2, ensure_ascii=False) + "\n"
     if args.out:
-        write_bytes_atomic(check_output_path(args.out, "--out"), text)
+        write_bytes_atomic(check_output_path(args.out, "--out"), text.encode())
         print(f"wrote {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(text)

@@ -42,6 +42,7 @@ from harness.records import (
     write_bytes_atomic,
     write_json_atomic,
 )
+from harness.text import json_bytes
 
 # Options outside the run key that decide which pairs a run selects or how they are scored: shards
 # that differ in one of them are not parts of one run.
@@ -233,7 +234,7 @@ def _write_merged(shards: list[Shard], tmp: Path, out: Path) -> RunResults:
     failure_rows = [row for shard in shards for row in shard.failure_rows]
     for name, rows in ((SAMPLES_FILE, ok_rows), (FAILURES_FILE, failure_rows)):
         if rows or any((shard.path / name).exists() for shard in shards):
-            write_bytes_atomic(tmp / name, "".join(to_json(row) + "\n" for row in rows))
+            write_bytes_atomic(tmp / name, json_bytes("".join(to_json(row) + "\n" for row in rows)))
 
     dataset = load_run_dataset(first.results, first.claim)
     selected = select_samples(dataset, config)

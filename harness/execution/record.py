@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from pydantic_core import to_json
+from pydantic_core import PydanticSerializationError, to_json
 
 from harness.errors import HarnessError
 from harness.execution.config import RunConfig
@@ -30,6 +30,7 @@ from harness.records import (
     write_json_atomic,
 )
 from harness.redact import mentions_secret
+from harness.text import json_bytes
 from harness.scoring.results import RESULTS_FORMAT, SECTIONS
 from harness.scoring.scores import Interval, Scores, ScoresMeta  # noqa: F401 - their home is harness.scoring.scores
 
@@ -96,6 +97,9 @@ class ModelRecord(_Open):
     context_size: int | None = Field(None, ge=1)
     tokenizer: str | None = None
     endpoint: str | None = Field(None, description="the server's URL, credentials stripped (API backends)")
+    replaced_surrogates: int | None = Field(
+        None, ge=1, description="lone surrogates (\\udXXX escapes in replies, the dataset) sent to the model as U+FFFD"
+    )
 
 
 # max_tokens_source's forms (harness.execution.config) shortened for a table cell
@@ -562,11 +566,15 @@ def write_results(path: str | Path, record: RunResults) -> None:
     indented writer, which runs in Python: seconds at 100,000 samples; floats in positional
     notation, 0.00008 for 8e-05, the same numbers), its per-question rows one at a time into the
     file, never all of it in one string. A text holding a secret is written from the masked values
-    instead, as every file is (``write_json_atomic``)."""
+    instead, as every file is (``write_json_atomic``), and so is one holding a lone surrogate
+    (pydantic cannot encode it; ``write_json_atomic`` writes it as JSON's escape)."""
     rows = record.scores.raw if record.scores is not None else []
-    head = record.model_dump_json(
-        indent=2, exclude_unset=True, exclude={"scores": {"raw": {"__all__"}}} if rows else None
-    )
+    try:
+        head = record.model_dump_json(
+            indent=2, exclude_unset=True, exclude={"scores": {"raw": {"__all__"}}} if rows else None
+        )
+    except PydanticSerializationError:
+        return write_json_atomic(path, results_dict(record))
     scores = head.find('\n  "scores": {')
     at = head.find(_EMPTY_ROWS, scores) if rows and scores >= 0 else -1
     if mentions_secret(head) or (rows and at < 0):
@@ -575,22 +583,25 @@ def write_results(path: str | Path, record: RunResults) -> None:
     def write(f) -> None:
         f.write(head[: at + len(_EMPTY_ROWS) - 1].encode("utf-8"))  # up to the list's "["
         for i, row in enumerate(rows):
-            text = to_json(row, indent=2, inf_nan_mode="null").decode("utf-8")
+            try:
+                text = to_json(row, indent=2, inf_nan_mode="null").decode("utf-8")
+            except PydanticSerializationError:  # a lone surrogate: nothing written yet counts
+                raise _SlowPath from None
             if mentions_secret(text):
-                raise _HoldsSecret
+                raise _SlowPath
             f.write(("," if i else "").encode() + ("\n      " + text.replace("\n", "\n      ")).encode("utf-8"))
         f.write(("\n    ]" + head[at + len(_EMPTY_ROWS) :] + "\n").encode("utf-8"))
 
     if not rows:
-        return write_bytes_atomic(path, head + "\n")
+        return write_bytes_atomic(path, json_bytes(head + "\n"))
     try:
         write_atomic(path, write)
-    except _HoldsSecret:
+    except _SlowPath:
         write_json_atomic(path, results_dict(record))
 
 
 _EMPTY_ROWS = '\n    "raw": []'  # scores.raw as the dump leaves it when its rows are excluded
 
 
-class _HoldsSecret(Exception):
-    pass
+class _SlowPath(Exception):
+    """A row holds a secret or a lone surrogate: the file is written by ``write_json_atomic``."""

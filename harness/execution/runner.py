@@ -516,6 +516,8 @@ class Run:
                 self.scorer.close()
             if todo and model_info is not None:
                 model_info = {**model_info, **self.backend.usage_facts()}  # per-server counts
+                if self.backend.replaced_surrogates:  # said once when it happened; counted here
+                    model_info["replaced_surrogates"] = self.backend.replaced_surrogates
             await self.backend.close()
             n_finished = len(finished)  # before results.json takes the rows
             try:
