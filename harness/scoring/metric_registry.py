@@ -20,6 +20,8 @@ METRICS: Registry[Metric] = Registry(
         "bleurt": "harness.scoring.bleurt:bleurt",
         "llm-judge": "harness.scoring.llm_judge:llm_judge",
         "agent": "harness.scoring.agent_metrics:agent",
+        "calibration": "harness.scoring.calibration:calibration",
+        "citations": "harness.scoring.citations:citations",
     },
     coerce=as_metric,
 )

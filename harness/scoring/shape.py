@@ -117,11 +117,16 @@ AGENT_DETAIL = frozenset({"agent.evidence_precision", "agent.rounds", "agent.tok
 
 
 def headline_of(name: str) -> bool:
-    """Shown in tables: F-scores and accuracies, not their precision/recall parts."""
+    """Shown in tables: F-scores and accuracies, not their precision/recall parts, unless the metric
+    declares them its headline (citations' precision and recall are its numbers)."""
     if name.startswith("agent."):
         return name not in AGENT_DETAIL
     last = name.rsplit(".", 1)[-1]
-    return not (last in ("precision", "recall") or last.endswith(("_precision", "_recall")))
+    if not (last in ("precision", "recall") or last.endswith(("_precision", "_recall"))):
+        return True
+    from harness.scoring.display import metric_headline
+
+    return name in metric_headline(name.partition(".")[0])
 
 
 def _is_count_name(name: str) -> bool:
