@@ -157,6 +157,18 @@ def add_run_options(p) -> None:
     g = p.add_argument_group("prompt")
     g.add_argument("--current-date", help="'Current date' in the FanOutQA prompts (default 11-20-2023, the paper's)")
     g.add_argument("--prompt-template", help="template name in prompts/ or a .txt file (default: the strategy's)")
+    g.add_argument(
+        "--confidence",
+        action="store_true",
+        help="ask for a stated confidence with each answer (BrowseComp's 'Confidence: N%%' line): read and removed "
+        "before scoring, scored by the calibration metric (added to the default metrics); in the run key",
+    )
+    g.add_argument(
+        "--citations",
+        action="store_true",
+        help="ask each answer item to cite the Wikipedia pages it rests on as [Title] (BrowseComp-Plus's citations): "
+        "read and removed before scoring, scored by the citations metric (added to the default metrics); in the run key",
+    )
     g = p.add_argument_group("generation (greedy by default)")
     g.add_argument("--temperature", type=float, help="default 0")
     g.add_argument("--top-p", type=float, help="default 1")

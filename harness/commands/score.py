@@ -37,6 +37,20 @@ def add_parser(sub) -> None:
     p.add_argument("--out", help="write the scores JSON here (default: print it)")
     add_scoring_options(p, suppress=False)
     p.add_argument(
+        "--confidence",
+        action="store_true",
+        default=None,
+        help="the answers end with a stated confidence ('Confidence: N%%', as harness run --confidence asks): read and "
+        "removed before scoring (default: as the run was made; generations: no)",
+    )
+    p.add_argument(
+        "--citations",
+        action="store_true",
+        default=None,
+        help="the answers cite pages as [Title] (as harness run --citations asks): read and removed before scoring "
+        "(default: as the run was made; generations: no)",
+    )
+    p.add_argument(
         "--only-answered",
         action="store_true",
         help="score only questions that have an answer (official only_score_answered); default counts them as 0",
@@ -65,6 +79,8 @@ def command(args: argparse.Namespace) -> int:
         strip_reasoning=args.strip_reasoning,
         metric_options=args.metric_options,
         max_answer_chars=args.max_answer_chars,
+        confidence=args.confidence,
+        citations=args.citations,
         only_answered=args.only_answered,
         drop_other_metrics=args.drop_other_metrics,
     )

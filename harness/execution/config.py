@@ -118,6 +118,20 @@ class RunConfig(BaseModel):
     sample_timeout: float = Field(600.0, gt=0, le=WEEK_S, description="seconds per sample (paper: 600)")
     current_date: str = Field("11-20-2023", description="'Current date' in the FanOutQA prompts")
     prompt_template: str | None = Field(None, description="template name in prompts/ or a file path")
+    # Opt-in instructions added to the prompt whose reply is the answer (harness.strategy.answer_instructions):
+    # in the run key when on (they change what is asked), left out when off (keys made before them kept)
+    confidence: bool = Field(
+        False,
+        description="ask for a stated confidence with each answer (BrowseComp's 'Confidence: ...%' line, "
+        "prompts/instructions/confidence.txt); read and removed before scoring, scored by the calibration metric",
+        json_schema_extra={"neutral": False},
+    )
+    citations: bool = Field(
+        False,
+        description="ask each answer to cite the Wikipedia pages it rests on as [Title] (BrowseComp-Plus's "
+        "citations, prompts/instructions/citations.txt); read and removed before scoring, scored by the citations metric",
+        json_schema_extra={"neutral": False},
+    )
     cache: bool = True
     cache_path: str | None = None
     # scoring (never changes generation) --------------------------------------------------------
@@ -276,6 +290,8 @@ class RunConfig(BaseModel):
             metric_options=self.metric_options,
             max_answer_chars=self.max_answer_chars,
             metric_timeout=self.metric_timeout,
+            confidence=self.confidence,
+            citations=self.citations,
         )
 
     def config_hash(self, extra: dict[str, Any] | None = None) -> str:

@@ -137,7 +137,9 @@ class Run:
         config = self.config
         self.dataset = load_dataset(config.dataset, config.data_path)
         self.samples = select_samples(self.dataset, config)
-        metrics = run_metrics(config.metrics, self.dataset, self.agent.records)  # recorded: `score RUN_DIR` reads it
+        metrics = run_metrics(  # recorded: `score RUN_DIR` reads it
+            config.metrics, self.dataset, self.agent.records, config.confidence, config.citations
+        )
         if metrics != config.metrics:
             self.config = config = config.model_copy(update={"metrics": metrics})
         # Constructed now (cheap: no model load, no server) so a bad model name or a missing
@@ -406,7 +408,10 @@ class Run:
             from harness.scoring.streaming import StreamingScorer, streamable_metrics
 
             loader = DATASETS.resolve(parse_spec(config.dataset)[0]).obj
-            names = list(run_metrics(config.metrics, loader, self.agent.records) or loader.metrics)
+            names = list(
+                run_metrics(config.metrics, loader, self.agent.records, config.confidence, config.citations)
+                or loader.metrics
+            )
             if not streamable_metrics(names):
                 return None
             return StreamingScorer(names, config.scoring_options())

@@ -170,13 +170,25 @@ def stopped_reason(status: str | None, error: str | None = None) -> str:
 AGENT_METRIC_RECORDS = ("searches", "evidence_recall")
 
 
-def run_metrics(metrics: list[str] | None, dataset: Dataset, records: tuple[str, ...] | list[str]) -> list[str] | None:
+def run_metrics(
+    metrics: list[str] | None,
+    dataset: Dataset,
+    records: tuple[str, ...] | list[str],
+    confidence: bool = False,
+    citations: bool = False,
+) -> list[str] | None:
     """A run's metrics: ``--metrics`` as given; else, for a strategy that records searches or
-    evidence recall (open-book, retrieve-read), the dataset's plus ``agent``; else None (the
-    dataset's). The runner records the result in its config, so ``harness score RUN_DIR`` scores it too."""
-    if metrics or not set(records) & set(AGENT_METRIC_RECORDS):
+    evidence recall (open-book, retrieve-read), the dataset's plus ``agent``, and ``calibration`` /
+    ``citations`` for a run that asks for a confidence / citations; else None (the dataset's). The
+    runner records the result in its config, so ``harness score RUN_DIR`` scores it too."""
+    if metrics:
         return metrics
-    return [*dataset.metrics, "agent"]
+    added = [
+        *(["agent"] if set(records) & set(AGENT_METRIC_RECORDS) else []),
+        *(["calibration"] if confidence else []),
+        *(["citations"] if citations else []),
+    ]
+    return [*dataset.metrics, *added] if added else metrics
 
 
 def read_run_files(run_dir: str | Path) -> tuple[RunResults | None, RunClaim | None]:
@@ -404,6 +416,8 @@ SHARED_FACTS: tuple[tuple[str, str], ...] = (
     ("epoch_reducer", "the epoch reducer"),
     ("options.max_answer_chars", "--max-answer-chars"),
     ("options.strip_reasoning", "--strip-reasoning"),
+    ("options.confidence", "--confidence"),
+    ("options.citations", "--citations"),
     ("clustering.by", "--cluster-by"),
 )
 

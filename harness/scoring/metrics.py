@@ -90,6 +90,10 @@ class ScoringOptions(BaseModel):
     # {metric: {option: value}} as given (--metric-option / YAML metric_options), checked against each
     # metric's declared options; what is not given is the metric's default (the official value)
     metric_options: dict[str, dict[str, Any]] = Field(default_factory=dict, description="each metric's options")
+    # What the run asked each answer to state (harness.scoring.statements): read, and taken out of the
+    # answer before any metric reads it; the calibration and citations metrics score what was stated.
+    confidence: bool = Field(False, description="answers end with a stated confidence (--confidence)")
+    citations: bool = Field(False, description="answers cite the pages they rest on in [brackets] (--citations)")
     # A plugin metric that takes longer (a hang) is that metric's failure, recorded in scores.meta;
     # built-in metrics are the harness's own code and run untimed (the LLM judge's requests have theirs).
     metric_timeout: float = Field(600.0, gt=0, le=WEEK_S, description="seconds one plugin metric may take")
@@ -154,6 +158,10 @@ class MetricOptions(BaseModel):
 NEEDS = {
     "judge": "--judge MODEL (e.g. openai/gpt-4o-2024-11-20, FanOutQA's; no judge runs unless named: it costs money)",
     "bleurt_checkpoint": "--bleurt-checkpoint DIR (a bleurt-pytorch checkpoint folder; none can be downloaded here)",
+    "confidence": "answers with a stated confidence: harness run --confidence (harness score --confidence for "
+    "generations that state one)",
+    "citations": "answers that cite their pages: harness run --citations (harness score --citations for generations "
+    "that cite)",
 }
 
 
@@ -839,7 +847,8 @@ def _rounds_without_repeats(ids: list[str]) -> list[list[int]]:
 def prepare_answers(
     answers: list[dict[str, Any]], options: ScoringOptions
 ) -> tuple[list[dict[str, Any]], dict[str, int], dict[str, Any]]:
-    """The answers as every metric reads them: reasoning removed (``strip_reasoning``), then capped
+    """The answers as every metric reads them: reasoning removed (``strip_reasoning``), then what the
+    run asked them to state taken out (``stated``: a confidence, citations), then capped
     (``cap_answers``). Returns (answers, oversized lengths, what meta records of the reasoning removed:
     how many answers had some, and the ids of those with a block never closed, cut from its tag on)."""
     from harness.scoring.reasoning import strip_reasoning
@@ -856,8 +865,23 @@ def prepare_answers(
                 a = {**a, "answer": text}
             out.append(a)
         answers = out
+    if options.confidence or options.citations:
+        answers = [stated(a, options) for a in answers]
     answers, oversized = cap_answers(answers, options.max_answer_chars)
     return answers, oversized, {"n_answers": stripped, "unclosed": unclosed}
+
+
+def stated(answer: dict[str, Any], options: ScoringOptions) -> dict[str, Any]:
+    """An answer record with what it states taken out of its answer (``harness.scoring.statements``):
+    its ``confidence`` (``options.confidence``) and its ``citations`` (``options.citations``) beside it."""
+    from harness.scoring.statements import split_citations, split_confidence
+
+    out = dict(answer)
+    if options.confidence:
+        out["answer"], out["confidence"] = split_confidence(out.get("answer"))
+    if options.citations:
+        out["answer"], out["citations"] = split_citations(out.get("answer"))
+    return out
 
 
 def with_rows(answers: list[dict[str, Any]], rows: dict[str, dict[str, Any]] | None) -> list[dict[str, Any]]:
@@ -865,8 +889,12 @@ def with_rows(answers: list[dict[str, Any]], rows: dict[str, dict[str, Any]] | N
     metric's (None: finished unanswered), with ``row``; without rows, the answers with ``row`` None."""
     if rows is None:
         return [{**a, "row": None} for a in answers]
-    prepared = {a["id"]: a["answer"] for a in answers}
-    return [{"id": qid, "answer": prepared.get(qid), "row": row} for qid, row in rows.items()]
+    prepared = {a["id"]: a for a in answers}  # with what each answer states (``stated``), where read
+    out = []
+    for qid, row in rows.items():
+        given = prepared.get(qid, {})
+        out.append({**given, "id": qid, "answer": given.get("answer"), "row": row})
+    return out
 
 
 def cap_answers(answers: list[dict[str, Any]], max_chars: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
