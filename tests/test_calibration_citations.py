@@ -279,7 +279,7 @@ def test_open_book_run_states_confidence_and_citations_scored_rescored_and_shown
     assert harness.score(str(tmp_path / "a"), save=False).as_dict() == scores
     # leaderboard, table, compare and report show them like any metric
     board = build_leaderboard(tmp_path)
-    assert {"calibration.ece", "calibration.brier", "citations.gold.precision"} <= set(board["metrics"])
+    assert {"calibration.ece", "calibration.brier", "citations.gold.precision"} <= set(board.metrics)
     table = format_markdown(board)
     assert "Calibration error (0-1)" in table and "Citation precision (gold) (0-1)" in table
     compared = compare_runs([load_run(tmp_path / "a"), load_run(tmp_path / "b")])
