@@ -369,7 +369,7 @@ def _per_question(results: RunResults, key: str) -> tuple[dict[str, float], Any,
     such mean (corpus BLEU, a ratio) is a one-line error."""
     from harness.scoring.display import kind_of, metric_of
     from harness.scoring.kinds import key_path
-    from harness.scoring.uncertainty import collapse_repeats, declared_sources, leaf, plan_leaf
+    from harness.scoring.uncertainty import declared_sources, leaf, plan_leaf
 
     scores = results.scores
     name, _, rest = key.partition(".")
@@ -379,15 +379,15 @@ def _per_question(results: RunResults, key: str) -> tuple[dict[str, float], Any,
     path = key_path(rest)
     metric = metric_of(name)
     kind = metric.kind_of(path) if metric is not None else kind_of(key)
-    rows = [r for r in collapse_repeats(list(scores.raw)) if isinstance(r.get(name), dict)]
-    plan = plan_leaf(path, leaf(aggregate, path), [r[name] for r in rows], declared_sources(metric, aggregate), kind)
+    rows = scores.metric_rows(name)  # {question id: its values of this metric}
+    plan = plan_leaf(path, leaf(aggregate, path), list(rows.values()), declared_sources(metric, aggregate), kind)
     if not plan or plan["kind"] != "mean":
         raise HarnessError(f"--metric {key}: not a mean of per-question values, so it has no value per question to bin")
     values = {}
-    for r in rows:
-        value = leaf(r[name], plan["source"])
+    for qid, row in rows.items():
+        value = leaf(row, plan["source"])
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            values[r["question_id"]] = float(value)
+            values[qid] = float(value)
     return values, kind, plan["scale"]
 
 
@@ -402,6 +402,7 @@ def effort_spec(
     its 95% interval as the metric's kind asks (Wilson for a share, else the normal interval); the
     questions a point stands for are its ``n``. ``runs``: (source, results, ``effort_of_rows``).
     Default axes: searches and tokens; default metric: the dataset headline."""
+    from harness.scoring.scores import Interval
     from harness.scoring.uncertainty import leaf_interval
 
     if not runs:
@@ -451,7 +452,7 @@ def effort_spec(
                 points = []
                 for b in sorted(bins):
                     xs, ys = zip(*bins[b])
-                    interval = leaf_interval(kind, list(ys), None, times).get("ci95")
+                    interval = Interval.model_validate(leaf_interval(kind, list(ys), None, times)).ci95
                     points.append(
                         Point(
                             x=sum(xs) / len(xs),

@@ -131,11 +131,11 @@ def _add_gold_matches(results: RunResults, rows: list[dict[str, Any]], samples: 
     from harness.scoring.matches import MATCHED_METRICS, answer_matches
     from harness.scoring.metrics import ScoringOptions
 
-    meta = results.scores.meta if results.scores is not None else None
-    metrics = [m for m in (meta.metrics if meta is not None else []) if m in MATCHED_METRICS]
+    scores = results.scores
+    metrics = [m for m in (scores.meta.metrics if scores is not None else []) if m in MATCHED_METRICS]
     if not metrics:
         return
-    given = {k: v for k, v in (meta.options or {}).items() if k in ("strip_reasoning", "max_answer_chars", "metric_options")}
+    given = scores.recorded_options("strip_reasoning", "max_answer_chars", "metric_options")
     try:
         options = ScoringOptions.model_validate(given)
     except ValidationError:  # options this harness no longer reads: the defaults

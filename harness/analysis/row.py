@@ -25,7 +25,6 @@ from harness.execution.record import CostRecord, Decoding, RunResults, SearchSpa
 from harness.redact import strip_credentials
 from harness.scoring.display import dataset_headline
 from harness.scoring.scores import Scores
-from harness.scoring.uncertainty import _flat_leaves
 
 ANSWERED = "answered"  # the outcome of a sample that ended with an answer (harness.strategy.SampleResult)
 SCORED_AS_WRONG = "scored as wrong, the metrics' rule for a missing answer"
@@ -308,7 +307,7 @@ class RunRow(BaseModel):
             failure_note=note,
             headline=dataset_headline(results.dataset.name, names),
             metrics=metrics,
-            numbers=_numbers(scores),
+            numbers=scores.metric_values(),  # every numeric leaf, counts included, None kept
             null_reasons=null_reasons,
             stderr={m: None if failed else errors[m].stderr for m in metrics if m in errors},
             ci95={m: None if failed else errors[m].ci95 for m in metrics if m in errors},
@@ -346,18 +345,6 @@ def config_leaves(config: RunConfig, endpoint: str | None = None) -> dict[str, A
         out.update(base_url=strip_credentials(config.backend.base_url))
     if endpoint:
         out["endpoint"] = strip_credentials(endpoint)
-    return out
-
-
-def _numbers(scores: Scores) -> dict[str, float | None]:
-    """Every numeric leaf of the run's metrics as ``METRIC.LEAF``, None kept (no value)."""
-    out: dict[str, float | None] = {}
-    for metric, aggregate in scores.metric_aggregates().items():
-        if isinstance(aggregate, dict):
-            for path, value in _flat_leaves(aggregate).items():
-                out[".".join((metric, *path))] = None if value is None else float(value)
-        elif aggregate is None or isinstance(aggregate, (int, float)):
-            out[metric] = None if aggregate is None else float(aggregate)
     return out
 
 

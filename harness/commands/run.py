@@ -443,9 +443,8 @@ def print_scores(scores: Scores | None, file) -> None:
         return
     for line in scores.summary_lines():
         print(f"  {line}", file=file)
-    clustering = scores.meta.clustering
-    if clustering.get("by"):
-        print(f"  (errors clustered by {clustering['by']}: {clustering['n_clusters']} clusters)", file=file)
+    if scores.cluster_by:
+        print(f"  (errors clustered by {scores.cluster_by}: {scores.n_clusters} clusters)", file=file)
     for line in scores.breakdown_lines():
         print(f"  {line}", file=file)
     line = oversized_line(scores)
@@ -455,11 +454,11 @@ def print_scores(scores: Scores | None, file) -> None:
 
 def oversized_line(scores: Scores | dict[str, Any]) -> str | None:
     """One line on the answers scored only in part (longer than max_answer_chars), or None."""
-    meta = scores.meta.model_dump() if isinstance(scores, Scores) else scores.get("meta") or {}
-    n = meta.get("n_oversized_answers") or 0
+    scores = Scores.of(scores)
+    n = scores.n_oversized_answers
     if not n:
         return None
-    cap = (meta.get("options") or {}).get("max_answer_chars")
+    cap = scores.recorded_options("max_answer_chars").get("max_answer_chars")
     first = f"{cap:,}" if isinstance(cap, int) else "max_answer_chars"
     return (
         f"{n} answer{'s' if n != 1 else ''} longer than max_answer_chars {'were' if n != 1 else 'was'} scored on "
