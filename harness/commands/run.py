@@ -116,10 +116,14 @@ def add_run_options(p) -> None:
     )
     g.add_argument(
         "--shard",
-        metavar="I/K",
+        metavar="I/K|auto",
         help="run only shard I of K: the selected questions whose id hashes to I (each with all its epochs); "
         "the K shards are disjoint, together the whole selection, and share the run's key: run each into its "
-        "own --out (default: the run's directory name + -shardIofK), then harness merge DIR... --out DIR",
+        "own --out (default: the run's directory name + -shardIofK), then harness merge DIR... --out DIR. "
+        "auto: I and K from the scheduler that started this process (a Slurm job array's SLURM_ARRAY_TASK_*, "
+        "a Kubernetes Indexed Job's JOB_COMPLETION_INDEX with HARNESS_SHARD_COUNT, or HARNESS_SHARD_INDEX "
+        "with HARNESS_SHARD_COUNT), the variables recorded in config.shard_env; missing or disagreeing "
+        "ones are refused before anything runs",
     )
     g.add_argument(
         "--out",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from harness.errors import ConfigError, HarnessError
+from harness.execution.shard_env import is_auto, shard_from_env
 from harness.models import DEFAULT_MODEL, DEFAULT_MODEL_MAX_TOKENS, parse_model
 from harness.models.base import WEEK_S, BackendOptions, GenerationParams
 
@@ -34,6 +36,7 @@ NOT_HASHED = frozenset(
         # which part of the selection this run directory holds: every shard of a run has the run's key,
         # so its shards merge into it (``harness merge``); a run directory holds one shard
         "shard",
+        "shard_env",  # where --shard auto read I/K from: the key is the explicit --shard I/K's
         "out",
         "max_connections",
         "cache",
@@ -111,7 +114,12 @@ class RunConfig(BaseModel):
     shard: str | None = Field(
         None,
         description="I/K: run only shard I of K of the selected questions (each with all its epochs); "
-        "harness merge joins the K shards into the whole run",
+        "harness merge joins the K shards into the whole run; auto: I and K from the scheduler's variables "
+        "(Slurm job array, Kubernetes Indexed Job, HARNESS_SHARD_INDEX/COUNT), recorded here as I/K",
+    )
+    shard_env: dict[str, str] | None = Field(
+        None,
+        description="--shard auto: the scheduler's variables I/K was read from, as set (e.g. SLURM_ARRAY_TASK_ID)",
     )
     out: str | None = None
     max_connections: int = Field(4, ge=1, le=10_000)
@@ -245,6 +253,17 @@ class RunConfig(BaseModel):
     def max_tokens_source(self) -> str:
         return self._max_tokens_source
 
+    @model_validator(mode="before")
+    @classmethod
+    def _shard_auto(cls, data: Any) -> Any:
+        """--shard auto becomes the I/K of the scheduler's variables (harness.execution.shard_env),
+        here, so it is resolved (or refused in one line) before anything runs, from the CLI, a YAML
+        file or the Python API alike; the variables read go to shard_env."""
+        if isinstance(data, dict) and is_auto(data.get("shard")):
+            spec, read = shard_from_env(os.environ)
+            data = {**data, "shard": spec, "shard_env": read}
+        return data
+
     @field_validator("shard", mode="before")
     @classmethod
     def _shard_spec(cls, value: Any) -> Any:
@@ -311,7 +330,7 @@ def _model_facts(model: str):
     return facts_for(prefix, name)
 
 
-SHARD_FORM = "expected I/K, shard I of K with 1 <= I <= K (e.g. --shard 2/3)"
+SHARD_FORM = "expected I/K, shard I of K with 1 <= I <= K (e.g. --shard 2/3), or auto (from the scheduler)"
 
 
 def parse_shard(value: Any) -> tuple[int, int]:

@@ -225,7 +225,7 @@ def _write_merged(shards: list[Shard], tmp: Path, out: Path) -> RunResults:
     from harness.strategy import create_agent
 
     first = shards[0]
-    config = first.config.model_copy(update={"shard": None, "out": str(out), "only_failed": False})
+    config = first.config.model_copy(update={"shard": None, "shard_env": None, "out": str(out), "only_failed": False})
     claim = first.claim.model_dump(mode="json") if first.claim is not None else {}
     run_id = directory_run_id(first.config_hash, out, now_iso())  # the merged directory's run, not a shard's
     claim.update(config_hash=first.config_hash, run_id=run_id, config=config.model_dump(mode="json"))

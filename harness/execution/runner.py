@@ -26,6 +26,7 @@ from harness.execution.paths import directory_run_id, portable, portable_record
 from harness.execution.progress import Progress
 from harness.execution.record import RunResults, read_results, write_results
 from harness.execution.scoring import run_metrics, score_records, stopped_reason
+from harness.execution.shard_env import shard_env_line
 from harness.scoring.metrics import resolve_metrics
 from harness.execution.summary import build_results, now_iso, search_space_info, snapshot_hash, snapshot_text_search
 from harness.execution.watchdog import LoopWatch
@@ -473,6 +474,8 @@ class Run:
             "cache_hits": 0,
             "attempted_ids": [work_key(s.id, e) for s, e in todo],
         }
+        if self.config.shard_env:  # --shard auto: what this invocation read its shard from (a rerun may differ)
+            self.invocation["shard_env"] = dict(self.config.shard_env)
         status = "complete"
         model_info = previous.model.model_dump(mode="json", exclude_unset=True) if previous and previous.model else None
         failures: dict[str, dict[str, Any]] = {}
@@ -494,7 +497,9 @@ class Run:
                 self.agent.prepare(self.backend, self.snapshot)
             self._claim_run_dir()
             print(
-                f"run {self.run_id}{f' shard {self.config.shard}' if self.config.shard else ''}: "
+                f"run {self.run_id}{f' shard {self.config.shard}' if self.config.shard else ''}"
+                + (f" (--shard auto: {shard_env_line(self.config.shard_env)})" if self.config.shard_env else "")
+                + ": "
                 f"{len(todo)} of {len(self.samples) * self.config.epochs} samples to do"
                 + (f" ({len(self.samples)} questions x {self.config.epochs} epochs)" if self.config.epochs > 1 else "")
                 + f" -> {self.run_dir}",
