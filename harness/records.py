@@ -24,6 +24,7 @@ from harness.text import JSON_ERRORS, document_bytes
 SAMPLES_FILE = "samples.jsonl"
 FAILURES_FILE = "failures.jsonl"
 RESULTS_FILE = "results.json"
+RETRIEVAL_FILE = "retrieval.json"  # harness retrieval-eval --out-dir: a retriever alone, no reader
 CONFIG_FILE = "config.json"
 ERROR_LOG = "errors.log"
 LOG_DIR = "logs"  # logs of the processes a backend starts (model worker, launched server)

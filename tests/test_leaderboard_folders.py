@@ -79,8 +79,11 @@ def test_several_folders_links_followed_each_run_once_and_every_skip_named(tree,
         if not row["failed"]:
             assert row["metrics"] == metric_values(results["scores"])
             assert 0 < row["metrics"][next(m for m in row["metrics"] if m.endswith(".f1"))] < 1
-    # the file format: the keys written before the rows were typed (RunRow dumped), in that order
-    assert list(board) == ["roots", "generated_at", "key", "metrics", "scales", "labels", "rows", "skipped", "warnings"]
+    # the file format: the keys written before the rows were typed (RunRow dumped), in that order; then
+    # the retriever rows (harness retrieval-eval), empty here
+    keys = ["roots", "generated_at", "key", "metrics", "scales", "labels", "rows", "skipped", "warnings"]
+    assert list(board) == [*keys, "retrievers", "retriever_metrics"]
+    assert board["retrievers"] == [] and board["retriever_metrics"] == []
     for row in board["rows"]:
         assert list(row) == BOARD_ROW_KEYS
 

@@ -5,7 +5,10 @@ as a markdown table. Runs that share a key are separate rows, told apart by the 
 differ. A run in which no sample finished is failed: its values are null (``n/a``), never 0, and it
 sorts after the runs that have values. Samples that finished without an answer (``max_steps``, ...)
 are counted beside the numbers with why (``harness.analysis.row``: answered is computed there once);
-they are scored as wrong. Every folder passed over is listed with the reason."""
+they are scored as wrong. Every folder passed over is listed with the reason. Retriever evaluations
+(``harness retrieval-eval --out-dir``: a folder with ``retrieval.json``) are rows of their own
+(``harness.analysis.retrievers``): the JSON's ``retrievers``, their own markdown table, never mixed
+with the runs."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, WrapSerializer
 
+from harness.analysis.retrievers import RetrieverRow, format_retrievers, load_retriever_row, retriever_metrics
 from harness.analysis.row import RunRow
 from harness.analysis.runs import Skipped, find_runs
 from harness.errors import HarnessError
@@ -91,6 +95,9 @@ class Leaderboard(BaseModel):
     rows: list[Annotated[RunRow, WrapSerializer(_row_json)]]
     skipped: list[Skipped]
     warnings: list[str]
+    # retriever evaluations (retrieval.json folders): their own rows and columns, never runs
+    retrievers: list[RetrieverRow] = []
+    retriever_metrics: list[str] = []
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
@@ -126,7 +133,14 @@ def build_leaderboard(roots: str | Path | list[str | Path]) -> Leaderboard:
             rows.append(load_row(run_dir))
         except HarnessError as exc:  # the message names the file and what is wrong with it
             skipped.append(Skipped(path=str(run_dir), reason=str(exc)))
-    if not rows:
+    retrievers: list[RetrieverRow] = []
+    for folder in search.retrievals:
+        try:
+            retrievers.append(load_retriever_row(folder))
+        except HarnessError as exc:
+            skipped.append(Skipped(path=str(folder), reason=str(exc)))
+    retrievers.sort(key=lambda r: r.sort_key)
+    if not rows and not retrievers:
         said = "; ".join(f"{s.path}: {s.reason}" for s in skipped[:3]) + ("; ..." if len(skipped) > 3 else "")
         passed = f"; passed over: {said}" if skipped else ""
         raise HarnessError(f"no runs (folders with {RESULTS_FILE}) under {', '.join(map(str, roots))}{passed}")
@@ -154,6 +168,8 @@ def build_leaderboard(roots: str | Path | list[str | Path]) -> Leaderboard:
         rows=rows,
         skipped=skipped,
         warnings=warnings,
+        retrievers=retrievers,
+        retriever_metrics=retriever_metrics(retrievers),
     )
 
 
@@ -212,6 +228,14 @@ def _metric_cell(r: RunRow, m: str) -> Any:
 
 
 def format_markdown(board: Leaderboard) -> str:
+    """The runs' table, then the retrievers' (``## Retrievers``) where there are any: two tables."""
+    parts = [_runs_markdown(board)] if board.rows or not board.retrievers else []
+    if board.retrievers:
+        parts.append(format_retrievers(board.retrievers))
+    return "\n\n".join(parts)
+
+
+def _runs_markdown(board: Leaderboard) -> str:
     metrics = [m for m in board.metrics if is_headline(m)]
     by_key = column_labels(metrics, board.scales)
     labels = [by_key[m] for m in metrics]

@@ -23,6 +23,7 @@ from harness.execution.config import RunConfig
 from harness.records import (
     CONFIG_FILE,
     RESULTS_FILE,
+    RETRIEVAL_FILE,
     read_json,
     transcript_of,
     write_atomic,
@@ -470,11 +471,104 @@ class RunClaim(BaseModel):
         return data
 
 
-SCHEMAS = {"results": RunResults, "samples": SampleRow, "config": RunConfig}
+RETRIEVAL_FORMAT = 1
+
+
+class RetrievalDataset(_Open):
+    """The questions a retriever was scored on: the dataset and the selection."""
+
+    name: str | None = None
+    split: str | None = None
+    version: str | None = None
+    spec: str
+    sha256: str | None = None
+    n_total: int | None = Field(None, ge=0)
+    n_selected: int = Field(ge=0)
+    limit: int | None = Field(None, description="--limit: only the first N questions")
+    sample_ids: list[str] | None = Field(None, description="--sample-id: only these questions")
+
+
+class RetrievalSnapshot(_Open):
+    path: str
+    content_sha256: str | None = Field(None, description="the snapshot's content identity (the index is built on it)")
+
+
+class RetrievalQuestion(_Open):
+    """One question: its query, the ranking searched, its values (or why it was skipped)."""
+
+    id: str
+    query: str
+    hits: list[list[Any]] = Field(description="[passage id, page title, score], best first")
+    values: dict[str, dict[str, float]] | None = Field(None, description="METRIC -> K -> value")
+    skipped: str | None = None
+
+
+class RetrievalResults(BaseModel):
+    """``retrieval.json`` (``harness retrieval-eval --out-dir DIR``; ``--out FILE`` writes the same):
+    a retriever scored alone, no reader. ``kind: retrieval`` tells it from a run's results; the
+    leaderboard lists each as a retriever row, apart from the runs. Its conditions: the snapshot
+    and search space, the index (retriever, passages, its build options), the dataset and the
+    questions selected, the metrics' options; ``per_question`` holds each question's values, so
+    every interval (``uncertainty["METRIC@K"]``) can be computed again."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), json_schema_extra={"$schema": JSON_SCHEMA_DIALECT})
+
+    kind: Literal["retrieval"] = "retrieval"
+    retrieval_format: Literal[1] = RETRIEVAL_FORMAT
+    created_at: str | None = None
+    harness: HarnessInfo = Field(default_factory=HarnessInfo)
+    dataset_name: str
+    dataset: RetrievalDataset
+    snapshot: RetrievalSnapshot
+    search_space: SearchSpaceRecord | None = None
+    index: dict[str, Any] = Field(
+        description="the index searched, as its meta.json says (retriever, passages, bm25/dense options)"
+    )
+    retriever: str
+    passages: str | None = None
+    question_representation: str
+    ks: list[int]
+    ndcg_k: int | None = Field(None, description="nDCG's cutoff (None: written before nDCG was computed)")
+    cluster_by: str | None = Field(None, description="the sample field clustering the intervals (None: by question)")
+    n_questions: int = Field(ge=0)
+    n_evaluated: int = Field(ge=0)
+    skipped: dict[str, int] = Field(description="questions not evaluated, by reason")
+    gold_coverage: dict[str, int] = Field(description="gold pages, and of them those in the snapshot")
+    metric_names: list[str] = Field(description="the metrics at every K (nDCG apart, at ndcg_k)")
+    metrics: dict[str, dict[str, float]] = Field(description="METRIC -> K -> mean over the questions with a value")
+    metric_counts: dict[str, int] = Field(description="METRIC -> questions with a value")
+    uncertainty: dict[str, Interval] = Field({}, description="METRIC@K -> value, stderr, 95% interval, method, kind")
+    metric_info: dict[str, Any] = {}
+    metric_options: dict[str, dict[str, Any]] = {}
+    timing: dict[str, Any] = {}
+    per_question: list[RetrievalQuestion] = []
+
+
+def read_retrieval(path: str | Path) -> RetrievalResults:
+    """A ``retrieval.json`` (or its folder), typed; one line naming the file and the field otherwise."""
+    path = Path(path)
+    file = path / RETRIEVAL_FILE if path.is_dir() else path
+    if not file.exists():
+        raise HarnessError(f"{path}: no {RETRIEVAL_FILE} there")
+    data = read_json(file)
+    if not isinstance(data, dict) or data.get("kind", "retrieval") != "retrieval" or "retriever" not in data:
+        raise HarnessError(f"{file}: not a harness retrieval-eval file")
+    version = data.get("retrieval_format", RETRIEVAL_FORMAT)
+    if version != RETRIEVAL_FORMAT:
+        raise HarnessError(f"{file}: retrieval format {version!r}; this harness reads format {RETRIEVAL_FORMAT}")
+    try:
+        return RetrievalResults.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        more = f"; {exc.error_count() - 1} more" if exc.error_count() > 1 else ""
+        raise HarnessError(f"{file}: field {_where(first)}: {first['msg'].lower()}{more}") from None
+
+
+SCHEMAS = {"results": RunResults, "samples": SampleRow, "config": RunConfig, "retrieval": RetrievalResults}
 
 
 def json_schema(name: str) -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of ``results``, ``samples`` (one row) or ``config``."""
+    """The JSON Schema (draft 2020-12) of ``results``, ``samples`` (one row), ``config`` or ``retrieval``."""
     schema = SCHEMAS[name].model_json_schema(mode="serialization" if name != "config" else "validation")
     return {"$schema": JSON_SCHEMA_DIALECT, **{k: v for k, v in schema.items() if k != "$schema"}}
 
