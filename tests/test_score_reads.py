@@ -59,6 +59,7 @@ ALLOWED = {
         "a row of ablation.json (written by _row from each Interval, read back from the file, any version)"
     ),
     ("harness/analysis/retrieval_eval.py", "format_table", "n_questions"): "retrieval_eval's own result, not a run's",
+    ("harness/analysis/retrieval_eval.py", "format_table", "uncertainty"): "retrieval_eval's own result (its nDCG interval), not a run's",
     ("harness/commands/score.py", "command", ".as_dict"): "the scores JSON written (--out, or stdout)",
 }
 
