@@ -4,7 +4,9 @@ tests/fixtures/scores_reduced_merged.json, written by this module (``python
 tests/test_scores_golden.py``; each metric's info by its keys alone) before both were moved onto the typed ``Scores``. Inputs: real
 FanOutQA dev questions (with their categories: a breakdown) and TopiOCQA dev turns (corpus BLEU:
 a number with no per-question value), answered right, partly and wrong by turn over the epochs;
-one question unfinished in an epoch, one epoch with nothing finished."""
+one question unfinished in an epoch, one epoch with nothing finished. Scoring options added since
+(``confidence``, ``citations``: both off) were inserted into the stored ``meta.options`` by hand,
+at their defaults; nothing else in the file was rewritten."""
 
 from __future__ import annotations
 
