@@ -309,7 +309,8 @@ def test_default_metrics_and_refusals(capsys, tmp_path):
     assert "metric calibration needs answers with a stated confidence" in refused("--metrics", "em-f1,calibration")
     assert "metric citations needs answers that cite" in refused("--metrics", "citations")
     assert "calibration.correct" in refused("--confidence", "--metric-option", "calibration.correct=em-f1")
-    assert "cannot say which answers are right" in refused("--confidence", "--metric-option", "calibration.correct=agent:searches")
+    assert "cannot say which answers are correct" in refused("--confidence", "--metric-option", "calibration.correct=agent:searches")
+    assert "set-f1's f1 is no 0/1" in refused("--metrics", "em-f1,outcomes", "--metric-option", "outcomes.correct=set-f1:f1")
     assert "unknown metric 'nope'" in refused("--confidence", "--metric-option", "calibration.correct=nope:x")
 
 

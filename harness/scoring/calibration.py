@@ -2,8 +2,9 @@
 ``harness.scoring.statements``) matches whether the answer is right, as BrowseComp-Plus reports it.
 
 Per question: ``parsed`` (1 when its answer stated a readable confidence, else 0: a missing or
-unreadable one is counted, never guessed), ``correct`` (0/1, option ``correct``), and, where parsed,
-``confidence`` (0..1) and ``brier`` ((confidence - correct)²).
+unreadable one is counted, never guessed), ``correct`` (0/1: option ``correct``, the one rule of
+``harness.scoring.correct``; default the dataset's own), and, where parsed, ``confidence`` (0..1)
+and ``brier`` ((confidence - correct)²).
 
 Aggregate, over the questions with a parsed confidence:
 
@@ -35,105 +36,28 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from harness.datasets.base import Sample
-from harness.errors import ConfigError, HarnessError
+from harness.scoring.correct import AUTO, CorrectOptions, asks, verdict_of
 from harness.scoring.kinds import mean, share
-from harness.scoring.metrics import MetricOptions, ScoringOptions, aggregates, declare
+from harness.scoring.metrics import ScoringOptions, aggregates, declare
 from harness.scoring.statements import CONFIDENCE_STATUSES
 
 REFERENCE = (
     "texttron/BrowseComp-Plus scripts_evaluation/evaluate_run.py at commit 97c637cebfd93965b28f93199e27abfd1dcc5de6 "
     "(calculate_calibration_error, calib_err from hendrycks/outlier-exposure utils/calibration_tools.py)"
 )
-# what "right" is where the option says auto, by the gold's answer type (harness.scoring.gold.answer_type):
-# QAMPARI's entity lists by their official question-level success (F1 >= 0.5), any other gold when every
-# part of it is found (FanOutQA's strict accuracy)
-AUTO = {"entity_list": "set-f1:f1>=0.5"}
-AUTO_DEFAULT = "fanoutqa-string:acc==1"
 
 
-class CalibrationOptions(MetricOptions):
-    """calibration's options; the defaults are BrowseComp-Plus's (its bins) and FanOutQA's strict accuracy."""
+class CalibrationOptions(CorrectOptions):
+    """calibration's options: BrowseComp-Plus's bins by default; ``correct`` as every metric that asks."""
 
-    correct: str = Field(
-        "auto",
-        description="which answers are right: METRIC:LEAF, a per-question 0/1 of another metric (an indicator "
-        "such as fanoutqa-string:acc==1, set-f1:f1>=0.5, em-f1:em, llm-judge:llm_judge); auto: set-f1:f1>=0.5 "
-        "for QAMPARI's entity lists, fanoutqa-string:acc==1 for any other gold",
-    )
     bin_size: int = Field(100, ge=1, le=1_000_000, description="answers per bin (BrowseComp-Plus's beta: 100)")
     norm: Literal[1, 2] = Field(2, description="2: root mean squared gap (BrowseComp-Plus's p='2'); 1: mean gap (ECE)")
     last_bin: Literal["skipped", "counted"] = Field(
         "skipped", description="the last bin (the highest confidences): skipped as the reference's loop does, or counted"
     )
-
-    @field_validator("correct")
-    @classmethod
-    def _spec(cls, value: str) -> str:
-        if value != "auto":
-            metric, sep, path = value.partition(":")
-            if not sep or not metric.strip() or not path.strip():
-                raise ValueError(f"expected auto or METRIC:LEAF (e.g. fanoutqa-string:acc==1), got {value!r}")
-        return value
-
-
-def check_calibration(options: ScoringOptions) -> None:
-    """The metric ``correct`` names exists, scores answers alone (no rows, not calibration), and has what it needs."""
-    from harness.scoring.metrics import METRICS, NEEDS
-
-    spec = str(((options.metric_options or {}).get("calibration") or {}).get("correct", "auto"))
-    names = set(AUTO.values()) | {AUTO_DEFAULT} if spec == "auto" else {spec}
-    for name in sorted({s.partition(":")[0] for s in names}):
-        try:
-            metric = METRICS.resolve(name).obj
-        except HarnessError as exc:
-            raise ConfigError(f"--metric-option calibration.correct={spec}: {exc}") from None
-        if name == "calibration" or metric.reads_rows:
-            raise ConfigError(
-                f"--metric-option calibration.correct={spec}: {name} cannot say which answers are right "
-                "(name a metric of the answers, e.g. fanoutqa-string:acc==1)"
-            )
-        if spec != "auto":
-            for need in metric.declaration.needs:
-                if not getattr(options, need, None):
-                    raise ConfigError(f"--metric-option calibration.correct={spec}: {name} needs {NEEDS.get(need, need)}")
-
-
-def correctness(
-    questions: list[Sample], answers: list[dict[str, Any]], only_answered: bool, options: ScoringOptions, spec: str
-) -> tuple[dict[str, float], dict[str, str]]:
-    """({question id: 1.0 right, 0.0 not}, {question id: the METRIC:LEAF that said so}): each
-    question scored by the metric named (as the run scores it: same answers, same options)."""
-    from harness.scoring.gold import answer_type
-    from harness.scoring.kinds import key_path
-    from harness.scoring.metrics import get_metric, option_values
-    from harness.scoring.uncertainty import leaf
-
-    groups: dict[str, list[Sample]] = {}
-    for q in questions:
-        chosen = spec if spec != "auto" else AUTO.get(answer_type(q.answer) or "", AUTO_DEFAULT)
-        groups.setdefault(chosen, []).append(q)
-    right: dict[str, float] = {}
-    said: dict[str, str] = {}
-    for chosen, group in groups.items():
-        name, _, path = chosen.partition(":")
-        metric = get_metric(name)
-        ids = {q.id for q in group}
-        given = [a for a in answers if a["id"] in ids]
-        result = metric(group, given, only_answered, options=options, **option_values(name, metric, options))
-        for qid, values in result["raw"].items():
-            value = leaf(values, key_path(path))
-            if isinstance(value, bool):
-                value = float(value)
-            if value not in (0, 1):
-                raise HarnessError(
-                    f"calibration.correct={chosen}: question {qid}'s value is {value!r}, not 0 or 1 (name an indicator, "
-                    "e.g. set-f1:f1>=0.5)"
-                )
-            right[qid], said[qid] = float(value), chosen
-    return right, said
 
 
 def calibration_error(
@@ -187,7 +111,6 @@ def aggregate_calibration(rows: list[dict[str, Any]], n: float) -> dict[str, Any
 @declare(
     needs=("confidence",),
     options=CalibrationOptions,
-    check=check_calibration,
     headline=("ece", "brier"),
     labels={"ece": "Calibration error", "brier": "Brier score", "parsed": "Confidence stated"},
     lower_is_better=("ece", "brier"),
@@ -195,21 +118,21 @@ def aggregate_calibration(rows: list[dict[str, Any]], n: float) -> dict[str, Any
     kinds={"parsed": share()},
 )
 @aggregates(aggregate_calibration)
+@asks
 def calibration(
     questions: list[Sample],
     answers: list[dict[str, Any]],
     only_answered: bool,
     options: ScoringOptions | None = None,
-    correct: str = "auto",
+    correct: str = AUTO,
     bin_size: int = 100,
     norm: int = 2,
     last_bin: str = "skipped",
 ) -> dict[str, Any]:
-    """Calibration of the stated confidences (see the module); answers carry ``confidence`` (``stated``)."""
-    options = options or ScoringOptions()
+    """Calibration of the stated confidences (see the module); answers carry ``confidence`` (``stated``)
+    and ``correct`` (``harness.scoring.correct``: the rule, ``correct``, applied by score_answers)."""
     by_id = {a["id"]: a for a in answers}
     pool = [q for q in questions if q.id in by_id] if only_answered else questions
-    right, said = correctness(pool, answers, only_answered, options, correct)
     binning = binning_text(bin_size, norm, last_bin)
     raw: dict[str, dict[str, Any]] = {}
     counts = {status: 0 for status in CONFIDENCE_STATUSES}
@@ -218,7 +141,7 @@ def calibration(
         stated = record.get("confidence") or {"status": "unanswered" if record.get("answer") is None else "missing"}
         status = stated["status"]
         counts[status] += 1
-        row: dict[str, Any] = {"parsed": int(status == "parsed"), "correct": right.get(q.id, 0.0), "status": status}
+        row: dict[str, Any] = {"parsed": int(status == "parsed"), "correct": verdict_of(record), "status": status}
         if status == "parsed":
             row["confidence"] = stated["value"]
             row["brier"] = (stated["value"] - row["correct"]) ** 2
@@ -229,7 +152,6 @@ def calibration(
     aggregate = aggregate_calibration([raw[q.id] for q in pool], len(pool))
     info: dict[str, Any] = {
         "reference": REFERENCE,
-        "correct": correct if correct != "auto" else "auto: " + ", ".join(sorted(set(said.values()))),
         "bins": f"{bin_size} answers each by confidence, norm {norm}, last bin {last_bin}",
         **{f"n_{status}": n for status, n in counts.items()},
     }

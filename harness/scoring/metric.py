@@ -98,6 +98,9 @@ class Metric:
     fn: Callable[..., Any]  # a harness.scoring.metrics.MetricFn
     declaration: MetricDeclaration = field(default_factory=MetricDeclaration)
     streaming: bool = False  # each question's values depend on it alone: scored as each sample finishes
+    # a metric that asks which answers are correct (harness.scoring.correct.asks): what gives its answer
+    # records their ``correct`` in a scoring (harness.scoring.correct.Verdicts); None: it does not ask
+    verdicts: Any = None
     reads: tuple[str, ...] = ()  # "row": its answer records carry the sample's row
     aggregation: Aggregation = field(default_factory=Aggregation)
     display: Display = field(default_factory=Display)

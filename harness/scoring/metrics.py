@@ -439,6 +439,8 @@ def check_metrics(
         option_values(name, entry.obj, options)
         if declared_by.check is not None:
             declared_by.check(options)
+        if entry.obj.verdicts is not None:  # which answers are correct: its rule (harness.scoring.correct)
+            entry.obj.verdicts.check(name, dataset, questions, options)
     return entries
 
 
@@ -570,9 +572,23 @@ def score_answers(
     info: dict[str, Any] = {}
     aggregation: dict[str, str] = {}
     failed: dict[str, str] = {}
-    for name, fn in list(fns.items()):
+    judged: dict[Any, Any] = {}  # the verdicts of this scoring, for the metrics that ask (harness.scoring.correct)
+
+    def scored_here(key: str, metric: Metric) -> dict[str, Any] | None:
+        """{question id: values} of metric ``key`` where this scoring scored it already, else None."""
+        return {qid: rows[qid][key] for qid in order if key in rows[qid]} if fns.get(key) is metric else None
+
+    # the metrics that ask which answers are correct go last: a rule's metric scored here is read, not scored again
+    for name, fn in sorted(fns.items(), key=lambda item: item[1].verdicts is not None):
         stored = (precomputed or {}).get(name) if fn.streaming and not only_answered else None
-        if stored is None:
+        if fn.verdicts is not None:
+            if fn.verdicts not in judged:
+                judged[fn.verdicts] = fn.verdicts(dataset, questions, answers, only_answered, options, scored_here)
+            records = with_rows(answers, sample_rows) if fn.reads_rows else answers
+            call = lambda fn=fn, records=records, name=name: fn(  # noqa: E731
+                questions, judged[fn.verdicts].given(name, records), only_answered, options=options, **kwargs[name]
+            )
+        elif stored is None:
             given = with_rows(answers, sample_rows) if fn.reads_rows else answers
             call = lambda fn=fn, given=given, kw=kwargs[name]: fn(questions, given, only_answered, options=options, **kw)  # noqa: E731
         else:
@@ -598,12 +614,18 @@ def score_answers(
             out[name] = mean_values([per_question[qid] for qid in order if qid in per_question])
             aggregation[name] = "mean of the per-question values"
         info[name] = result.get("info", {})
+        if fn.verdicts is not None:  # the rule used, as the verdicts were given
+            info[name] = {**info[name], **judged[fn.verdicts].info(name)}
         if entries[name].source != "builtin":  # its declaration too: tables read it without loading the plugin
             info[name] = {**info[name], "plugin": {**entries[name].record(), "declared": declared_record(fn)}}
     for name, fn in fns.items():  # numbers relating one metric's values to another's (a judge and string accuracy)
         relate = fn.aggregation.with_other_metrics
         if relate is not None and isinstance(out.get(name), dict):
             out[name], info[name] = relate(out[name], info[name], [rows[qid] for qid in order], name)
+    out = {"results_format": out["results_format"], **{n: out[n] for n in fns if n in out}}  # in the metrics' order
+    info = {n: info[n] for n in fns if n in info}
+    for qid, row in rows.items():
+        rows[qid] = {"question_id": qid, **{n: row[n] for n in fns if n in row}}
     oversized = {qid: chars for qid, chars in oversized.items() if qid in rows}  # the questions scored
     for qid, chars in oversized.items():
         if qid in rows:
@@ -817,7 +839,7 @@ def score_some(
     entries = [
         (name, entry.obj, option_values(name, entry.obj, options))
         for name, entry in resolve_metrics(names).items()
-        if entry.obj.streaming
+        if entry.obj.streaming and entry.obj.verdicts is None  # verdicts come from the whole scoring
     ]
     out: list[dict[str, Any]] = [{} for _ in samples]
     for positions in _rounds_without_repeats([s.id for s in samples]):
