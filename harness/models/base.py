@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_valid
 from harness.errors import ModelError, TransientModelError
 from harness.redact import register_url_credentials, split_urls, strip_credentials, url_credential_problem
 from harness.registry import Registry
-from harness.text import sendable
+from harness.text import counted_as_sent, sendable
 
 log = logging.getLogger(__name__)
 
@@ -313,6 +313,13 @@ class ModelBackend(ABC):
     # the reasoning knobs (GenerationParams fields) this backend sends; one it does not send is refused
     # before anything runs (check_params), never ignored
     reasoning_knobs: ClassVar[frozenset[str]] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # every count (a plugin's too) is of the text as sent: a lone surrogate as U+FFFD (harness.text)
+        own = cls.__dict__.get("count_tokens")
+        if callable(own):
+            cls.count_tokens = counted_as_sent(own)  # type: ignore[method-assign]
 
     def __init__(self, model: str, options: BackendOptions):
         self.model = model
