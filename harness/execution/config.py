@@ -34,6 +34,8 @@ NOT_HASHED = frozenset(
         # which part of the selection this run directory holds: every shard of a run has the run's key,
         # so its shards merge into it (``harness merge``); a run directory holds one shard
         "shard",
+        # how the shards were started (--launcher ray): a launched run equals the same run on one machine
+        "launcher",
         "out",
         "max_connections",
         "cache",
@@ -112,6 +114,11 @@ class RunConfig(BaseModel):
         None,
         description="I/K: run only shard I of K of the selected questions (each with all its epochs); "
         "harness merge joins the K shards into the whole run",
+    )
+    launcher: Literal["ray"] | None = Field(
+        None,
+        description="what started this run's shards: ray (harness run --shards K --launcher ray); recorded, "
+        "not hashed: a launched run is the same run as on one machine",
     )
     out: str | None = None
     max_connections: int = Field(4, ge=1, le=10_000)
