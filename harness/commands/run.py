@@ -36,6 +36,26 @@ def add_parser(sub) -> None:
         argument_default=argparse.SUPPRESS,
     )
     add_run_options(p)
+    from harness.argtypes import number
+    from harness.commands.ray_launcher import parse_launcher
+
+    g = p.add_argument_group("many machines")
+    g.add_argument(
+        "--shards",
+        type=number(int, 1, 1_000_000),
+        metavar="K",
+        help="run as K shards started by --launcher, each into OUT/shards/shard-IofK, merged into --out when all "
+        "are done (as harness merge); refused without --launcher",
+    )
+    g.add_argument(
+        "--launcher",
+        type=parse_launcher,
+        metavar="ray[=ADDRESS]",
+        help="what starts the --shards: ray, as Ray tasks on the cluster at ADDRESS (ray.init's address: "
+        "HOST:PORT or auto) or, without one, on a local Ray instance; a task whose node dies is "
+        "retried and its shard resumes. OUT and every path given must be on storage every node sees. Needs "
+        "pip install 'harness[ray]'; recorded (config.launcher), not hashed",
+    )
 
 
 def _names(registry) -> str:
@@ -376,8 +396,37 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def command(args: argparse.Namespace) -> int:
     from harness.api import build_run_config, run_async
+    from harness.errors import ConfigError
 
-    config = build_run_config(options_from_args(args))
+    options = options_from_args(args)
+    shards = options.pop("shards", None)
+    address = None
+    if options.get("launcher") is not None:
+        from harness.commands.ray_launcher import split_launcher
+
+        options["launcher"], address = split_launcher(options["launcher"])
+    config = build_run_config(options)
+    if shards is not None:
+        if config.launcher is None:
+            raise ConfigError(
+                f"--shards {shards} needs a launcher to start the shards: add --launcher ray (or ray=ADDRESS); "
+                "without one, run each --shard I/K yourself and join them with harness merge"
+            )
+        if config.shard:
+            raise ConfigError(
+                f"--shards {shards} starts every shard; --shard {config.shard} runs one: give one of them"
+            )
+        from harness.commands.ray_launcher import launch
+
+        launched = launch(shard_argv(args), config, shards, address)
+        if isinstance(launched, int):
+            return launched
+        print_summary(launched)
+        return exit_status(launched)
+    if config.launcher is not None and not config.shard:
+        raise ConfigError(f"--launcher {config.launcher} starts the shards of --shards K: add --shards K")
+    if address is not None:
+        raise ConfigError(f"--launcher ray={address}: a cluster's address is for --shards K, not for one --shard")
 
     async def main() -> RunResults:
         task = asyncio.current_task()
@@ -393,6 +442,32 @@ def command(args: argparse.Namespace) -> int:
         return 130
     print_summary(record)
     return exit_status(record)
+
+
+# the options the launcher sets for each shard itself
+LAUNCHER_SETS = ("shards", "launcher", "shard", "out")
+
+
+def shard_argv(args: argparse.Namespace) -> list[str]:
+    """The run's options as given (``args`` holds only those: the run parser suppresses defaults) as
+    ``harness run`` arguments for each launched shard, less those the launcher sets per shard."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_parser(parser.add_subparsers())
+    run = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["run"]
+    given = vars(args)
+    argv = ["run", "-v"] if given.get("verbose") else ["run"]
+    for action in run._actions:
+        if not action.option_strings or action.dest not in given or action.dest in LAUNCHER_SETS:
+            continue
+        flag, value = max(action.option_strings, key=len), given[action.dest]
+        if action.nargs == 0:  # store_true / store_false / store_const
+            if value == action.const:
+                argv.append(flag)
+        elif isinstance(action, argparse._AppendAction):
+            argv += [f"{flag}={v}" for v in value]
+        else:  # FLAG=VALUE: a value that starts with '-' stays the flag's
+            argv.append(f"{flag}={value}")
+    return argv
 
 
 EXIT_SOME_FAILED = 1  # scores over the questions answered; a rerun retries the others

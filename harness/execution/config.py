@@ -37,6 +37,8 @@ NOT_HASHED = frozenset(
         # so its shards merge into it (``harness merge``); a run directory holds one shard
         "shard",
         "shard_env",  # where --shard auto read I/K from: the key is the explicit --shard I/K's
+        # how the shards were started (--launcher ray): a launched run equals the same run on one machine
+        "launcher",
         "out",
         "max_connections",
         "cache",
@@ -120,6 +122,11 @@ class RunConfig(BaseModel):
     shard_env: dict[str, str] | None = Field(
         None,
         description="--shard auto: the scheduler's variables I/K was read from, as set (e.g. SLURM_ARRAY_TASK_ID)",
+    )
+    launcher: Literal["ray"] | None = Field(
+        None,
+        description="what started this run's shards: ray (harness run --shards K --launcher ray); recorded, "
+        "not hashed: a launched run is the same run as on one machine",
     )
     out: str | None = None
     max_connections: int = Field(4, ge=1, le=10_000)
