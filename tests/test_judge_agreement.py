@@ -452,6 +452,9 @@ def test_single_judge_unchanged(tmp_path):
         kinds = {key: entry.pop("kind") for key, entry in run["scores"]["uncertainty"].items()}
         shares = {"llm-judge.llm_judge", "fanoutqa-string.acc.strict"}
         assert kinds == {key: "share" if key in shares else "mean" for key in kinds}, kinds
+        # added since (issue 42): the opt-in answer instructions, both off
+        options = run["scores"]["meta"]["options"]
+        assert (options.pop("confidence"), options.pop("citations")) == (False, False)
     alone = now["llm-judge"]["scores"]
     assert now["llm-judge"] == before["llm-judge"]
     assert list(alone["meta"]["metric_info"]["llm-judge"]) == [
