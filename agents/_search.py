@@ -69,6 +69,7 @@ class SearchSession:
 
     def search(self, query: str) -> str:
         result = self.tool(query, self.question)
+        replaced = getattr(result, "replaced_surrogates", 0)  # a plugin tool's result may not say
         self.searches.append(
             {
                 "query": query,
@@ -81,6 +82,8 @@ class SearchSession:
                 # the rule that decided (the knob's "auto" resolved); a plugin tool's result may not say
                 "hit_rule": getattr(result, "hit_rule", None),
                 "matched_title": getattr(result, "matched_title", None),
+                # lone surrogates in the query, looked up as U+FFFD ("query" keeps them: its escape)
+                **({"replaced_surrogates": replaced} if replaced else {}),
             }
         )
         text = result.text

@@ -34,6 +34,7 @@ class ToolLoop(Agent):
     searches_wiki = True
     protocol: ClassVar[str]  # recorded in results.json
     records = ("searches", "evidence_recall")
+    takes_answer_instructions = True  # the first prompt carries them; the reply without a search is the answer
 
     def prepare(self, model, snapshot) -> None:
         super().prepare(model, snapshot)

@@ -25,6 +25,7 @@ class Conversational(SinglePrompt):
     Knobs = HistoryKnobs
     default_template = "conversational_closed_book"
     template_fields = ("history",)
+    takes_answer_instructions = False  # the answer is the reply's first line
 
     def fields(self, sample):
         return {"history": history_block(sample, self.knobs.history)}

@@ -14,6 +14,7 @@ from harness.datasets.conversation import first_line
 class ConversationalOpenBook(OpenBookNative):
     default_template = "conversational_open_book"
     template_fields = ("history",)
+    takes_answer_instructions = False  # the answer is the reply's first line
 
     class Knobs(HistoryKnobs, SearchKnobs):
         pass

@@ -94,6 +94,7 @@ class EvidenceProvided(Agent):
     needs_context_size = True
     needs_snapshot = True
     records = ("evidence",)
+    takes_answer_instructions = True  # one reply, the answer
 
     class Knobs(ReserveKnobs, RankingKnobs):
         pass

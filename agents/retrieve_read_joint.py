@@ -23,6 +23,7 @@ class RetrieveReadJoint(RetrievalAgent):
     needs_context_size = True
     records = ("evidence_recall", "evidence")
     k_source = K_SOURCE
+    takes_answer_instructions = True
 
     class Knobs(ReserveKnobs, RetrievalKnobs):
         retrieval_k: int = retrieval_k_knob(15, K_SOURCE)

@@ -10,6 +10,8 @@ from harness.strategy import Agent, AgentContext, SampleResult
 
 
 class SinglePrompt(Agent):
+    takes_answer_instructions = True  # one reply, the answer (a subclass that cuts it says False)
+
     def fields(self, sample) -> dict[str, Any]:
         """Template fields besides {question} and {current_date} (declare them in ``template_fields``)."""
         return {}

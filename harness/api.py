@@ -90,6 +90,8 @@ def score(
     strip_reasoning: bool | None = None,
     metric_options: dict[str, dict[str, Any]] | list[str] | None = None,
     max_answer_chars: int | None = None,
+    confidence: bool | None = None,
+    citations: bool | None = None,
     only_answered: bool = False,
     save: bool = True,
     drop_other_metrics: bool = False,
@@ -97,7 +99,9 @@ def score(
     """``harness score`` from Python. Either re-score a run directory (its results.json is rewritten
     unless ``save=False``), or score ``generations`` ({"id", "answer"} records, or a JSONL file of
     them) against ``dataset``. ``metric_options``: {metric: {option: value}} or NAME.KEY=VALUE strings,
-    over a run's own. ``judge``: a model, or several (a list or comma-separated). Returns the
+    over a run's own. ``judge``: a model, or several (a list or comma-separated). ``confidence`` /
+    ``citations``: the answers state a confidence / cite pages (default: as the run was made; for
+    generations, no). Returns the
     ``Scores`` (``.metric_values()``, ``.summary_lines()``, ``.as_dict()``: the JSON written); no
     model is called (except a named judge).
 
@@ -121,6 +125,8 @@ def score(
             "cluster_by": cluster_by,
             "max_answer_chars": max_answer_chars,
             "strip_reasoning": strip_reasoning,
+            "confidence": confidence,
+            "citations": citations,
         }.items()
         if v is not None
     }

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import io
 import logging
 import os
 import sys
@@ -114,6 +115,20 @@ def _add_verbose(sub) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    from harness.text import LOG_ERRORS, argv_problem, env_problem
+
+    # a path or value no file could record (argv, HARNESS_CACHE_DIR, ...): refused before any work
+    problem = argv_problem(argv) or env_problem()
+    if problem is not None:
+        from harness.redact import redact
+
+        print(f"error: harness: {redact(problem)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    # printed text holding a lone surrogate: its escape, not a crash (surrogateescape, the C locale's and
+    # UTF-8 mode's handler, writes only \udc80-\udcff and raises on "\ud800")
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and stream.errors in ("strict", "surrogateescape"):
+            stream.reconfigure(errors=LOG_ERRORS)
     parser = build_parser(argv)
     args, extra = parser.parse_known_args(argv)
     trailing = getattr(args, "trailing_positionals", None)

@@ -17,12 +17,14 @@ from typing import Any
 
 from harness.errors import HarnessError
 from harness.redact import dumps_redacted, redact_data
+from harness.text import JSON_ERRORS, document_bytes
 
 
 # The files of a run directory
 SAMPLES_FILE = "samples.jsonl"
 FAILURES_FILE = "failures.jsonl"
 RESULTS_FILE = "results.json"
+RETRIEVAL_FILE = "retrieval.json"  # harness retrieval-eval --out-dir: a retriever alone, no reader
 CONFIG_FILE = "config.json"
 ERROR_LOG = "errors.log"
 LOG_DIR = "logs"  # logs of the processes a backend starts (model worker, launched server)
@@ -45,7 +47,9 @@ _UMASK = _read_umask()
 
 
 def to_json(data: Any, **kwargs: Any) -> str:
-    """Strict JSON: NaN/inf (invalid JSON for every other reader) are written as null."""
+    """Strict JSON: NaN/inf (invalid JSON for every other reader) are written as null. A lone
+    surrogate stays in the text as it is: written with ``JSON_ERRORS`` (``harness.text``), as JSON's
+    escape."""
     try:
         return json.dumps(data, ensure_ascii=False, allow_nan=False, **kwargs)
     except ValueError:
@@ -68,7 +72,7 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
     data = redact_data(data)
 
     def write(f) -> None:
-        text = io.TextIOWrapper(f, encoding="utf-8", newline="\n", write_through=False)
+        text = io.TextIOWrapper(f, encoding="utf-8", errors=JSON_ERRORS, newline="\n", write_through=False)
         try:
             json.dump(data, text, ensure_ascii=False, allow_nan=False, indent=2)
         except ValueError:  # NaN/inf: written again, as null
@@ -116,8 +120,11 @@ def _output_target(path: Path) -> tuple[Path, os.stat_result | None]:
 def write_bytes_atomic(path: str | Path, data: bytes | str) -> None:
     """Any file (JSON, HTML, PNG, JSONL) written whole or not at all: a temp file, fsync, then rename.
     Only a regular file (or a new path) is written: a rename would replace a device, a FIFO or a
-    folder with a file (/dev/null as root). A symlink is followed and its target replaced."""
-    write_atomic(path, lambda f: f.write(data.encode("utf-8") if isinstance(data, str) else data))
+    folder with a file (/dev/null as root). A symlink is followed and its target replaced. Text
+    (``str``) is a document: a lone surrogate in it is written as U+FFFD and counted on stderr
+    (``harness.text.document_bytes``); JSON is passed as ``json_bytes(text)``, escaping it instead."""
+    data = document_bytes(data, path) if isinstance(data, str) else data
+    write_atomic(path, lambda f: f.write(data))
 
 
 def write_atomic(path: str | Path, write: Callable[[Any], None]) -> None:
@@ -312,7 +319,8 @@ class JsonlAppender:
         if st is not None and not stat.S_ISREG(st.st_mode):  # opening a FIFO to append would block
             raise HarnessError(f"{self.path}: is {file_kind(st.st_mode)}; only regular files are written")
         repair_jsonl_tail(self.path)
-        self._file = open(self.path, "a", encoding="utf-8")
+        # a lone surrogate in a record (a "\ud800" in a reply) is written as that escape, read back the same
+        self._file = open(self.path, "a", encoding="utf-8", errors=JSON_ERRORS)
         self.sync_every = sync_every
         self._synced = time.monotonic()
         self._unsynced = False
@@ -432,7 +440,7 @@ class HeldRows:
         return iter(self._at)
 
     def __setitem__(self, key: str, row: dict[str, Any]) -> None:
-        data = json.dumps(row, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        data = json.dumps(row, ensure_ascii=False, separators=(",", ":")).encode("utf-8", JSON_ERRORS)
         if len(data) >= 2**32:
             raise ValueError(f"a row of {len(data):,} bytes is over what a held row may be (4 GiB)")
         if self._file is None:

@@ -58,6 +58,43 @@ RECORD_KINDS: dict[str, str] = {
 }
 
 
+# Opt-in instructions a run adds to the prompt whose reply is the answer: (RunConfig field, the text under
+# prompts/; scored by the citations and calibration metrics). Order: the confidence line comes last.
+ANSWER_INSTRUCTIONS: tuple[tuple[str, str], ...] = (
+    ("citations", "instructions/citations.txt"),
+    ("confidence", "instructions/confidence.txt"),
+)
+
+
+# the built-in strategies that take them (Agent.takes_answer_instructions), named in the refusal
+ANSWER_INSTRUCTION_AGENTS = (
+    "closed-book", "entity-set", "open-book-native", "open-book-text", "evidence-provided", "oracle-evidence",
+    "retrieve-read-joint",
+)  # fmt: skip
+
+
+def answer_instructions(config: Any) -> list[dict[str, str]]:
+    """The instructions ``config`` turns on (``--citations``, ``--confidence``), in prompt order:
+    [{"option", "source", "sha256", "text"}] (the text rendered: ``{{ }}`` are literal braces)."""
+    import hashlib
+
+    from harness.templates import packaged_text
+
+    out = []
+    for option, path in ANSWER_INSTRUCTIONS:
+        if getattr(config, option, False):
+            raw = packaged_text(path)
+            out.append(
+                {
+                    "option": option,
+                    "source": f"prompts/{path}",
+                    "sha256": hashlib.sha256(raw.encode("utf-8")).hexdigest(),
+                    "text": raw.format(),
+                }
+            )
+    return out
+
+
 def budget_tokens(context_size: int | None, reserve: int) -> int:
     """The prompt budget of every packing strategy: the context minus the tokens kept for the answer."""
     return (context_size or 0) - reserve
@@ -206,6 +243,10 @@ class Agent(ABC):
     needs_context_size: ClassVar[bool] = False  # packs pages by token budget: refused without one
     records: ClassVar[tuple[str, ...]] = ()  # the RECORD_KINDS it writes in ``extra``
     protocol: ClassVar[str | None] = None  # tool-using strategies: "native" (the API's tool calls) or "text"
+    # The reply to its template's prompt is the answer, kept whole: the opt-in answer instructions
+    # (--confidence, --citations) are added to that prompt. A strategy that assembles its answer from
+    # several replies, or cuts the reply, refuses them.
+    takes_answer_instructions: ClassVar[bool] = False
     chosen_by: str | None = None  # "agent option" (--agent), "dataset default" or "setting default"
 
     def __init__(self, config: Any, knobs: Knobs | None = None):
@@ -218,6 +259,13 @@ class Agent(ABC):
             from harness.templates import load_template
 
             self.template, self.template_source, self.template_sha256 = load_template(template)
+        self.answer_instructions = answer_instructions(config)
+        if self.answer_instructions and not self.takes_answer_instructions:
+            flags = " and ".join(f"--{i['option']}" for i in self.answer_instructions)
+            raise ConfigError(
+                f"agent {self.name or type(self).__name__} does not answer in one reply kept whole, so {flags} cannot "
+                f"be asked of it (built-in strategies that can: {', '.join(ANSWER_INSTRUCTION_AGENTS)})"
+            )
 
     @property
     def searches(self) -> bool:
@@ -240,7 +288,10 @@ class Agent(ABC):
         ConfigError for a configuration this strategy cannot run (nothing sent yet)."""
 
     def prompt(self, question: str, **fields: Any) -> str:
-        return self.template.format(question=question, current_date=self.config.current_date, **fields)
+        text = self.template.format(question=question, current_date=self.config.current_date, **fields)
+        for instruction in getattr(self, "answer_instructions", ()):  # after the template's own text
+            text += "\n\n" + instruction["text"]
+        return text
 
     def check_template(self, samples: list[Sample]) -> None:
         """Render the template for every sample (other fields blank), so a template that names a
@@ -280,6 +331,8 @@ class Agent(ABC):
         if self.template:
             out["prompt_template"] = self.template_source
             out["prompt_sha256"] = self.template_sha256
+        if getattr(self, "answer_instructions", None):
+            out["answer_instructions"] = {i["source"]: i["sha256"] for i in self.answer_instructions}
         return out
 
     def describe(self) -> dict[str, Any]:
@@ -294,6 +347,8 @@ class Agent(ABC):
         if self.template:
             out["prompt_template"] = self.template_source
             out["prompt_sha256"] = self.template_sha256
+        if getattr(self, "answer_instructions", None):
+            out["answer_instructions"] = {i["source"]: i["sha256"] for i in self.answer_instructions}
         if self.protocol is not None:
             out["protocol"] = self.protocol
         if self.records:

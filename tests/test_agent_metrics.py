@@ -270,7 +270,7 @@ def test_open_book_run_scores_agent_metrics_and_rescores_them_identically(search
     assert compared["metrics"]["agent.evidence_recall"]["kind"] == "mean"
     assert compared["metrics"]["agent.evidence_precision"]["kind"] == "mean"
     board = build_leaderboard(tmp_path)
-    assert {"agent.evidence_recall", "agent.tokens"} <= set(board["metrics"]) and board["scales"]["agent.tokens"] == "tokens"
+    assert {"agent.evidence_recall", "agent.tokens"} <= set(board.metrics) and board.scales["agent.tokens"] == "tokens"
     table = format_markdown(board)
     assert "Evidence recall (0-1)" in table and "Tokens (tokens)" not in table  # run totals have their own column
     html = write_report(tmp_path / "a").read_text()

@@ -59,13 +59,13 @@ def test_console_summary_has_each_breakdown(qampari_run):
 
 def test_leaderboard_rows_carry_the_breakdown_and_one_scale_per_column(qampari_run):
     board = build_leaderboard(qampari_run.parent)
-    (row,) = board["rows"]
+    (row,) = board.to_json()["rows"]
     results = json.loads((qampari_run / "results.json").read_text())
     assert row["breakdown"]["type"].keys() == results["scores"]["breakdown"]["type"].keys()
     assert sum(v["n"] for v in row["breakdown"]["type"].values()) == 7  # the failed question is not scored
     for value, entry in row["breakdown"]["type"].items():
         assert entry["set-f1.f1"] == results["scores"]["breakdown"]["type"][value]["set-f1"]["f1"]
-    assert board["scales"] and set(board["scales"].values()) == {"0-1"}
+    assert board.scales and set(board.scales.values()) == {"0-1"}
     assert all(not isinstance(v, int) or isinstance(v, bool) for v in row["metrics"].values())
     assert "Set F1 (0-1)" in format_markdown(board)
 
@@ -81,9 +81,9 @@ def test_topiocqa_turns_are_a_count_and_its_scores_say_0_100(tmp_path):
     finally:
         unregister_script("bd-topiocqa")
     board = build_leaderboard(tmp_path / "runs")
-    (row,) = board["rows"]
+    (row,) = board.to_json()["rows"]
     assert "topiocqa.turns" not in row["metrics"] and row["score_counts"]["topiocqa.turns"] == 5
-    assert board["scales"]["topiocqa.em"] == board["scales"]["topiocqa.bleu_corpus"] == "0-100"
+    assert board.scales["topiocqa.em"] == board.scales["topiocqa.bleu_corpus"] == "0-100"
     table = format_markdown(board)
     assert "EM (0-100)" in table and "Turns" not in table
     assert "turn_type" in row["breakdown"]

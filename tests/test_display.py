@@ -32,3 +32,23 @@ def test_a_plugin_metric_declares_its_own():
         assert scale_of("display-test-metric.hits") == 100.0 and scale_of("display-test-metric.calls") is None
     finally:
         METRICS.unregister("display-test-metric")
+
+
+def test_which_numbers_are_table_columns_is_declared():
+    """``declare(detail=...)``: the leaves (or prefixes) that are no table column; no table apart."""
+    from harness.scoring.display import is_column
+
+    hidden = ["set-f1.precision", "em-f1.f1_recall", "fanoutqa-string.rouge.rougeL.precision", "agent.cost", "agent.rounds"]
+    shown = ["set-f1.f1", "em-f1.f1", "fanoutqa-string.rouge.rougeL.fscore", "agent.searches", "agent.hops_answered"]
+    assert [is_column(k) for k in hidden] == [False] * 5 and all(map(is_column, shown))
+
+    @declare(detail=("calls", "by_judge"))
+    def plugin_metric(questions, answers, only_answered, options=None):
+        return {"aggregate": {}, "raw": {}}
+
+    METRICS.register("display-detail-metric")(plugin_metric)
+    try:
+        assert not is_column("display-detail-metric.calls") and not is_column("display-detail-metric.by_judge.a.b")
+        assert is_column("display-detail-metric.precision")  # a name alone hides nothing: only what is declared
+    finally:
+        METRICS.unregister("display-detail-metric")

@@ -263,7 +263,7 @@ def test_one_conversation_is_n_a_everywhere_it_is_printed(tmp_path):
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "results.json").write_text(json.dumps(run.results.model_dump(mode="json")))
     board = build_leaderboard(tmp_path)
-    row = board["rows"][0]
+    row = board.to_json()["rows"][0]
     assert row["uncertainty_note"]["topiocqa.bleu"] == "one cluster: no between-cluster spread"
     assert f"{scores['topiocqa']['bleu']:.4f} ± n/a" in format_markdown(board)
 

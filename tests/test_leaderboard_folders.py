@@ -79,17 +79,36 @@ def test_several_folders_links_followed_each_run_once_and_every_skip_named(tree,
         if not row["failed"]:
             assert row["metrics"] == metric_values(results["scores"])
             assert 0 < row["metrics"][next(m for m in row["metrics"] if m.endswith(".f1"))] < 1
+    # the file format: the keys written before the rows were typed (RunRow dumped), in that order; then
+    # the retriever rows (harness retrieval-eval), empty here
+    keys = ["roots", "generated_at", "key", "metrics", "scales", "labels", "rows", "skipped", "warnings"]
+    assert list(board) == [*keys, "retrievers", "retriever_metrics"]
+    assert board["retrievers"] == [] and board["retriever_metrics"] == []
+    for row in board["rows"]:
+        assert list(row) == BOARD_ROW_KEYS
+
+
+# a leaderboard JSON row's keys, as harness.analysis.leaderboard wrote them at 6e48360 (a dict built by hand)
+BOARD_ROW_KEYS = [
+    "model", "dataset", "split", "version", "setting", "agent", "knobs", "run_id", "status", "n_questions",
+    "n_scored", "n_selected", "n_finished", "n_failed", "n_pending", "n_answered", "outcomes", "outcome_note",
+    "failed", "failure_note", "metrics", "null_reasons", "score_counts", "breakdown", "stderr", "ci95",
+    "uncertainty_method", "uncertainty_note", "tokens", "cost_usd", "cost_per_sample_usd", "spent_usd", "cost_note",
+    "context_size", "native_tool_calling", "decoding", "search_space", "backend", "path", "config_hash", "ended_at",
+]  # fmt: skip
 
 
 def test_a_failed_run_is_failed_never_zero(tree, tmp_path):
     board = build_leaderboard([tree / "results"])
-    failed = board["rows"][-1]
+    failed = board.to_json()["rows"][-1]  # the JSON row
     assert failed["path"] == str(tree / "results" / "failed") and failed["failed"] is True
     assert failed["n_answered"] == 0 and failed["n_failed"] == 3
     assert failed["metrics"] and all(v is None for v in failed["metrics"].values())  # null in the JSON, never 0.0
     assert all(v is None for v in failed["ci95"].values()) and all(v is None for v in failed["stderr"].values())
     assert set(failed["null_reasons"].values()) == {"no question answered (3 of 3 failed: exception (3))"}
     assert failed["failure_note"] == "3 of 3 failed: exception (3)"
+    row = board.rows[-1]  # the typed row it is dumped from
+    assert (row.failed, row.answered, row.outcomes.failed, row.failure_note) == (True, 0, 3, failed["failure_note"])
 
     table = format_markdown(board)
     lines = [line for line in table.splitlines() if line.startswith("|")]
@@ -101,8 +120,8 @@ def test_a_failed_run_is_failed_never_zero(tree, tmp_path):
     good = dict(zip(head, (c.strip() for c in lines[2].strip("|").split("|"))))
     assert good["failed"] == "0" and good["n"] == "3" and good["status"] == "complete"
     # display names in the headers, one per headline metric; the keys stay in the JSON
-    assert board["labels"]["set-f1.f1"] == "Set F1" and "set-f1.f1" not in lines[0]
-    shown = [m for m in board["metrics"] if is_headline(m)]
+    assert board.labels["set-f1.f1"] == "Set F1" and "set-f1.f1" not in lines[0]
+    shown = [m for m in board.metrics if is_headline(m)]
     assert [h for h in head if "(0-1)" in h] == [f"{display_name(m)} (0-1)" for m in shown]
 
 
@@ -117,9 +136,9 @@ def test_copies_of_one_run_are_listed_each_with_a_warning(made, tmp_path):
     shutil.copytree(made / "results" / "qampari", tmp_path / "a" / "qampari")
     shutil.copytree(made / "results" / "qampari", tmp_path / "b" / "qampari")
     board = build_leaderboard([tmp_path / "a", tmp_path / "b"])
-    assert len(board["rows"]) == 2
-    (warning,) = board["warnings"]
-    assert warning.startswith(f"run {board['rows'][0]['run_id']} is in 2 folders") and str(tmp_path / "b") in warning
+    assert len(board.rows) == 2
+    (warning,) = board.warnings
+    assert warning.startswith(f"run {board.rows[0].run_id} is in 2 folders") and str(tmp_path / "b") in warning
 
 
 def test_a_run_being_written_is_named_not_read(made, tmp_path):
@@ -128,10 +147,10 @@ def test_a_run_being_written_is_named_not_read(made, tmp_path):
     shutil.copytree(made / "results" / "failed", tmp_path / "r" / "failed")
     with RunLock(run, purpose="run"):
         board = build_leaderboard(tmp_path / "r")
-    assert [r["path"] for r in board["rows"]] == [str(tmp_path / "r" / "failed")]
-    (skipped,) = board["skipped"]
-    assert skipped["path"] == str(run) and skipped["reason"].startswith(f"in use by pid {os.getpid()} ")
-    assert [r["path"] for r in build_leaderboard(tmp_path / "r")["rows"]][0] == str(run)  # released: read
+    assert [r.path for r in board.rows] == [str(tmp_path / "r" / "failed")]
+    (skipped,) = board.skipped
+    assert skipped.path == str(run) and skipped.reason.startswith(f"in use by pid {os.getpid()} ")
+    assert [r.path for r in build_leaderboard(tmp_path / "r").rows][0] == str(run)  # released: read
 
 
 def test_no_runs_is_one_line_naming_what_was_passed_over(tmp_path, capsys):

@@ -320,6 +320,22 @@ def test_open_book_run_over_the_live_search(fake, tmp_path, monkeypatch):
     assert any(r["params"].get("rvstart") == RVSTART for r in fake.requests)
 
 
+def test_a_query_with_a_lone_surrogate_is_sent_as_u_fffd(fake, tmp_path):
+    """A model's "\\ud800" in a search call: httpx raised encoding it into the URL (the sample failed);
+    the client sends U+FFFD (``sendable_params``), and the tool's record counts it."""
+    live = MediaWikiLive(fake.url, rate_limit=0, cache_dir=str(tmp_path / "c"))
+    fake.replay = False
+    assert live.search("Albert Einstein\ud800", 3)[0][0] == "Albert Einstein"
+    assert live.resolve_title("Einstein\ud800") is None
+    assert [r["params"].get("srsearch") or r["params"].get("titles") for r in fake.requests] == [
+        "Albert Einstein\ufffd",
+        "Einstein\ufffd",
+    ]
+    got = SearchTool(live, SearchConfig(), count_tiktoken, 1_000_000)("Albert Einstein\udcff", "q")
+    assert got.replaced_surrogates == 1 and "Albert Einstein" in got.similar_titles
+    assert live.search("Albert Einstein\ud800", 3) and len(fake.requests) == 3  # cached as what was sent
+
+
 def test_hit_rule_over_the_live_search(fake, tmp_path):
     """FanOutQA's loop (our restatement, as in test_search_hit_rule) over the live search's own results."""
     live = MediaWikiLive(fake.url, rate_limit=0, cache_dir=str(tmp_path / "c"))

@@ -399,6 +399,6 @@ def test_topiocqa_runs_the_conversational_strategy_by_default(counted, tmp_path,
 
 def test_every_builtin_metric_is_declared():
     builtins = [name for name in METRICS.names() if METRICS.source_of(name) == "builtin"]
-    assert len(builtins) == 10
+    assert len(builtins) == 12 and {"calibration", "citations", "outcomes", "per-correct"} <= set(builtins)
     for name in builtins:
         assert getattr(get_metric(name), "declaration", None) is not None, name

@@ -6,8 +6,10 @@ for the path through run, re-scoring, compare, leaderboard and report."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import math
+import random
 
 import pytest
 
@@ -16,11 +18,12 @@ from harness.analysis.compare import compare_runs, load_run
 from harness.analysis.leaderboard import build_leaderboard
 from harness.analysis.report import write_report
 from harness.datasets import load_dataset
-from harness.errors import ConfigError, HarnessError
+from harness.errors import ConfigError
 from harness.execution.config import build_config
 from harness.execution.record import results_dict
 from harness.execution.runner import Run
 from harness.models.scripted import register_script, unregister_script
+from harness.scoring.gold import gold_text
 from harness.scoring.metrics import ScoringOptions, check_metrics, score_answers
 from harness.scoring.outcome_metrics import list_outcome
 
@@ -83,7 +86,8 @@ def test_qampari_answers_fall_in_each_category_with_wilson_intervals():
     interval = s["uncertainty"]["outcomes.fully_correct"]
     assert interval["method"] == "wilson" and interval["kind"] == "share" and interval["ci95"][0] < 1 / 6 < interval["ci95"][1]
     info = s["meta"]["metric_info"]["outcomes"]
-    assert info["matcher"] == "set-f1 item matching" and info["correct"] == "set-f1 per-question f1 >= 0.5"
+    assert info["matcher"] == "set-f1 item matching" and info["correct"] == "set-f1:f1>=0.5"  # QAMPARI's own (auto)
+    assert info["correct_scored"] == "read from this scoring's set-f1"  # not scored a second time
 
 
 def test_quest_titles_with_its_own_matcher_and_its_options():
@@ -156,7 +160,7 @@ def test_per_correct_is_a_ratio_of_sums_with_a_bootstrap_interval():
             (True, 100, 1, 0.01, 2), (False, 50, 1, 0.005, 1), (True, 150, 2, 0.015, 3)]  # fmt: skip
     rows = {q.id: spend_row(q, *p) for q, p in zip(qs, plan)}  # qs[7]: failed, no row
     answers = [{"id": k, "answer": r["answer"]} for k, r in rows.items()]
-    options = ScoringOptions(metric_options={"per-correct": {"metric": "em-f1", "leaf": "em", "threshold": 1}})
+    options = ScoringOptions(metric_options={"per-correct": {"correct": "em-f1:em==1"}})
     s = score_answers(HOTPOT, qs, answers, ["em-f1", "per-correct"], options=options, sample_rows=rows)
     agg = s["per-correct"]
     assert agg["n_correct"] == 4 and agg["correct"] == pytest.approx(4 / 7)
@@ -167,7 +171,7 @@ def test_per_correct_is_a_ratio_of_sums_with_a_bootstrap_interval():
     assert s["uncertainty"]["per-correct.correct"]["method"] == "wilson"
     assert "per-correct.n_correct" not in s["uncertainty"]  # a number of things: no interval
     info = s["meta"]["metric_info"]["per-correct"]
-    assert info["correct"] == "em-f1 per-question em >= 1" and s["meta"]["options"]["metric_options"]["per-correct"]["metric"] == "em-f1"
+    assert info["correct"] == "em-f1:em==1" and s["meta"]["options"]["metric_options"]["per-correct"]["correct"] == "em-f1:em==1"
     # an unpriced row: no cost per correct answer, never a guess; the rest still
     rows[qs[0].id]["cost_usd"] = None
     s = score_answers(HOTPOT, qs, answers, ["per-correct"], options=options, sample_rows=rows)
@@ -178,21 +182,80 @@ def test_per_correct_is_a_ratio_of_sums_with_a_bootstrap_interval():
     assert s["per-correct"]["tokens"] is None and s["per-correct"]["n_correct"] == 0
 
 
-def test_the_chosen_metric_is_checked_before_any_model_call():
+def test_the_chosen_rule_is_checked_before_any_model_call():
     qs = HOTPOT.samples[:2]
 
-    def check(values):
-        check_metrics(HOTPOT, qs, ["per-correct"], ScoringOptions(metric_options={"per-correct": values}))
+    def check(rule, metric="per-correct"):
+        check_metrics(HOTPOT, qs, [metric], ScoringOptions(metric_options={metric: {"correct": rule}}))
 
-    check({"metric": "fanoutqa-string", "leaf": "acc", "threshold": 1})
-    for values, said in (({"metric": "llm-judge"}, "needs judge"), ({"metric": "nope"}, "unknown metric"),
-                         ({"metric": "outcomes"}, "asks for verdicts"), ({"metric": "agent"}, "reads sample rows"),
-                         ({"threshold": "high"}, "per-correct.threshold")):  # fmt: skip
+    for rule in ("fanoutqa-string:acc==1", "fanoutqa-string:acc.strict", "set-f1:f1>=0.5", "em-f1:em", "auto"):
+        check(rule)
+    for rule, said in (("llm-judge:llm_judge", "needs --judge"), ("nope:x", "unknown metric 'nope'"),
+                       ("outcomes:fully_correct", "cannot say which answers are correct"),
+                       ("agent:searches", "cannot say which answers are correct"),
+                       ("set-f1:f1", "no 0/1 per question"), ("fanoutqa-string:acc.loose", "no 0/1 per question"),
+                       ("set-f1:f2>=0.5", "no per-question number 'f2>=0.5'"),
+                       ("em-f1", "expected auto or metric:leaf")):  # fmt: skip
         with pytest.raises(ConfigError, match=said):
-            check(values)
-    with pytest.raises(HarnessError, match="no number 'f2'"):
-        score_answers(HOTPOT, qs, [], ["per-correct"], sample_rows={qs[0].id: spend_row(qs[0], True, 10, 1, None, None)},
-                      options=ScoringOptions(metric_options={"per-correct": {"leaf": "f2"}}))  # fmt: skip
+            check(rule)
+    with pytest.raises(ConfigError, match="calibration.correct=set-f1:f1: set-f1's f1 is no 0/1"):
+        check_metrics(HOTPOT, qs, ["calibration"], ScoringOptions(confidence=True, metric_options={"calibration": {"correct": "set-f1:f1"}}))
+    # a dataset without a rule of its own: auto is refused, a named rule is not
+    ruleless = dataclasses.replace(HOTPOT, correct=None)
+    with pytest.raises(ConfigError, match="declares no rule of its own"):
+        check_metrics(ruleless, qs, ["outcomes"], ScoringOptions())
+    check_metrics(ruleless, qs, ["outcomes"], ScoringOptions(metric_options={"outcomes": {"correct": "em-f1:em"}}))
+
+
+def test_auto_is_each_datasets_own_rule_read_from_the_same_scoring():
+    """auto on each shipped dataset: the share correct equals the dataset's own number where the
+    scoring has it (FanOutQA's strict accuracy, QAMPARI's f1_ge_0.5, HotpotQA's EM), and the rule's
+    metric is read, not scored again; without it there, it is scored for the verdicts alike."""
+    rng = random.Random(5)
+    for dataset, metric, leaf, rule in ((FANOUT, "fanoutqa-string", "acc.strict", "fanoutqa-string:acc==1"),
+                                        (QAMPARI, "set-f1", "f1_ge_0.5", "set-f1:f1>=0.5"),
+                                        (HOTPOT, "em-f1", "em", "em-f1:em")):  # fmt: skip
+        qs = dataset.samples[:40]
+        answers = [{"id": q.id, "answer": gold_text(q.answer) if rng.random() < 0.5 else "Zzyzx"} for q in qs]
+        rows = {q.id: spend_row(q, True, 10, 1, None, 1) | {"answer": a["answer"]} for q, a in zip(qs, answers)}
+        both = score_answers(dataset, qs, answers, ["per-correct", metric], sample_rows=rows)
+        assert 0 < both["per-correct"]["correct"] < 1
+        assert both["per-correct"]["correct"] == pytest.approx(leaf_of(both[metric], leaf)), dataset.info.name
+        info = both["meta"]["metric_info"]["per-correct"]
+        assert (info["correct"], info["correct_scored"]) == (rule, f"read from this scoring's {metric}")
+        assert info["correct_rule"].startswith("auto: ")
+        alone = score_answers(dataset, qs, answers, ["per-correct"], sample_rows=rows)
+        assert alone["per-correct"] == both["per-correct"]
+        assert alone["meta"]["metric_info"]["per-correct"]["correct_scored"] == f"{metric} scored for it"
+    # QUEST: F1 >= 0.5 on its exact titles (every title right; one title of many wrong); TopiOCQA: its EM
+    quest = [q for q in QUEST.samples if len(set(q.answer)) >= 3][:2]
+    topiocqa = load_dataset("topiocqa:dev")
+    turns = topiocqa.samples[:2]
+    for dataset, qs, given, rule in ((QUEST, quest, ["\n".join(quest[0].answer), quest[1].answer[0]], "quest:f1>=0.5"),
+                                     (topiocqa, turns, [turns[0].answer, "Zzyzx"], "topiocqa:em>=0.5")):  # fmt: skip
+        rows = {q.id: spend_row(q, True, 10, 1, None, 1) | {"answer": a} for q, a in zip(qs, given)}
+        s = score_answers(dataset, qs, [{"id": q.id, "answer": a} for q, a in zip(qs, given)], ["per-correct"], sample_rows=rows)
+        assert [r["per-correct"]["correct"] for r in s["raw"]] == [1.0, 0.0]
+        assert s["meta"]["metric_info"]["per-correct"]["correct"] == rule
+
+
+def test_every_shipped_datasets_rule_is_in_the_docs_table():
+    from pathlib import Path
+
+    from harness.datasets import DATASETS
+
+    rows = [line for line in (Path(__file__).parents[1] / "docs" / "metrics.md").read_text().splitlines()
+            if line.startswith("| ") and "`auto`" not in line]  # fmt: skip
+    for name in DATASETS.names():
+        rule = DATASETS.get(name).correct
+        assert rule, name  # every shipped dataset has its own
+        assert any(line.lower().startswith(f"| {name} | `{rule}` |") for line in rows), (name, rule)
+
+
+def leaf_of(aggregate, path):
+    for part in path.split(".") if path != "f1_ge_0.5" else [path]:
+        aggregate = aggregate[part]
+    return aggregate
 
 
 # a scripted open-book run over the real snapshot ----------------------------------------------------
@@ -225,7 +288,7 @@ def test_open_book_runs_record_rescore_compare_and_show_both_metrics(hotpot_snap
             options = {"model": f"scripted/{name}", "dataset": "hotpotqa:dev", "setting": "open-book", "limit": 6,
                        "out": str(tmp_path / name), "cache": False, "snapshot": str(hotpot_snapshot),
                        "search_space": "evidence-only", "metrics": metrics,
-                       "metric_options": {"per-correct": {"metric": "em-f1", "leaf": "em", "threshold": 1}}}  # fmt: skip
+                       "metric_options": {"per-correct": {"correct": "em-f1:em==1"}}}  # fmt: skip
             out[name] = results_dict(asyncio.run(Run(build_config(options), show_progress=False).execute()))
         finally:
             unregister_script(name)
@@ -242,7 +305,7 @@ def test_open_book_runs_record_rescore_compare_and_show_both_metrics(hotpot_snap
     assert tokens["kind"] == "aggregate" and tokens["diffs"][0]["ci95"] is not None
     assert compared["metrics"]["outcomes.evidence_use.found_used"]["kind"] == "mean"
     board = build_leaderboard(tmp_path)
-    assert {"per-correct.tokens", "outcomes.fully_correct", "outcomes.evidence_use.not_found"} <= set(board["metrics"])
+    assert {"per-correct.tokens", "outcomes.fully_correct", "outcomes.evidence_use.not_found"} <= set(board.metrics)
     from harness.analysis.table import build_table, table_grid
 
     table = table_grid(build_table([tmp_path / "o42-a", tmp_path / "o42-b"], ["per-correct", "outcomes"]))

@@ -51,9 +51,9 @@ def test_two_folders_two_ids_one_key_and_a_copy_keeps_its_id(tmp_path, monkeypat
     assert claim["run_id"] == a["run_id"]
     assert _run(project / "results" / "a", data, cache, limit=3)["run_id"] == a["run_id"]  # resumed: the same run
     board = build_leaderboard([project / "results"])
-    assert len(board["rows"]) == 2 and board["warnings"] == []  # two runs, not copies
+    assert len(board.rows) == 2 and board.warnings == []  # two runs, not copies
     shutil.copytree(project / "results" / "a", project / "copies" / "a")
-    (warning,) = build_leaderboard([project / "results", project / "copies"])["warnings"]
+    (warning,) = build_leaderboard([project / "results", project / "copies"]).warnings
     assert warning.startswith(f"run {a['run_id']} is in 2 folders") and "copies?" in warning
 
 

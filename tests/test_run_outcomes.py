@@ -87,10 +87,12 @@ def test_every_reader_says_it_beside_the_numbers(hotpot_snapshot, tmp_path, caps
 
     # leaderboard: JSON and markdown
     board = build_leaderboard(tmp_path / "runs")
-    by_name = {r["path"].rsplit("/", 1)[1]: r for r in board["rows"]}
+    by_name = {r["path"].rsplit("/", 1)[1]: r for r in board.to_json()["rows"]}  # the JSON rows
     assert by_name["lost"]["n_answered"] == 0 and by_name["lost"]["outcome_note"] == NOTE
     assert by_name["lost"]["outcomes"]["without_answer"] == {"max_steps": 10}
     assert by_name["half"]["n_answered"] == 5 and by_name["half"]["outcome_note"] == half_note
+    typed = [(r.answered, r.outcome_note) for r in board.rows]  # the rows it is dumped from: RunRow's
+    assert typed == [(rows[n].answered, rows[n].outcome_note) for n in ("half", "lost")]
     lines = [line for line in format_markdown(board).splitlines() if line.startswith("|")]
     head = [c.strip() for c in lines[0].strip("|").split("|")]
     cells = {c[head.index("path")].rsplit("/", 1)[1]: c for c in ([x.strip() for x in line.strip("|").split("|")] for line in lines[2:])}  # fmt: skip
@@ -119,6 +121,26 @@ def test_every_reader_says_it_beside_the_numbers(hotpot_snapshot, tmp_path, caps
     md = format_table(ablation)
     assert md.rstrip().splitlines()[-1] == f"context size 4096: {NOTE}"
     assert "| 4096 | 0.0000 ± n/a | n/a | n/a | 10 | 0 | 10 | — |" in md
+
+    # harness score RUN_DIR: the run's counts before the numbers, the rest after, as `harness run` says them
+    assert main(["score", str(runs["half"]), "--out", str(tmp_path / "half.json")]) == 0
+    said = capsys.readouterr().out.splitlines()
+    assert said[:2] == ["finished 10/10, failed 0, answered 5", "scored 10/10"] and said[-1] == half_note
+    assert main(["score", str(runs["lost"]), "--out", str(tmp_path / "lost.json")]) == 4  # as the run exited
+    said = capsys.readouterr()
+    assert said.out.splitlines()[0] == "finished 10/10, failed 0, answered 0"
+    assert said.err.splitlines()[-1] == f"no sample produced an answer: {NOTE}; exit status 4"
+
+    # harness compare: under each run, and beside each of its numbers
+    assert main(["compare", str(runs["half"]), str(runs["lost"])]) == 0
+    text = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(text) if line.startswith(f"  B: {runs['lost']}"))
+    assert text[at + 1] == f"     no sample produced an answer: {NOTE}" and text[2] == f"     {half_note}"
+    em = text.index("em-f1.em")
+    assert text[em + 1].endswith("  (5 finished samples without an answer, scored as wrong)")
+    assert text[em + 2].endswith("  (10 finished samples without an answer, scored as wrong)")
+    assert main(["compare", str(runs["half"]), str(runs["lost"]), "--format", "md"]) == 0
+    assert f"- B: no sample produced an answer: {NOTE}" in capsys.readouterr().out.splitlines()
 
     # the data frames
     pytest.importorskip("pandas")
@@ -176,3 +198,17 @@ def test_a_refusal_is_counted_apart_from_the_answers(tmp_path, capsys):
     assert refused["answer"] == "Hello.." and refused["messages"][-1]["refusal"].startswith("This request was declined")
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["outcomes"] == {"answered": 2, "refused": 1} and results["scores"]["em-f1"]["em"] == pytest.approx(2 / 3)
+
+
+def test_scoring_generations_without_one_answer_exits_4(tmp_path, capsys):
+    """``harness score --generations``: no run record, so no outcomes; a file whose every answer is
+    null is the same case as a run where no sample answered (scored as wrong, said, exit 4)."""
+    gens = tmp_path / "gens.jsonl"
+    gens.write_text("".join(json.dumps({"id": s.id, "answer": None}) + "\n" for s in HOTPOT[:3]), encoding="utf-8")
+    argv = ["score", "--dataset", "hotpotqa:dev", "--generations", str(gens), "--metrics", "em-f1"]
+    assert main([*argv, "--out", str(tmp_path / "s.json")]) == 4
+    err = capsys.readouterr().err.splitlines()
+    n = len(HOTPOT)
+    assert err[-1] == f"no generation has an answer (0 of {n} questions): scored as wrong, the metrics' rule for a missing answer; exit status 4"  # fmt: skip
+    gens.write_text(json.dumps({"id": HOTPOT[0].id, "answer": HOTPOT[0].answer}) + "\n", encoding="utf-8")
+    assert main([*argv, "--out", str(tmp_path / "s.json")]) == 0

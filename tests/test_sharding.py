@@ -1,7 +1,9 @@
 """--shard I/K and harness merge: a scripted model on 20 HotpotQA dev questions x 2 epochs, run whole
 and in 3 shards; the merged shards equal the whole run (rows, counts, every score and interval);
-refusals are one line, exit 2, nothing written; a killed shard resumes; the Slurm and SkyPilot
-recipes in examples/ run as written (a stand-in sbatch, the YAML's run: script per node)."""
+refusals are one line, exit 2, nothing written; a killed shard resumes; the Slurm, Kubernetes and
+SkyPilot recipes in examples/ run as written (a stand-in sbatch setting the array variables as
+slurmctld does; each Indexed Job index's container command as the kubelet runs it; the YAML's run:
+script per node), every Slurm task and Kubernetes pod running the same `--shard auto` command."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import asyncio
 import collections
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -279,73 +282,216 @@ def stand_in_harness(bin_dir: Path) -> None:
     path.chmod(0o755)
 
 
-FAKE_SBATCH = r'''#!PYTHON
-"""sbatch as the recipe uses it: --parsable, --array=A-B, --dependency=afterany:ID, --export=ALL,K=V;
-runs the job at once (an array task by task), its dependency checked; logs each submission."""
-import json, os, subprocess, sys
+FAKE_SBATCH = r"""#!PYTHON
+# sbatch as the recipe uses it: --parsable, --array=SPEC, --dependency=afterany:ID; runs the job at once
+# (an array task by task, last id first: the order must not matter), its dependency checked, and logs
+# each submission. An array task gets the variables slurmctld sets (SchedMD/slurm@284c3b95
+# src/slurmctld/job_mgr.c _create_job_array): COUNT the ids, MIN/MAX the first and last, STEP the number
+# after the spec's first ':' (atoi: leading digits), else 1; plus SLURM_ARRAY_JOB_ID and the task's id.
+import json, os, re, subprocess, sys
 log = os.environ["FAKE_SLURM_LOG"]
 args = sys.argv[1:]
 n = next(i for i, a in enumerate(args) if not a.startswith("--"))
 opts, (script, *script_args) = args[:n], args[n:]
 jobs = [json.loads(line) for line in open(log)] if os.path.exists(log) else []
-job = {"id": str(1000 + len(jobs)), "opts": opts, "script": script, "args": script_args, "rc": []}
-env = dict(os.environ)
-tasks = [None]
+job = {"id": str(1000 + len(jobs)), "opts": opts, "script": script, "args": script_args, "rc": [], "tasks": []}
+env = {**os.environ, "SLURM_JOB_ID": job["id"]}
+array_env, tasks = {}, [None]
 for opt in opts:
     name, _, value = opt.partition("=")
     if name == "--array":
-        lo, hi = value.split("-")
-        tasks = list(range(int(lo), int(hi) + 1))
+        spec = value.split("%")[0]  # %N caps the tasks running at once
+        ids = set()
+        for part in spec.split(","):
+            span, _, step = part.partition(":")
+            lo, _, hi = span.partition("-")
+            ids.update(range(int(lo), int(hi or lo) + 1, int(step or 1)))
+        colon = re.match(r"\d*", value.split(":", 1)[1]).group() if ":" in value else ""
+        array_env = {
+            "SLURM_ARRAY_JOB_ID": job["id"], "SLURM_ARRAY_TASK_COUNT": str(len(ids)),
+            "SLURM_ARRAY_TASK_MIN": str(min(ids)), "SLURM_ARRAY_TASK_MAX": str(max(ids)),
+            "SLURM_ARRAY_TASK_STEP": str(int(colon or 1)),
+        }
+        tasks = sorted(ids, reverse=True)
     elif name == "--dependency":
         kind, dep = value.split(":")
         assert kind == "afterany" and dep in {j["id"] for j in jobs}, value
-    elif name == "--export":
-        parts = value.split(",")
-        assert parts[0] == "ALL"
-        env.update(p.split("=", 1) for p in parts[1:])
     else:
         assert name == "--parsable", opt
 for task in tasks:
-    task_env = {**env, "SLURM_JOB_ID": job["id"]}
-    if task is not None:
-        task_env.update(SLURM_ARRAY_JOB_ID=job["id"], SLURM_ARRAY_TASK_ID=str(task))
+    task_env = dict(env) if task is None else {**env, **array_env, "SLURM_ARRAY_TASK_ID": str(task)}
     # a job's output goes to its log (--output), never to sbatch's stdout, which is the job id
-    job["rc"].append(subprocess.run(["bash", script, *script_args], env=task_env, stdout=sys.stderr).returncode)
+    proc = subprocess.run(["bash", script, *script_args], env=task_env, stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
+    sys.stderr.write(proc.stderr)
+    job["rc"].append(proc.returncode)
+    job["tasks"].append({"id": task, "stderr": proc.stderr})
 with open(log, "a") as f:
     f.write(json.dumps(job) + "\n")
 print(job["id"])
-'''
+"""
 
 
 def recipe_env(tmp_path: Path, **extra) -> dict[str, str]:
     stand_in_harness(tmp_path / "bin")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "JOB_COMPLETION", "HARNESS_SHARD"))}
     return {
-        **os.environ,
+        **env,
         "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}",
         "MODEL": f"scripted/{SCRIPT}",
         "DATASET": "hotpotqa:dev",
         "EXTRA_ARGS": " ".join(RUN[RUN.index("--limit"):]),
+        "HARNESS_CACHE_DIR": str(tmp_path / "cache"),
         **extra,
     }
 
 
-def test_slurm_recipe_runs_k_shards_then_merges(runs, tmp_path):
-    script = REPO / "examples" / "slurm_shards.sh"
-    text = script.read_text()
-    assert "--shard \"$((SLURM_ARRAY_TASK_ID))/$K\"" in text and "harness merge" in text
-    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+def submit_slurm_recipe(tmp_path: Path, **extra) -> list[dict]:
+    """``bash examples/slurm_shards.sh`` with a stand-in sbatch; the jobs it submitted, as run."""
     sbatch = tmp_path / "bin" / "sbatch"
-    env = recipe_env(tmp_path, K="3", FAKE_SLURM_LOG=str(tmp_path / "slurm.log"))
+    env = recipe_env(tmp_path, FAKE_SLURM_LOG=str(tmp_path / "slurm.log"), **extra)
     sbatch.write_text(FAKE_SBATCH.replace("PYTHON", sys.executable, 1))
     sbatch.chmod(0o755)
+    script = REPO / "examples" / "slurm_shards.sh"
     proc = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
     jobs = [json.loads(line) for line in (tmp_path / "slurm.log").read_text().splitlines()]
-    assert [(j["args"], j["rc"]) for j in jobs] == [(["shard"], [0, 0, 0]), (["merge"], [0])]
-    assert "--array=1-3" in jobs[0]["opts"] and f"--dependency=afterany:{jobs[0]['id']}" in jobs[1]["opts"]
-    for i in (1, 2, 3):
-        assert results(tmp_path / "runs" / f"shard-{i}")["config"]["shard"] == f"{i}/3"
+    assert [j["args"] for j in jobs] == [["shard"], ["merge"]], proc.stderr
+    assert f"--dependency=afterany:{jobs[0]['id']}" in jobs[1]["opts"]
+    return jobs
+
+
+def test_slurm_recipe_runs_one_command_per_task_then_merges(runs, tmp_path):
+    text = (REPO / "examples" / "slurm_shards.sh").read_text()
+    # one command for every task: the shard comes from the array's variables, not from the script
+    assert 'harness run "${RUN_ARGS[@]}" --shard auto --out "$RUNS/task-$SLURM_ARRAY_TASK_ID"' in text
+    assert 'harness merge "$RUNS"/task-* --out "$RUNS/merged"' in text
+    assert subprocess.run(["bash", "-n", str(REPO / "examples" / "slurm_shards.sh")]).returncode == 0
+    jobs = submit_slurm_recipe(tmp_path, K="3")
+    assert "--array=0-2" in jobs[0]["opts"] and [(t["id"], rc) for t, rc in zip(jobs[0]["tasks"], jobs[0]["rc"])] == [
+        (2, 0), (1, 0), (0, 0)
+    ]  # fmt: skip
+    assert jobs[1]["rc"] == [0]
+    for task in (0, 1, 2):
+        got = results(tmp_path / "runs" / f"task-{task}")
+        assert got["config"]["shard"] == f"{task + 1}/3"
+        assert got["config"]["shard_env"] == {
+            "SLURM_ARRAY_TASK_ID": str(task), "SLURM_ARRAY_TASK_COUNT": "3", "SLURM_ARRAY_TASK_MIN": "0",
+            "SLURM_ARRAY_TASK_MAX": "2", "SLURM_ARRAY_TASK_STEP": "1",
+        }  # fmt: skip
+        assert got["invocations"][-1]["shard_env"] == got["config"]["shard_env"]
+        assert f"shard {task + 1}/3 (--shard auto: SLURM_ARRAY_TASK_ID={task}," in jobs[0]["tasks"][2 - task]["stderr"]
+    merged, _ = assert_equals_whole(tmp_path / "runs" / "merged", runs / "whole")
+    assert merged["config"]["shard_env"] is None  # the merged run is no shard
+    assert [i["shard_env"]["SLURM_ARRAY_TASK_ID"] for i in merged["invocations"]] == ["0", "1", "2"]
+
+
+def test_slurm_recipe_on_a_stepped_array_that_starts_above_0(runs, tmp_path):
+    """--array=5-14:4%2: ids 5, 9, 13 (MAX 13, not 14), at most 2 at once: shards 1/3, 2/3, 3/3."""
+    jobs = submit_slurm_recipe(tmp_path, ARRAY="5-14:4%2")
+    assert jobs[0]["rc"] == [0, 0, 0] and jobs[1]["rc"] == [0]
+    for task, shard in ((5, "1/3"), (9, "2/3"), (13, "3/3")):
+        got = results(tmp_path / "runs" / f"task-{task}")["config"]
+        assert got["shard"] == shard and got["shard_env"]["SLURM_ARRAY_TASK_MAX"] == "13"
+        assert got["shard_env"]["SLURM_ARRAY_TASK_STEP"] == "4"
     assert_equals_whole(tmp_path / "runs" / "merged", runs / "whole")
+
+
+def test_slurm_recipe_refuses_an_array_that_is_no_range(tmp_path):
+    """--array=0,2,3: slurmctld says STEP 1, so the 3 ids cannot be told apart from 0-2: every task
+    is refused in one line, exit 2, before anything is written; the merge then has nothing to merge."""
+    jobs = submit_slurm_recipe(tmp_path, ARRAY="0,2,3")
+    assert jobs[0]["rc"] == [2, 2, 2]
+    for task in jobs[0]["tasks"]:
+        lines = task["stderr"].strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: --shard auto: the Slurm array is not a range"), lines
+    assert not (tmp_path / "runs").exists()
+    assert jobs[1]["rc"] == [2]
+
+
+# Kubernetes: Container.command "$(VAR_NAME) are expanded using the container's environment. If a variable
+# cannot be resolved, the reference in the input string will be unchanged. Double $$ are reduced to a single
+# $" (kubernetes/kubernetes staging/src/k8s.io/api/core/v1/types.go, Container.Command); the Job controller
+# appends JOB_COMPLETION_INDEX to every container's env (pkg/controller/job/indexed_job_utils.go).
+def kubelet_expand(text: str, env: dict[str, str]) -> str:
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)", lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
+
+
+def k8s_docs(name: str) -> list[dict]:
+    return list(yaml.safe_load_all((REPO / "examples" / name).read_text()))
+
+
+def test_kubernetes_manifests_are_an_indexed_job_and_its_merge():
+    config_map, job = k8s_docs("k8s_shards.yaml")
+    assert (config_map["apiVersion"], config_map["kind"]) == ("v1", "ConfigMap")
+    assert (job["apiVersion"], job["kind"]) == ("batch/v1", "Job")
+    spec, pod = job["spec"], job["spec"]["template"]["spec"]
+    assert spec["completionMode"] == "Indexed" and 1 <= spec["parallelism"] <= spec["completions"]
+    assert pod["restartPolicy"] == "Never"  # podFailurePolicy and backoffLimitPerIndex need it
+    (container,) = pod["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert "JOB_COMPLETION_INDEX" not in env  # the controller's to set
+    assert env["HARNESS_SHARD_COUNT"] == str(spec["completions"])  # K, as the Job has it
+    assert container["command"] == [
+        "harness", "run", "--config", "/config/run.yaml", "--shard", "auto", "--out", "/runs/shard-$(JOB_COMPLETION_INDEX)"
+    ]  # fmt: skip
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert mounts == {"runs": "/runs", "config": "/config"}
+    assert volumes["config"]["configMap"]["name"] == config_map["metadata"]["name"]
+    (fail_job,) = [r for r in spec["podFailurePolicy"]["rules"] if r["action"] == "FailJob"]
+    assert fail_job["onExitCodes"] == {"containerName": container["name"], "operator": "In", "values": [2]}
+    # every shard's options: a valid run configuration, checked as harness run checks it
+    options = yaml.safe_load(config_map["data"]["run.yaml"])
+    assert build_config(options).shard is None and options["model"].startswith("vllm/")
+    (merge,) = k8s_docs("k8s_merge.yaml")
+    assert merge["kind"] == "Job" and "completionMode" not in merge["spec"]
+    (merger,) = merge["spec"]["template"]["spec"]["containers"]
+    assert merger["command"] == ["sh", "-c", "exec harness merge /runs/shard-* --out /runs/merged"]
+    assert merge["spec"]["template"]["spec"]["volumes"] == [volumes["runs"]]  # the shards' volume
+    assert {m["mountPath"] for m in merger["volumeMounts"]} == {"/runs"}
+
+
+def test_kubernetes_indexed_job_runs_each_index_then_merges(runs, tmp_path):
+    """Each index's container command as the kubelet runs it (its env, JOB_COMPLETION_INDEX, $(VAR)
+    expanded; the volumes at folders here; the ConfigMap's options with the scripted model), then the
+    merge Job's: the merged run is the one-machine run. A Job of 3 completions: the manifest's K edited."""
+    config_map, job = k8s_docs("k8s_shards.yaml")
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    (merger,) = k8s_docs("k8s_merge.yaml")[0]["spec"]["template"]["spec"]["containers"]
+    k = 3
+    options = yaml.safe_load(config_map["data"]["run.yaml"])
+    options.pop("base_url")
+    options.update(model=f"scripted/{SCRIPT}", dataset="hotpotqa:dev", limit=20, epochs=2, temperature=1, cache=False)
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "run.yaml").write_text(yaml.safe_dump(options))
+    (tmp_path / "pvc").mkdir()
+    mounts = {"/runs": str(tmp_path / "pvc"), "/config": str(tmp_path / "config")}
+
+    def on_this_machine(arg: str) -> str:
+        for path, here in mounts.items():
+            arg = arg.replace(path + "/", here + "/")
+        return arg
+
+    base = recipe_env(tmp_path)
+    for index in (2, 0, 1):
+        env = {**{e["name"]: e["value"] for e in container["env"]}, "HARNESS_SHARD_COUNT": str(k)}
+        env["JOB_COMPLETION_INDEX"] = str(index)  # appended by the Job controller
+        argv = [on_this_machine(kubelet_expand(a, env)) for a in container["command"]]
+        assert argv[-1] == f"{tmp_path / 'pvc'}/shard-{index}"
+        proc = subprocess.run(argv, cwd=tmp_path, env={**base, **env}, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        got = results(tmp_path / "pvc" / f"shard-{index}")["config"]
+        assert got["shard"] == f"{index + 1}/{k}"
+        assert got["shard_env"] == {"JOB_COMPLETION_INDEX": str(index), "HARNESS_SHARD_COUNT": str(k)}
+    # an index past the count (a manifest whose completions and HARNESS_SHARD_COUNT disagree): refused
+    env = {"HARNESS_SHARD_COUNT": str(k), "JOB_COMPLETION_INDEX": str(k)}
+    argv = [on_this_machine(kubelet_expand(a, env)) for a in container["command"]]
+    proc = subprocess.run(argv, cwd=tmp_path, env={**base, **env}, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: --shard auto: JOB_COMPLETION_INDEX=3 with")
+    assert not (tmp_path / "pvc" / f"shard-{k}").exists()
+    argv = [on_this_machine(a) for a in merger["command"]]
+    proc = subprocess.run(argv, cwd=tmp_path, env=base, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert_equals_whole(tmp_path / "pvc" / "merged", runs / "whole")
 
 
 def test_skypilot_recipe_runs_one_shard_per_node_then_merges(runs, tmp_path):

@@ -60,6 +60,8 @@ ODD_QUERIES = [
     "a" * 2000,
     "%_\\",
     'Einstien (physicist)" OR *:-',
+    "Albedo\ud800",  # a lone surrogate (a model's "\ud800"): SQLite's text binding raised on it
+    "\udcff",  # a 0xff byte, as Python decodes it
 ]
 
 

@@ -36,7 +36,8 @@ def test_help_imports_no_command_and_no_library():
         capture_output=True, text=True, cwd=ROOT, check=True,
     )  # fmt: skip
     modules = eval(proc.stdout.strip().splitlines()[-1])  # noqa: S307 - our own printed list
-    assert modules == ["harness._version", "harness.cli", "harness.commands", "harness.errors"]
+    # harness.text: argv and the path variables are checked for UTF-8 before anything (issue 45)
+    assert modules == ["harness._version", "harness.cli", "harness.commands", "harness.errors", "harness.text"]
 
 
 @pytest.mark.slow

@@ -404,7 +404,8 @@ def pdflatex(tex: str, tmp_path, name: str) -> tuple[str, float, float]:
 @pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex absent (Debian: texlive-latex-base)")
 def test_latex_tables_fit_an_article_page(runs, tmp_path):
     """One dataset (it overflowed an article page by 169 pt) and two (408 pt), compiled: no
-    overfull line, scaled to the text width (345 pt); a table that fits keeps its own size."""
+    overfull line, scaled to the text width (345 pt); a table that fits keeps its own size. Two
+    datasets print as a section each with its own columns, as wide as one dataset's table."""
     root, r = runs
     widths = {}
     for name, paths, metrics in (
@@ -416,5 +417,35 @@ def test_latex_tables_fit_an_article_page(runs, tmp_path):
         assert "Overfull \\hbox" not in log, (name, re.findall(r"Overfull \\hbox \(([0-9.]+pt) too wide\)", log))
         assert typeset == pytest.approx(min(natural, 345.0), abs=0.01), name  # scaled down, never up
         widths[name] = natural
-    # intervals on a second line: the scale a page needs is 345/455 and 345/694 (it was 345/514, 345/753)
-    assert widths["one"] > 345 and widths["two"] > widths["one"] and widths["narrow"] < 345
+    # intervals on a second line: the scale a page needs is 345/455 (0.76; it was 345/514); two
+    # datasets in sections 345/467 (0.74; 345/753 = 0.46 with a Dataset column and each other's
+    # columns blank, 345/694 = 0.50 with intervals on a second line): only TopiOCQA's longer agent
+    # name ("conversational") is wider
+    assert widths["one"] > 345 and widths["narrow"] < 345
+    assert widths["one"] < widths["two"] < widths["one"] + 20
+
+
+def test_latex_of_two_datasets_has_a_section_each_with_its_columns(runs):
+    """HotpotQA and TopiOCQA runs: the dataset a heading, not a column; each section's header only
+    the numbers its runs have (short names where the section has one F1), no blank score cell; n
+    and Failed under one another; markdown and CSV keep one table of every column."""
+    root, r = runs
+    tex = render(table_grid(build_table([r["right"], r["topi"], r["half"]])), "latex")
+    lines = [line for line in tex.splitlines() if not line.startswith("%")]
+    assert lines[1] == "\\begin{tabular}{lllrrrrr}"
+    heads = [i for i, line in enumerate(lines) if line.startswith("\\multicolumn")]
+    assert [lines[i] for i in heads] == [
+        "\\multicolumn{8}{@{}l}{\\textit{hotpotqa:dev@distractor-first100}} \\\\",
+        "\\multicolumn{8}{@{}l}{\\textit{topiocqa:dev@719c4548}} \\\\",
+    ]
+    assert lines[heads[0] + 1] == "Model & Setting & Agent & Context & EM & F1 & n & Failed \\\\"
+    assert lines[heads[1] + 1] == "Model & Setting & Agent & Context & F1 &  & n & Failed \\\\"
+    hotpot = lines[heads[0] + 3 : heads[0] + 5]  # its runs together, in the order given
+    assert [row.split(" & ")[0] for row in hotpot] == ["tab\\_model\\%v1\\#2", "tab-half"]
+    assert all(" &  & " not in row for row in hotpot)  # no other dataset's blank column
+    topi = lines[heads[1] + 3].split(" & ")
+    assert topi[4] == "\\begin{tabular}[t]{@{}r@{}}23.6\\\\ {[n/a]}\\end{tabular}" and topi[5:] == ["", "4", "0 \\\\"]
+    assert [line for line in lines if line in ("\\toprule", "\\midrule", "\\bottomrule")] == [
+        "\\toprule", "\\midrule", "\\midrule", "\\midrule", "\\bottomrule"
+    ]  # fmt: skip
+    assert md_rows(render(table_grid(build_table([r["right"], r["topi"]])), "md"))[0][0] == "Dataset"

@@ -46,6 +46,7 @@ from typing import Any, ClassVar
 
 from harness.scoring.normalize import tokenize_fanoutqa
 from harness.templates import packaged_text
+from harness.text import plain_text
 from tools.registry import function_schema, register_tool
 from wiki_snapshot.chunking import chunk_text
 from wiki_snapshot.ranking import BM25PlusRanker
@@ -111,6 +112,7 @@ class SearchResult:
     truncated: bool = False  # some of the page did not fit the budget
     hit_rule: str = "title"  # the rule that decided hit or miss ("search-results" or "title")
     matched_title: str | None = None  # search-results: the result equal to the query (even if unreadable)
+    replaced_surrogates: int = 0  # lone surrogates in the query, looked up as U+FFFD (harness.text)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -214,7 +216,8 @@ class SearchTool:
 
     # ---------------------------------------------------------------------------------------
     def __call__(self, query: str, question: str) -> SearchResult:
-        query = "" if query is None else str(query)
+        # a lone surrogate in the model's query ("\ud800" in its call): looked up as U+FFFD, counted
+        query, replaced = plain_text("" if query is None else str(query))
         title_query = query.strip()
         rule, matched = self.hit_rule, None
         if rule == "search-results":
@@ -234,7 +237,13 @@ class SearchTool:
             similar = similar[: self.config.max_similar]
             text = not_found_message(similar, self.config.style)
             return SearchResult(
-                text, None, similar, tokens=self.count_tokens(text), hit_rule=rule, matched_title=matched
+                text,
+                None,
+                similar,
+                tokens=self.count_tokens(text),
+                hit_rule=rule,
+                matched_title=matched,
+                replaced_surrogates=replaced,
             )
 
         entry = self._entry(page)
@@ -247,7 +256,13 @@ class SearchTool:
                 entry.whole_tokens = self.count_tokens(full)
             if entry.whole_tokens <= self.budget:
                 return SearchResult(
-                    full, page.title, whole_page=True, tokens=entry.whole_tokens, hit_rule=rule, matched_title=matched
+                    full,
+                    page.title,
+                    whole_page=True,
+                    tokens=entry.whole_tokens,
+                    hit_rule=rule,
+                    matched_title=matched,
+                    replaced_surrogates=replaced,
                 )
 
         if entry.ranker is None:
@@ -280,6 +295,7 @@ class SearchTool:
             truncated=used < len(entry.chunks),
             hit_rule=rule,
             matched_title=matched,
+            replaced_surrogates=replaced,
         )
 
     def _entry(self, page) -> _PageIndex:

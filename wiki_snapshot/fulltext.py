@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from wiki_snapshot.errors import SnapshotError
+from wiki_snapshot.text import json_bytes
 
 ENGINE = "tantivy"
 TEXT_SEARCH = "tantivy-bm25"
@@ -123,7 +124,7 @@ def build_fulltext(snap, progress: TextIO | None = None, every: int = 100_000) -
             "pages": n,
             "build_seconds": round(time.monotonic() - started, 3),
         }
-        (tmp / META).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        (tmp / META).write_bytes(json_bytes(json.dumps(meta, indent=2, ensure_ascii=False) + "\n"))
         old = target.with_name(f"{target.name}.old-{os.getpid()}")
         if target.exists():
             os.replace(target, old)

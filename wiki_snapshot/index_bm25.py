@@ -33,6 +33,7 @@ import numpy as np
 
 from wiki_snapshot.errors import SnapshotError
 from wiki_snapshot.retriever import UNREADABLE, Hit, Retriever, first_line, live_progress, top_k, top_k_of
+from wiki_snapshot.text import json_bytes, plain_text
 
 DEFAULTS = {"method": "lucene", "k1": 0.9, "b": 0.4, "delta": 0.5, "stemmer": "porter", "stopwords": "en"}
 METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
@@ -438,7 +439,7 @@ class BM25Build:
         vocab = dict(self.vocab)
         if "" not in vocab:
             vocab[""] = max(vocab.values(), default=-1) + 1
-        (out / "vocab.index.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+        (out / "vocab.index.json").write_bytes(json_bytes(json.dumps(vocab, ensure_ascii=False)))
         params = {
             "k1": float(opts["k1"]),
             "b": float(opts["b"]),
@@ -586,7 +587,8 @@ class BM25Retriever(Retriever):
         return len(indptr) - 1
 
     def query_token_ids(self, query: str) -> list[int]:
-        tokens = tokenize([query], self.opts, return_ids=False)[0]
+        # a lone surrogate (a model's "\ud800") as U+FFFD, as every query (wiki_snapshot.text)
+        tokens = tokenize([plain_text(query)[0]], self.opts, return_ids=False)[0]
         return self.model.get_tokens_ids(tokens)
 
     def scores(self, query: str) -> np.ndarray | None:

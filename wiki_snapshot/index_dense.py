@@ -31,6 +31,7 @@ import numpy as np
 from wiki_snapshot.errors import SnapshotError
 from wiki_snapshot.parallel import NpyAppender
 from wiki_snapshot.retriever import UNREADABLE, Hit, Retriever, first_line, live_progress, top_k
+from wiki_snapshot.text import plain_text
 
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 # model name -> (module carrying it, its PyPI distribution)
@@ -334,7 +335,8 @@ class DenseRetriever(Retriever):
                 self.index.nprobe = int(self.ann["nprobe"])
 
     def encode_queries(self, queries: list[str]) -> np.ndarray:
-        return encode(self.model, queries, QUERY_BATCH)
+        # a lone surrogate (a model's "\ud800") as U+FFFD: Hugging Face tokenizers raise TypeError on it
+        return encode(self.model, [plain_text(q)[0] for q in queries], QUERY_BATCH)
 
     def search_many(self, queries: list[str], k: int) -> list[list[Hit]]:
         out: list[list[Hit]] = []

@@ -22,6 +22,7 @@ from urllib.parse import urlparse
 
 from wiki_snapshot._version import HARNESS_VERSION
 from wiki_snapshot.errors import SnapshotError
+from wiki_snapshot.text import json_bytes, plain_text
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,12 @@ def parse_retry_after(value: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+def sendable_params(params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` as sent: a lone surrogate (a model's "\\ud800" in a search, a title in a hostile
+    reply) as U+FFFD, which ``httpx`` can encode in a URL (it raises on the surrogate itself)."""
+    return {k: plain_text(v)[0] if isinstance(v, str) else v for k, v in params.items()}
 
 
 def default_cache_dir(api_url: str) -> Path:
@@ -128,6 +135,7 @@ class MediaWikiClient:
     def _get_once(self, params: dict[str, Any]) -> dict[str, Any]:
         import httpx
 
+        params = sendable_params(params)
         client = self._http()  # created before the throttle: building it takes tens of ms
         self._throttle()
         self.stats["requests"] += 1
@@ -200,9 +208,11 @@ class MediaWikiClient:
         """``name`` (a caller's own file name) or the sha256 of the request's parameters."""
         if name:
             return self.cache_dir / name
+        params = sendable_params(params)  # keyed by what is sent
         key = json.dumps({str(k): str(v) for k, v in params.items()}, sort_keys=True, ensure_ascii=False)
         action = str(params.get("list") or params.get("prop") or params.get("meta") or params.get("action"))
-        return self.cache_dir / f"{action}-{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+        digest = hashlib.sha256(key.encode("utf-8")).hexdigest()
+        return self.cache_dir / f"{action}-{digest[:32]}.json"
 
     def read_cache(self, path: Path) -> dict[str, Any] | None:
         try:
@@ -215,7 +225,7 @@ class MediaWikiClient:
     def write_cache(self, path: Path, data: dict[str, Any]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+        tmp.write_bytes(json_bytes(json.dumps(data, ensure_ascii=False)))  # a reply's "\ud800": its escape
         os.replace(tmp, path)
 
     def cached_get(self, params: dict[str, Any], name: str | None = None) -> dict[str, Any]:
@@ -243,5 +253,6 @@ __all__ = [
     "USER_AGENT",
     "Unreachable",
     "default_cache_dir",
+    "sendable_params",
     "parse_retry_after",
 ]

@@ -31,6 +31,7 @@ from wiki_snapshot.errors import SnapshotError
 from wiki_snapshot.parallel import NpyAppender, batched, default_workers, ordered_map
 from wiki_snapshot.passages import PASSAGE_DTYPE, iter_passages, parse_kind, splitter_info
 from wiki_snapshot.retriever import PASSAGES_FILE, Retriever, build_command, live_progress
+from wiki_snapshot.text import json_bytes
 
 INDEX_FORMAT = "harness-passage-index"
 INDEX_FORMAT_VERSION = 1
@@ -238,8 +239,8 @@ def build_index(
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, ensure_ascii=False)
+    with open(path, "wb") as f:  # a lone surrogate (a metadata value read back from its escape): the escape
+        f.write(json_bytes(json.dumps(data, indent=2, ensure_ascii=False)))
         f.flush()
         os.fsync(f.fileno())
 

@@ -27,6 +27,7 @@ import datetime as _dt
 import difflib
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -40,6 +41,9 @@ from typing import Any, Iterator
 
 from wiki_snapshot._version import HARNESS_VERSION
 from wiki_snapshot.errors import SnapshotError
+from wiki_snapshot.text import json_text, plain_text
+
+log = logging.getLogger(__name__)
 
 FORMAT = "wiki-snapshot"
 FORMAT_VERSION = 1
@@ -74,8 +78,10 @@ class Page:
 
 # titles ------------------------------------------------------------------------------------
 def normalize_title(title: str) -> str:
-    """MediaWiki-style title normalization: underscores are spaces, whitespace collapsed, NFC."""
-    title = unicodedata.normalize("NFC", str(title)).replace("_", " ")
+    """MediaWiki-style title normalization: underscores are spaces, whitespace collapsed, NFC; a lone
+    surrogate (a "\\ud800" escape in a JSON source, a model's query) is U+FFFD (``wiki_snapshot.text``):
+    no UTF-8 holds it, so SQLite, libzim and the MediaWiki API could not take the title."""
+    title = unicodedata.normalize("NFC", plain_text(str(title))[0]).replace("_", " ")
     return " ".join(title.split())
 
 
@@ -273,6 +279,7 @@ class SnapshotWriter:
         self.n_redirects = 0
         self.duplicates_skipped = 0
         self.duplicate_redirects_skipped = 0
+        self.replaced_surrogates = 0  # lone surrogates in titles and texts stored as U+FFFD
         self._max_timestamp: str | None = None
         self._started = _dt.datetime.now(_dt.timezone.utc)
         self._closed = False
@@ -302,11 +309,17 @@ class SnapshotWriter:
     def set_metadata(self, key: str, value: Any) -> None:
         self._meta[key] = value
 
+    def _plain(self, text: Any) -> str:
+        # a lone surrogate (a JSON source's "\ud800"): SQLite's text binding cannot encode it
+        text, n = plain_text(str(text))
+        self.replaced_surrogates += n
+        return text
+
     def add_page(self, page: Page) -> None:
-        title = normalize_title(page.title)
+        title = normalize_title(self._plain(page.title))
         if not title:
             raise SnapshotError(f"page {page.pageid}: empty title")
-        ts = page.timestamp
+        ts = None if page.timestamp is None else self._plain(page.timestamp)
         if ts and (self._max_timestamp is None or ts > self._max_timestamp):
             self._max_timestamp = ts
         self._pages.append(
@@ -314,7 +327,7 @@ class SnapshotWriter:
                 int(page.pageid),
                 None if page.revid is None else int(page.revid),
                 title,
-                page.text or "",
+                self._plain(page.text or ""),
                 ts,
                 title.casefold(),
             )
@@ -323,8 +336,8 @@ class SnapshotWriter:
             self._flush()
 
     def add_redirect(self, from_title: str, to_title: str) -> None:
-        title = normalize_title(from_title)
-        target, fragment = split_fragment(to_title)
+        title = normalize_title(self._plain(from_title))
+        target, fragment = split_fragment(self._plain(to_title))
         if not title or not target:
             return
         self._redirects.append((title, target, fragment, title.casefold()))
@@ -420,6 +433,7 @@ class SnapshotWriter:
                     "indexed_titles": n_titles,
                     "duplicates_skipped": self.duplicates_skipped,
                     "duplicate_redirects_skipped": self.duplicate_redirects_skipped,
+                    "replaced_surrogates": self.replaced_surrogates,
                     "content_sha256": pages_hash,
                     "content_hash_scope": "sha256 over pages ordered by pageid: "
                     "'pageid\\trevid\\ttitle\\ttimestamp\\tbytes\\n' + utf-8 text",
@@ -433,10 +447,17 @@ class SnapshotWriter:
                     "build_seconds": round((now - self._started).total_seconds(), 3),
                 }
             )
+            if self.replaced_surrogates:
+                log.warning(
+                    "%s: %d lone surrogate(s) in titles or texts (\\udXXX escapes in the source) stored as U+FFFD "
+                    "(metadata replaced_surrogates)",
+                    self.target,
+                    self.replaced_surrogates,
+                )
             con.execute("BEGIN")
-            con.executemany(
+            con.executemany(  # a value holding a lone surrogate (a title in stats): JSON's escape
                 "INSERT OR REPLACE INTO metadata(key, value) VALUES (?, ?)",
-                [(k, json.dumps(v, ensure_ascii=False)) for k, v in meta.items()],
+                [(k, json_text(json.dumps(v, ensure_ascii=False))) for k, v in meta.items()],
             )
             con.execute("COMMIT")
             con.execute("PRAGMA journal_mode=DELETE")

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from wiki_snapshot.errors import SnapshotError
+from wiki_snapshot.text import json_bytes, plain_text
 from wiki_snapshot.store import MAX_QUERY_CHARS, MAX_REDIRECT_HOPS, Page, normalize_title, split_fragment, stable_pageid
 
 FORMAT = "zim"
@@ -76,11 +77,11 @@ def default_cache_root() -> Path:
 
 
 def _clean(text: Any) -> str | None:
-    """A query as a str libzim can take: lone surrogates (which UTF-8 cannot encode) become U+FFFD, NFC."""
+    """A query as a str libzim can take: each lone surrogate (which UTF-8 cannot encode) becomes one
+    U+FFFD (``wiki_snapshot.text``), NFC."""
     if not isinstance(text, str):
         return None
-    text = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-    return unicodedata.normalize("NFC", text)
+    return unicodedata.normalize("NFC", plain_text(text)[0])
 
 
 def _upper_first(s: str) -> str:
@@ -446,7 +447,8 @@ class ZimWiki:
         tmp = f.with_name(f"{f.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
             f.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(rec, ensure_ascii=False), encoding="utf-8", errors="surrogatepass")
+            # a lone surrogate as JSON's escape (surrogatepass wrote bytes no UTF-8 reader takes back)
+            tmp.write_bytes(json_bytes(json.dumps(rec, ensure_ascii=False)))
             os.replace(tmp, f)
         except OSError:
             try:

@@ -94,7 +94,7 @@ def add_steps(rows: list[dict[str, Any]], results: list[RunResults]) -> None:
 
     runs = [LoadedRun.of(r["run_dir"], res) for r, res in zip(rows, results)]
     for i in range(1, len(rows)):
-        if not runs[i - 1].scores.raw or not runs[i].scores.raw:
+        if not runs[i - 1].scores.question_ids() or not runs[i].scores.question_ids():
             continue
         try:
             result = compare_runs([runs[i - 1], runs[i]])
@@ -301,7 +301,7 @@ async def run_ablation(flat: dict[str, Any], sizes: list[int], out: Path) -> dic
         "files": {"table": ABLATION_MD, "plot": ABLATION_PNG},
     }
     ablation["plotted_metrics"] = draw_ablation(ablation, out / ABLATION_PNG)
-    write_bytes_atomic(out / ABLATION_MD, format_table(ablation).encode())
+    write_bytes_atomic(out / ABLATION_MD, format_table(ablation))
     write_json_atomic(out / ABLATION_JSON, ablation)
     return ablation
 

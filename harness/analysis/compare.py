@@ -42,14 +42,13 @@ from typing import Any
 
 import numpy as np
 
-from harness.analysis.row import answered_nothing
+from harness.analysis.row import Outcomes, answered_nothing
 from harness.errors import HarnessError
 from harness.execution.record import RunResults, read_results, results_path
 from harness.scoring.results import interval_text
-from harness.scoring.scores import Scores
+from harness.scoring.scores import PluginRecord, Scores
 from harness.scoring.uncertainty import (
     _flat_leaves,
-    collapse_repeats,
     declared_sources,
     leaf,
     leaf_interval,
@@ -84,7 +83,7 @@ def load_run(path: str | Path, failed_ok: bool = False) -> LoadedRun:
         return run
     if nothing:  # unanswered questions score 0: comparing those zeros would look like a result
         raise HarnessError(f"{results_path(path)}: {nothing}: its zero scores measure nothing; rerun it first")
-    if not run.scores.raw:
+    if not run.scores.question_ids():
         raise HarnessError(f"{results_path(path)}: no per-question scores (an unscored run: harness score {path} first)")
     return run
 
@@ -121,9 +120,8 @@ def _implementation(run: LoadedRun, name: str) -> tuple[Any, str, str | None]:
     current registry's ``name``: a plugin may share a built-in's name and aggregate otherwise."""
     from harness.scoring.metrics import METRICS
 
-    info = run.scores.metric_info(name)
-    record = info.get("plugin") if isinstance(info, dict) else None
-    if not isinstance(record, dict):  # built-ins record no plugin
+    record = run.scores.plugin(name)
+    if record is None:  # built-ins record no plugin
         try:
             entry = METRICS.resolve(name)
         except Exception:  # noqa: BLE001 - any failure is a reason, never a crash
@@ -131,12 +129,11 @@ def _implementation(run: LoadedRun, name: str) -> tuple[Any, str, str | None]:
         if entry is None or entry.source != "builtin":
             return None, f"unrecorded:{name}", f"{run.path} does not record which plugin scored {name}"
         return entry.obj, f"builtin:{name}", None  # a Metric
-    keys = ("sha256", "package", "version")
-    identity = {k: record[k] for k in keys if k in record}
-    ref = record.get("ref") or name
+    identity = record.identity()
+    ref = record.ref or name
     what = f"{name} (plugin {ref}{' sha256 ' + identity['sha256'][:12] if 'sha256' in identity else ''})"
     # a file is its code (sha256) whatever path it was given by; anything else its reference and version
-    named = f"file:{ref.rpartition(':')[2]}" if record.get("source") == "file" else f"{record.get('source')}:{ref}"
+    named = f"file:{ref.rpartition(':')[2]}" if record.source == "file" else f"{record.source}:{ref}"
     ident = f"{named}:" + ",".join(f"{k}={v}" for k, v in identity.items())
     try:
         fn, found = _load_recorded(run, record, name)
@@ -146,12 +143,12 @@ def _implementation(run: LoadedRun, name: str) -> tuple[Any, str, str | None]:
     except Exception as exc:  # noqa: BLE001 - a plugin that cannot load here is a reason, not a crash
         return None, ident, f"{run.path}'s {what} cannot be loaded here: {_error_line(exc)}"
     # an in-process registration has no identity to check; anything else must match the record
-    if record.get("source") != "registered" and (not identity or any(found.get(k) != v for k, v in identity.items())):
+    if record.source != "registered" and (not identity or any(found.get(k) != v for k, v in identity.items())):
         return None, ident, f"{run.path}'s {what} is not verifiably the code found now (identity differs)"
     return fn, ident, None
 
 
-def _load_recorded(run: LoadedRun, record: dict[str, Any], name: str) -> tuple[Any, dict[str, Any]]:
+def _load_recorded(run: LoadedRun, record: PluginRecord, name: str) -> tuple[Any, dict[str, Any]]:
     """(function, identity found) of a recorded plugin metric. A ``FILE.py`` is looked for where it
     was given (relative to the current directory), then beside the run; it is executed only when its
     sha256 is the recorded one."""
@@ -160,13 +157,13 @@ def _load_recorded(run: LoadedRun, record: dict[str, Any], name: str) -> tuple[A
     from harness.registry import load_reference
     from harness.scoring.metrics import METRICS
 
-    source, ref = record.get("source"), record.get("ref") or ""
+    source, ref = record.source, record.ref or ""
     if source == "file":
-        given = Path(record.get("file") or ref.rpartition(":")[0])
+        given = Path(record.file or ref.rpartition(":")[0])
         run_dir = Path(run.path) if Path(run.path).is_dir() else Path(run.path).parent
         places = [given] if given.is_absolute() else [given, run_dir / given, run_dir.parent / given]
         for place in places:
-            if place.is_file() and hashlib.sha256(place.read_bytes()).hexdigest() == record.get("sha256"):
+            if place.is_file() and hashlib.sha256(place.read_bytes()).hexdigest() == record.sha256:
                 fn, _, identity = load_reference(f"{place}:{ref.rpartition(':')[2]}", "metric")
                 return fn, identity
         raise HarnessError(f"no file {given} with the recorded sha256 (looked in: {', '.join(map(str, places))})")
@@ -174,7 +171,7 @@ def _load_recorded(run: LoadedRun, record: dict[str, Any], name: str) -> tuple[A
         fn, _, identity = load_reference(ref, "metric")
         return fn, identity
     if source in ("entry-point", "registered"):  # by the name it was registered under
-        entry = METRICS.resolve(record.get("name") or name)
+        entry = METRICS.resolve(record.name or name)
         if entry.source != source:
             raise HarnessError(f"{entry.name} is now a {entry.source} metric, not the recorded {source}")
         return entry.obj, entry.identity
@@ -264,12 +261,24 @@ def compare_runs(
             "dataset": dataset_of(r)[0],
             "search_space": r.results.search_space_label,
             **({"failed": failed[i]} if i in failed else {}),
+            **_no_answer(r),
         }
         for i, (r, text) in enumerate(zip(everyone, _labels(everyone)))
     ]
     out["warnings"] = [w for w in (spaces_warning(everyone),) if w]
     out["n_questions"] = [len(r.scores.question_ids()) for r in everyone]
     return out
+
+
+def _no_answer(run: LoadedRun) -> dict[str, Any]:
+    """A run's samples that finished without an answer, as ``harness run`` says them
+    (``harness.analysis.row.Outcomes``): ``answered``, ``no_answer`` (how many) and ``no_answer_note``
+    (why; "no sample produced an answer: ..." where none did); nothing where every finished sample answered."""
+    outcomes = Outcomes.of(run.results)
+    if not outcomes.unanswered:
+        return {}
+    note = outcomes.none_answered_line() if outcomes.no_answer else outcomes.note()
+    return {"answered": outcomes.answered, "no_answer": outcomes.unanswered, "no_answer_note": note}
 
 
 _SPACE_FACTS = ("backend", "source", "pages", "revision_date", "scope", "scope_dataset")
@@ -295,9 +304,9 @@ def _compare_answered(runs: list[LoadedRun], metrics: list[str] | None) -> dict[
     """The comparison of the runs that answered (the baseline first; alone when every other failed)."""
     from harness.scoring import stats
 
-    rows = [{r["question_id"]: r for r in collapse_repeats(run.scores.raw)} for run in runs]
+    ids = [set(run.scores.question_ids()) for run in runs]
     # one order whichever run comes first: the same resamples and permutations, mirrored results
-    shared = sorted((q for q in rows[0] if all(q in other for other in rows[1:])), key=str)
+    shared = sorted((q for q in ids[0] if all(q in other for other in ids[1:])), key=str)
     if not shared:
         raise HarnessError(f"{runs[0].path} and the other runs share no scored question")
     aggs = [run.scores.metric_aggregates() for run in runs]
@@ -328,13 +337,14 @@ def _compare_answered(runs: list[LoadedRun], metrics: list[str] | None) -> dict[
         wanted = [p for p in leaves[name] if not metrics or name in metrics or ".".join((name, *p)) in metrics]
         if not wanted:
             continue
-        per = [[rows[i][q].get(name) for q in shared] for i in range(len(runs))]
-        if any(v is None or not isinstance(v, dict) for col in per for v in col):
+        own = [run.scores.metric_rows(name) for run in runs]  # {question id: its values of this metric}
+        per = [[values.get(q) for q in shared] for values in own]
+        if any(v is None for col in per for v in col):
             out["skipped"][name] = "no per-question values for some shared question"
             continue
         fn, why_not = _metric_of_runs(runs, name)
         # each run's aggregate is over all its own rows: its plan is checked against those
-        full = [[r[name] for r in rows[i].values() if isinstance(r.get(name), dict)] for i in range(len(runs))]
+        full = [list(values.values()) for values in own]
         declared = declared_sources(fn, aggs[0][name])
         for path in wanted:
             key = ".".join((name, *path))
@@ -643,6 +653,8 @@ def format_comparison(result: dict[str, Any], headline_only: bool = True) -> str
     for i, run in enumerate(result["runs"]):
         mark = "  [baseline]" if i == 0 else f"  [failed, not compared: {run['failed']}]" if run.get("failed") else ""
         lines.append(f"  {run_letter(i)}: {run['path']}  ({run['label']}){mark}")
+        if run.get("no_answer_note"):
+            lines.append(f"     {run['no_answer_note']}")
         if run.get("search_space"):
             lines.append(f"     search space: {run['search_space']}")
     lines += [f"warning: {w}" for w in result.get("warnings") or []]
@@ -651,6 +663,9 @@ def format_comparison(result: dict[str, Any], headline_only: bool = True) -> str
         lines.append(key)
         for i, r in enumerate(entry["runs"]):
             value = "n/a (failed)" if r.get("failed") else f"{_fmt(r['value'])}{interval_text(r)}"
+            run = result["runs"][i]
+            if run.get("no_answer") and not r.get("failed"):  # beside the number: how much of it is no answer
+                value += f"  ({run['no_answer']} finished samples without an answer, scored as wrong)"
             lines.append(f"  {run_letter(i)}      {value}")
         for j, d in enumerate(entry["diffs"], 1):
             name = f"{run_letter(j)} - A"
@@ -743,6 +758,7 @@ def comparison_grid(result: dict[str, Any], headline_only: bool = True) -> Any:
         + (" [baseline]" if i == 0 else "")
         for i, run in enumerate(runs)
     ]
+    lead += [f"{run_letter(i)}: {run['no_answer_note']}" for i, run in enumerate(runs) if run.get("no_answer_note")]
     lead += [f"warning: {w}" for w in result.get("warnings") or []]
     failed_notes = [f"{run_letter(i)} failed, not compared: {run['failed']}" for i, run in enumerate(runs) if run.get("failed")]
     shared = f"{result['n_shared']} shared questions" + (
@@ -759,7 +775,12 @@ def plot_comparison(result: dict[str, Any], path: Path) -> list[str]:
     import matplotlib.pyplot as plt
 
     from harness.records import write_bytes_atomic
+    from harness.text import plain_value, replaced_warning
 
+    # a run label holding a lone surrogate (read back from its escape): U+FFFD, said (matplotlib raises on it)
+    result, replaced = plain_value(result)
+    if replaced:
+        replaced_warning(path, replaced)
     fig, keys = comparison_figure(result)
     try:
         buffer = io.BytesIO()

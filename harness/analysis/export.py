@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Valida
 
 from harness.errors import HarnessError
 from harness.records import MAX_SMALL_BYTES, plain_file_name, read_input_text, write_bytes_atomic
+from harness.text import json_bytes
 
 # our --setting -> the leaderboard's setting name (folder prefix and metadata key)
 SETTING_NAMES = {"closed-book": "closedbook", "open-book": "openbook", "evidence-provided": "evidenceprovided"}
@@ -219,9 +220,10 @@ def export_fanoutqa_submission(
     written = []
     for setting, run in by_setting.items():
         written.append(f"{SETTING_NAMES[setting]}-generations/{stem}.jsonl")
-        write_bytes_atomic(out / written[-1], "".join(json.dumps(a, ensure_ascii=False) + "\n" for a in run.answers))
+        lines = "".join(json.dumps(a, ensure_ascii=False) + "\n" for a in run.answers)
+        write_bytes_atomic(out / written[-1], json_bytes(lines))
     written.append(f"metadata/{stem}.json")
-    write_bytes_atomic(out / written[-1], json.dumps(metadata.model_dump(), indent=2) + "\n")
+    write_bytes_atomic(out / written[-1], (json.dumps(metadata.model_dump(), indent=2) + "\n").encode())
     report = validate_submission(out, stem, set(runs[0].test_ids))
     report["warnings"] = warnings
     report["files"] = written

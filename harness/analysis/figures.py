@@ -24,6 +24,7 @@ from harness.errors import HarnessError
 from harness.execution.record import RunResults, metric_names_of
 from harness.records import write_bytes_atomic
 from harness.scoring.display import chosen_keys, dataset_headline, display_name, scale_of
+from harness.text import plain_value, replaced_warning
 
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
 PNG_DPI = 150
@@ -369,7 +370,7 @@ def _per_question(results: RunResults, key: str) -> tuple[dict[str, float], Any,
     such mean (corpus BLEU, a ratio) is a one-line error."""
     from harness.scoring.display import kind_of, metric_of
     from harness.scoring.kinds import key_path
-    from harness.scoring.uncertainty import collapse_repeats, declared_sources, leaf, plan_leaf
+    from harness.scoring.uncertainty import declared_sources, leaf, plan_leaf
 
     scores = results.scores
     name, _, rest = key.partition(".")
@@ -379,15 +380,15 @@ def _per_question(results: RunResults, key: str) -> tuple[dict[str, float], Any,
     path = key_path(rest)
     metric = metric_of(name)
     kind = metric.kind_of(path) if metric is not None else kind_of(key)
-    rows = [r for r in collapse_repeats(list(scores.raw)) if isinstance(r.get(name), dict)]
-    plan = plan_leaf(path, leaf(aggregate, path), [r[name] for r in rows], declared_sources(metric, aggregate), kind)
+    rows = scores.metric_rows(name)  # {question id: its values of this metric}
+    plan = plan_leaf(path, leaf(aggregate, path), list(rows.values()), declared_sources(metric, aggregate), kind)
     if not plan or plan["kind"] != "mean":
         raise HarnessError(f"--metric {key}: not a mean of per-question values, so it has no value per question to bin")
     values = {}
-    for r in rows:
-        value = leaf(r[name], plan["source"])
+    for qid, row in rows.items():
+        value = leaf(row, plan["source"])
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            values[r["question_id"]] = float(value)
+            values[qid] = float(value)
     return values, kind, plan["scale"]
 
 
@@ -402,6 +403,7 @@ def effort_spec(
     its 95% interval as the metric's kind asks (Wilson for a share, else the normal interval); the
     questions a point stands for are its ``n``. ``runs``: (source, results, ``effort_of_rows``).
     Default axes: searches and tokens; default metric: the dataset headline."""
+    from harness.scoring.scores import Interval
     from harness.scoring.uncertainty import leaf_interval
 
     if not runs:
@@ -451,7 +453,7 @@ def effort_spec(
                 points = []
                 for b in sorted(bins):
                     xs, ys = zip(*bins[b])
-                    interval = leaf_interval(kind, list(ys), None, times).get("ci95")
+                    interval = Interval.model_validate(leaf_interval(kind, list(ys), None, times)).ci95
                     points.append(
                         Point(
                             x=sum(xs) / len(xs),
@@ -591,9 +593,24 @@ def output_format(path: str | Path) -> str:
     return fmt
 
 
-def render(spec: FigureSpec, fmt: str) -> bytes:
-    """The figure's file content in ``fmt`` (png, svg, pdf); reproducible for svg."""
+def plain_spec(spec: FigureSpec, where: object) -> FigureSpec:
+    """``spec`` with each lone surrogate in its text (a model name, a run folder read back from its
+    ``\\udXXX`` escape) as U+FFFD, said and counted like a document's (``harness.text``):
+    matplotlib's fonts raise on one. ``spec`` itself when there is none."""
+    dumped = spec.model_dump()
+    clean, n = plain_value(dumped)
+    if not n:
+        return spec
+    replaced_warning(where, n)
+    return FigureSpec.model_validate(clean)
+
+
+def render(spec: FigureSpec, fmt: str, where: object = "figure") -> bytes:
+    """The figure's file content in ``fmt`` (png, svg, pdf); reproducible for svg. ``where``: named
+    in the warning when some text had to be replaced (``plain_spec``)."""
     import matplotlib
+
+    spec = plain_spec(spec, where)
 
     buffer = io.BytesIO()
     with matplotlib.rc_context(RC):
@@ -606,16 +623,16 @@ def render(spec: FigureSpec, fmt: str) -> bytes:
 
 def save(spec: FigureSpec, path: str | Path) -> Path:
     """Write the figure to ``path`` (its format from the suffix), whole or not at all."""
-    data = render(spec, output_format(path))
+    data = render(spec, output_format(path), path)
     write_bytes_atomic(path, data)
     return Path(path)
 
 
-def figure_svg(spec: FigureSpec) -> str:
+def figure_svg(spec: FigureSpec, where: object = "the report's figure") -> str:
     """The figure as an ``<svg>`` element to put inside an HTML page: no XML prolog, doctype or
     metadata, no namespace declarations (HTML places ``<svg>`` in the SVG namespace itself), so it
     names no URL at all and nothing is fetched; its text is text, escaped by matplotlib."""
-    text = render(spec, "svg").decode("utf-8")
+    text = render(spec, "svg", where).decode("utf-8")
     text = text[text.index("<svg") :]
     text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.DOTALL)
     head_end = text.index(">")

@@ -7,8 +7,9 @@ three decimals, 0-100: one, an unbounded number by its size) with its 95% interv
 not have is blank. The best value of a column that asks for it is bold (markdown ``**``, LaTeX
 ``\\textbf``) among the rows of one group (``Grid.groups``: rows over the same questions), compared
 as printed so that equal-looking numbers are all bold, and nowhere in a group whose values all
-print the same. LaTeX puts a score's interval on a second line of its cell and scales the tabular
-down to the line width where it is wider (``\\resizebox``), never up. CSV keeps every
+print the same. LaTeX puts a score's interval on a second line of its cell, prints the rows of
+each value of ``Grid.section_column`` (a dataset) as a section with only the columns they have, and
+scales the tabular down to the line width where it is wider (``\\resizebox``), never up. CSV keeps every
 number unformatted, a score's interval in two more columns (``KEY.ci_low``, ``KEY.ci_high``), ``n/a``
 for no value and an empty field for a column the row lacks (both read as missing by pandas).
 """
@@ -33,6 +34,7 @@ class Column(BaseModel):
     signed: bool = False  # a difference: +0.100
     best: Literal["high", "low"] | None = None  # bold the best value
     show: Literal["all", "csv", "print"] = "all"  # csv: machine-readable only; print: md/LaTeX only
+    short: str | None = None  # the title in a LaTeX section where no other column of it reads the same
 
 
 class Cell(BaseModel):
@@ -49,6 +51,9 @@ class Grid(BaseModel):
     rows: list[list[Cell]]
     notes: list[str] = []
     groups: list[str] | None = None  # per row: rows whose numbers compare (bold); None: all of them
+    # LaTeX: the column whose value parts the rows into sections (``dataset``), each printed under
+    # its own heading with only the columns its rows have; None: one block of every column
+    section_column: str | None = None
 
 
 def format_number(value: float | int, scale: float | None = 1.0, signed: bool = False) -> str:
@@ -193,35 +198,74 @@ def _latex_number(text: str) -> str:
 # Compiled in an article (text 345 pt wide), a table of two HotpotQA runs was 514 pt wide, with a
 # TopiOCQA run too 753 pt; intervals on a second line make them 455 and 694 pt, so the scale is 0.76
 # and 0.50 rather than 0.67 and 0.46. tabularx cannot fit them: a model name or a dataset spec has
-# no space to break at, and the score columns alone can be wider than the page.
+# no space to break at, and the score columns alone can be wider than the page. Runs of several
+# datasets are printed as one section per dataset (``Grid.section_column``): its spec as the
+# section's heading, not a column, and only the columns its runs have, so no column is blank for a
+# dataset; HotpotQA and TopiOCQA runs are then 458 pt wide (0.75), as wide as HotpotQA's alone.
 _LATEX_FIT = "\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}{!}{%"
 
 
-def _latex(grid: Grid) -> str:
+def _latex_cell(cell: Cell, column: Column) -> str:
+    value, after = _parts(cell, column)
+    numeric = _numeric(cell) and column.kind != "text"
+    value = _latex_number(value) if numeric else latex_escape(value)
+    after = _latex_number(after.strip()) if after else ""
+    text = f"\\textbf{{{value}}}" if cell.bold else value
+    if after:  # the interval on a second line, braced so that \\ does not read it as [..]
+        align = "l" if column.kind == "text" else "r"
+        text = f"\\begin{{tabular}}[t]{{@{{}}{align}@{{}}}}{text}\\\\ {{{after}}}\\end{{tabular}}"
+    return "{" + text + "}" if text.startswith("[") else text  # not read as \\[..]
+
+
+def _latex_sections(grid: Grid) -> list[tuple[str | None, list[int | None], list[list[Cell]]]]:
+    """(heading, the column printed at each position, the rows) of each section: one of every
+    printed column without ``section_column``; else one per value of that column, in order of first
+    row, with the columns that some row of it has (a column blank in all of them is another
+    dataset's). A section with fewer columns leaves positions empty (None) after its last score, so
+    that the columns after the scores (n, failed) line up under one another."""
     cols = _printed_columns(grid)
-    spec = "".join("l" if grid.columns[j].kind == "text" else "r" for j in cols)
-    lines = [
-        "% \\usepackage{booktabs,graphicx}",
-        _LATEX_FIT,
-        f"\\begin{{tabular}}{{{spec}}}",
-        "\\toprule",
-        " & ".join(latex_escape(grid.columns[j].title) for j in cols) + " \\\\",
-        "\\midrule",
-    ]
+    keys = [c.key for c in grid.columns]
+    if grid.section_column is None or grid.section_column not in keys:
+        return [(None, list(cols), grid.rows)]
+    at = keys.index(grid.section_column)
+    by: dict[str, list[list[Cell]]] = {}
     for row in grid.rows:
-        cells = []
-        for j in cols:
-            column, cell = grid.columns[j], row[j]
-            value, after = _parts(cell, column)
-            numeric = _numeric(cell) and column.kind != "text"
-            value = _latex_number(value) if numeric else latex_escape(value)
-            after = _latex_number(after.strip()) if after else ""
-            text = f"\\textbf{{{value}}}" if cell.bold else value
-            if after:  # the interval on a second line, braced so that \\ does not read it as [..]
-                align = "l" if column.kind == "text" else "r"
-                text = f"\\begin{{tabular}}[t]{{@{{}}{align}@{{}}}}{text}\\\\ {{{after}}}\\end{{tabular}}"
-            cells.append("{" + text + "}" if text.startswith("[") else text)  # not read as \\[..]
-        lines.append(" & ".join(cells) + " \\\\")
+        by.setdefault(str(row[at].value), []).append(row)
+    shown = {name: [j for j in cols if j != at and any(not r[j].absent for r in rows)] for name, rows in by.items()}
+    width = max(map(len, shown.values()))
+    out: list[tuple[str | None, list[int | None], list[list[Cell]]]] = []
+    for name, rows in by.items():
+        own = shown[name]
+        cut = max((i + 1 for i, j in enumerate(own) if grid.columns[j].kind == "score"), default=len(own))
+        out.append((name, [*own[:cut], *[None] * (width - len(own)), *own[cut:]], rows))
+    return out
+
+
+def _section_titles(grid: Grid, cols: list[int | None]) -> list[str]:
+    """The section's column titles: each column's ``short`` one where no other column of the
+    section reads the same (``F1``, not ``F1 (topiocqa)``, where TopiOCQA has one F1)."""
+    shorts = [None if j is None else grid.columns[j].short or grid.columns[j].title for j in cols]
+    return ["" if j is None else s if shorts.count(s) == 1 else grid.columns[j].title for s, j in zip(shorts, cols)]
+
+
+def _latex(grid: Grid) -> str:
+    sections = _latex_sections(grid)
+    width = len(sections[0][1])
+    # a position is left-aligned where a section prints a text column there (the labels lead)
+    spec = "".join(
+        "l" if any(cols[i] is not None and grid.columns[cols[i]].kind == "text" for _, cols, _ in sections) else "r"
+        for i in range(width)
+    )
+    lines = ["% \\usepackage{booktabs,graphicx}", _LATEX_FIT, f"\\begin{{tabular}}{{{spec}}}", "\\toprule"]
+    for k, (heading, cols, rows) in enumerate(sections):
+        if k:
+            lines.append("\\midrule")
+        if heading is not None:
+            lines.append(f"\\multicolumn{{{width}}}{{@{{}}l}}{{\\textit{{{latex_escape(heading)}}}}} \\\\")
+        titles = _section_titles(grid, cols) if heading is not None else [grid.columns[j].title for j in cols]
+        lines += [" & ".join(map(latex_escape, titles)) + " \\\\", "\\midrule"]
+        for row in rows:
+            lines.append(" & ".join("" if j is None else _latex_cell(row[j], grid.columns[j]) for j in cols) + " \\\\")
     lines += ["\\bottomrule", "\\end{tabular}}"]
     lines += [f"% {note}" for note in grid.notes]
     return "\n".join(lines)

@@ -23,6 +23,7 @@ from harness.analysis.runs import load_rows
 from harness.errors import HarnessError
 from harness.execution.record import CostRecord, ModelRecord, RunResults, SampleRow, read_results
 from harness.records import write_bytes_atomic
+from harness.text import json_text
 from harness.strategy import RECORD_KINDS
 from harness.scoring.display import display_name, metric_headline
 from harness.scoring.results import scale_of
@@ -37,7 +38,7 @@ def _e(value: Any) -> str:
 
 
 def _json_for_script(data: Any) -> str:
-    text = json.dumps(data, ensure_ascii=False, sort_keys=True)
+    text = json_text(json.dumps(data, ensure_ascii=False, sort_keys=True))  # a lone surrogate: its escape
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
@@ -130,11 +131,11 @@ def _add_gold_matches(results: RunResults, rows: list[dict[str, Any]], samples: 
     from harness.scoring.matches import MATCHED_METRICS, answer_matches
     from harness.scoring.metrics import ScoringOptions
 
-    meta = results.scores.meta if results.scores is not None else None
-    metrics = [m for m in (meta.metrics if meta is not None else []) if m in MATCHED_METRICS]
+    scores = results.scores
+    metrics = [m for m in (scores.meta.metrics if scores is not None else []) if m in MATCHED_METRICS]
     if not metrics:
         return
-    given = {k: v for k, v in (meta.options or {}).items() if k in ("strip_reasoning", "max_answer_chars", "metric_options")}
+    given = scores.recorded_options("strip_reasoning", "max_answer_chars", "metric_options")
     try:
         options = ScoringOptions.model_validate(given)
     except ValidationError:  # options this harness no longer reads: the defaults

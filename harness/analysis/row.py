@@ -18,15 +18,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, computed_field
 
+from harness.execution.config import BACKEND_NOT_HASHED, NOT_HASHED, RunConfig
 from harness.execution.record import CostRecord, Decoding, RunResults, SearchSpaceRecord, Tokens, metric_names_of
+from harness.redact import strip_credentials
 from harness.scoring.display import dataset_headline
 from harness.scoring.scores import Scores
-from harness.scoring.uncertainty import _flat_leaves
 
 ANSWERED = "answered"  # the outcome of a sample that ended with an answer (harness.strategy.SampleResult)
 SCORED_AS_WRONG = "scored as wrong, the metrics' rule for a missing answer"
+# configuration values that are never knobs: unhashed options (limits, folders) and a row's own columns
+NOT_KNOBS = NOT_HASHED | BACKEND_NOT_HASHED | {"model", "dataset", "setting", "agent"}
 
 
 class Outcomes(BaseModel):
@@ -105,6 +108,25 @@ class Outcomes(BaseModel):
             + f": {SCORED_AS_WRONG}"
         )
 
+    def counts_line(self) -> str:
+        """``finished 10/10, failed 0, answered 0`` (answered where some finished sample has none):
+        the first line of what ``harness run``, ``harness score RUN_DIR`` and ``harness compare`` say."""
+        answered = f", answered {self.answered}" if self.unanswered else ""
+        return f"finished {self.finished}/{self.selected}, failed {self.failed}{answered}"
+
+    @property
+    def none_answered(self) -> bool:
+        """No sample produced an answer: none finished, or every finished one ended without one."""
+        return bool(self.selected) and (self.finished == 0 or self.no_answer)
+
+    def none_answered_line(self) -> str | None:
+        """Why no sample produced an answer (``harness run`` and ``harness score`` exit non-zero then), or None."""
+        if self.selected and self.finished == 0:
+            return "no question was answered: no scores (n/a, not 0)"
+        if self.no_answer:
+            return f"no sample produced an answer: {self.note()}"
+        return None
+
     def cell(self) -> str:
         """The leaderboard's cell: ``10 (max_steps 10; 70 of 70 steps unreadable)``, ``0``."""
         why = self.why() if self.unanswered else ""
@@ -142,7 +164,8 @@ def null_values(scores: Scores | None) -> list[str]:
 
 
 class RunRow(BaseModel):
-    """A run as every table of runs reads it."""
+    """A run as every table of runs reads it. Dumped (``by_alias``), its fields are the leaderboard
+    JSON's row: the counts under their JSON names (``n_questions``, ``n_answered``, ...)."""
 
     path: str
     run_id: str
@@ -161,8 +184,8 @@ class RunRow(BaseModel):
     native_tool_calling: bool
     epochs: int
     outcomes: Outcomes
-    questions: int | None  # the questions scored over (None: not scored)
-    scored: int | None  # of them, those with values (None: not scored)
+    questions: int | None = Field(serialization_alias="n_questions")  # the questions scored over (None: not scored)
+    scored: int | None = Field(serialization_alias="n_scored")  # of them, those with values (None: not scored)
     not_scored: int  # questions failed or never asked (the scores' count; unscored: the samples')
     failed: bool  # nothing to measure: every value null (never 0)
     failed_reason: str | None  # why (``answered_nothing``)
@@ -186,10 +209,47 @@ class RunRow(BaseModel):
     search_space: SearchSpaceRecord | None = None
     started_at: str | None = None
     ended_at: str | None = None
+    # config leaves by flag name (generation and backend knobs unnested, the endpoint): what may tell
+    # apart runs of one key; never written
+    config: dict[str, Any] = Field({}, exclude=True)
+    knobs: dict[str, Any] = {}  # those whose values differ between the runs of its key (the leaderboard's)
 
+    @computed_field(alias="n_answered")  # type: ignore[prop-decorator]
     @property
     def answered(self) -> int:
+        """Samples that finished with an answer (``Outcomes.answered``: the one count)."""
         return self.outcomes.answered
+
+    @computed_field(alias="n_selected")  # type: ignore[prop-decorator]
+    @property
+    def selected(self) -> int:
+        return self.outcomes.selected
+
+    @computed_field(alias="n_finished")  # type: ignore[prop-decorator]
+    @property
+    def finished(self) -> int:
+        return self.outcomes.finished
+
+    @computed_field(alias="n_failed")  # type: ignore[prop-decorator]
+    @property
+    def failed_samples(self) -> int:
+        return self.outcomes.failed
+
+    @computed_field(alias="n_pending")  # type: ignore[prop-decorator]
+    @property
+    def pending(self) -> int:
+        return self.outcomes.pending
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def outcome_note(self) -> str | None:
+        """The one line saying the finished samples without an answer (``Outcomes.note``)."""
+        return self.outcomes.note()
+
+    @property
+    def key(self) -> tuple[str | None, ...]:
+        """The row's identity: model, dataset, split, version, setting, agent."""
+        return (self.model, self.dataset, self.split, self.version, self.setting, self.agent)
 
     @property
     def headline_key(self) -> str | None:
@@ -209,11 +269,10 @@ class RunRow(BaseModel):
         meta = results.scores.meta if results.scores is not None else None
         metrics: dict[str, float | None] = dict(scores.score_values())
         note = outcomes.failure_note()
-        info = meta.metric_info if meta is not None else {}
         null_reasons: dict[str, str] = {}
         for key in null_values(scores):
             metrics[key] = None
-            null_reasons[key] = (info.get(key.split(".", 1)[0]) or {}).get("reason") or note or "no value"
+            null_reasons[key] = scores.no_value_reason(key.split(".", 1)[0]) or note or "no value"
         reason = answered_nothing(results) if results.counts.selected else None
         if reason:  # nothing answered: whatever a run from before this rule stored (0.0), no value
             for key in metrics:
@@ -248,7 +307,7 @@ class RunRow(BaseModel):
             failure_note=note,
             headline=dataset_headline(results.dataset.name, names),
             metrics=metrics,
-            numbers=_numbers(scores),
+            numbers=scores.metric_values(),  # every numeric leaf, counts included, None kept
             null_reasons=null_reasons,
             stderr={m: None if failed else errors[m].stderr for m in metrics if m in errors},
             ci95={m: None if failed else errors[m].ci95 for m in metrics if m in errors},
@@ -265,18 +324,27 @@ class RunRow(BaseModel):
             search_space=results.search_space,
             started_at=results.started_at,
             ended_at=results.ended_at,
+            config=config_leaves(results.config, results.model.endpoint if results.model else None),
         )
 
 
-def _numbers(scores: Scores) -> dict[str, float | None]:
-    """Every numeric leaf of the run's metrics as ``METRIC.LEAF``, None kept (no value)."""
-    out: dict[str, float | None] = {}
-    for metric, aggregate in scores.metric_aggregates().items():
-        if isinstance(aggregate, dict):
-            for path, value in _flat_leaves(aggregate).items():
-                out[".".join((metric, *path))] = None if value is None else float(value)
-        elif aggregate is None or isinstance(aggregate, (int, float)):
-            out[metric] = None if aggregate is None else float(aggregate)
+def config_leaves(config: RunConfig, endpoint: str | None = None) -> dict[str, Any]:
+    """Config leaves under their flag names (generation and backend knobs unnested), the knobs'
+    candidates. A knob that a run from an older harness did not record has its default (the typed
+    record fills it), so it does not show as a difference. The endpoint a backend recorded is one
+    too (two servers behind OPENAI_BASE_URL are two runs)."""
+    out: dict[str, Any] = {}
+    for key, value in config.model_dump(mode="json").items():
+        if key in ("generation", "backend") and isinstance(value, dict):
+            for sub, v in value.items():
+                if sub not in NOT_KNOBS:
+                    out[sub] = v
+        elif key not in NOT_KNOBS:
+            out[key] = value
+    if config.backend.base_url:  # a run from before URLs were stripped of credentials shows none either
+        out.update(base_url=strip_credentials(config.backend.base_url))
+    if endpoint:
+        out["endpoint"] = strip_credentials(endpoint)
     return out
 
 

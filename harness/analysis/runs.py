@@ -4,7 +4,9 @@ read (each run through the typed record, ``harness.execution.record``).
 A search follows symbolic links (a paper's runs are often linked in from where they were made) and
 lists each real run once: a folder reached again, through a link or a second root, is not read
 twice, and a link back up the tree (a loop) is not followed. Every folder passed over is named with
-the reason, so a run missing from a table is never a silent miss.
+the reason, so a run missing from a table is never a silent miss. A folder holding a
+``retrieval.json`` (``harness retrieval-eval --out-dir``: a retriever scored alone) is listed apart,
+in ``retrievals``: never a run.
 """
 
 from __future__ import annotations
@@ -17,7 +19,16 @@ from pydantic import BaseModel, ValidationError
 from harness.errors import HarnessError
 from harness.execution.lock import writer_of
 from harness.execution.record import SampleRow, results_path
-from harness.records import CONFIG_FILE, FAILURES_FILE, RESULTS_FILE, SAMPLES_FILE, iter_jsonl, load_finished, work_key
+from harness.records import (
+    CONFIG_FILE,
+    FAILURES_FILE,
+    RESULTS_FILE,
+    RETRIEVAL_FILE,
+    SAMPLES_FILE,
+    iter_jsonl,
+    load_finished,
+    work_key,
+)
 
 
 class Skipped(BaseModel):
@@ -33,6 +44,7 @@ class RunSearch(BaseModel):
 
     runs: list[Path] = []
     skipped: list[Skipped] = []
+    retrievals: list[Path] = []  # folders with a retrieval.json (retriever rows, never runs)
 
 
 def _is_within(inner: str, outer: str) -> bool:
@@ -101,6 +113,8 @@ def _visit(folder: Path, in_run: bool, seen: dict[str, Path], search: RunSearch)
     elif RESULTS_FILE in names and not in_run:  # a FIFO, socket or device: never opened
         reason = f"{RESULTS_FILE}: {_kind_of(folder / RESULTS_FILE)}, not a regular file"
         search.skipped.append(Skipped(path=str(folder), reason=reason))
+    elif not in_run and RETRIEVAL_FILE in names and (folder / RETRIEVAL_FILE).is_file():
+        search.retrievals.append(folder)
     elif not in_run and (CONFIG_FILE in names or SAMPLES_FILE in names):
         reason = f"a run without {RESULTS_FILE} yet (still running, or stopped before writing it)"
         search.skipped.append(Skipped(path=str(folder), reason=reason))

@@ -31,6 +31,7 @@ from harness.analysis.runs import run_paths
 from harness.errors import HarnessError
 from harness.execution.record import RunResults, mixed_spaces_warning, read_results
 from harness.scoring.display import chosen_keys, display_name, lower_is_better, scale_of
+from harness.text import hash_bytes
 
 
 class TableRow(BaseModel):
@@ -73,7 +74,8 @@ def question_set(results: RunResults) -> str:
         answered = results.scores.meta.n_answered if results.scores is not None else None
         ids = [*(sorted(results.sample_ids) or [f"first {results.dataset.n_selected}"]), f"answered {answered}"]
         count = answered if answered is not None else results.dataset.n_selected
-    digest = hashlib.sha256("\n".join([results.dataset.spec, results.dataset.sha256 or "", *ids]).encode()).hexdigest()
+    named = "\n".join([results.dataset.spec, results.dataset.sha256 or "", *ids])
+    digest = hashlib.sha256(hash_bytes(named)).hexdigest()
     return f"{count} questions #{digest[:8]}"
 
 
@@ -157,6 +159,7 @@ def table_grid(table: RunTable) -> Grid:
             Column(
                 key=key,
                 title=titles[key],
+                short=display_name(key),
                 kind="score",
                 interval=True,
                 best="low" if lower_is_better(key) else "high",
@@ -183,7 +186,13 @@ def table_grid(table: RunTable) -> Grid:
         cells += [Cell(value=r.no_answer)] if unanswered else []
         cells.append(Cell(value=r.status))
         rows.append(cells)
-    grid = Grid(columns=columns, rows=rows, notes=_notes(table, titles), groups=[_group(r) for r in table.rows])
+    grid = Grid(
+        columns=columns,
+        rows=rows,
+        notes=_notes(table, titles),
+        groups=[_group(r) for r in table.rows],
+        section_column="dataset" if several else None,  # LaTeX: a section per dataset, with its own columns
+    )
     mark_best(grid)
     return grid
 

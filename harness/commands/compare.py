@@ -15,7 +15,9 @@ def add_parser(sub) -> None:
             "paired permutation test of the units the interval resamples: whole clusters when clustered), the same "
             "p adjusted by Holm's method over every test the comparison ran, and the questions that changed most. "
             "Where too few questions differ for a test to reach p < 0.05 at all, it says so. A run that answered "
-            "nothing is shown as failed and not compared (a failed baseline is refused). Runs of different "
+            "nothing is shown as failed and not compared (a failed baseline is refused); a run's samples that finished "
+            "without an answer (max_steps, refused, ...) are said beside its numbers, with why (scored as wrong). "
+            "Runs of different "
             "datasets (or dataset files) are refused unless --allow-mismatch."
         ),
     )

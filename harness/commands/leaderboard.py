@@ -19,7 +19,9 @@ def add_parser(sub) -> None:
             "with n/a values, after the others; the samples that finished without an answer (max_steps, "
             "refused, ...) are counted in the 'no answer' column with why (and on stderr), scored as "
             "wrong. Runs sharing a key show the knobs whose values differ. Every folder passed over is "
-            "named on stderr with the reason. The markdown table goes to stdout."
+            "named on stderr with the reason. The markdown table goes to stdout. Folders holding a "
+            "retrieval.json (harness retrieval-eval --out-dir) are retriever rows: a table of their own "
+            "(## Retrievers) and the JSON's 'retrievers', never mixed with the runs."
         ),
     )
     p.add_argument("roots", nargs="+", metavar="DIR", help="folders to search for runs (e.g. results/ runs/)")
@@ -30,15 +32,16 @@ def command(args) -> int:
     from harness.records import write_json_atomic
 
     board = build_leaderboard(args.roots)
-    for skipped in board["skipped"]:
-        print(f"skipped {skipped['path']}: {skipped['reason']}", file=sys.stderr)
-    for warning in board["warnings"]:
+    for skipped in board.skipped:
+        print(f"skipped {skipped.path}: {skipped.reason}", file=sys.stderr)
+    for warning in board.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    for row in board["rows"]:
-        if row.get("outcome_note"):
-            print(f"note: {row['path']}: {row['outcome_note']}", file=sys.stderr)
+    for row in board.rows:
+        if row.outcome_note:
+            print(f"note: {row.path}: {row.outcome_note}", file=sys.stderr)
     if args.out:
-        write_json_atomic(args.out, board)
-        print(f"wrote {args.out} ({len(board['rows'])} runs)", file=sys.stderr)
+        write_json_atomic(args.out, board.to_json())
+        retrievers = f", {len(board.retrievers)} retrievers" if board.retrievers else ""
+        print(f"wrote {args.out} ({len(board.rows)} runs{retrievers})", file=sys.stderr)
     print(format_markdown(board))
     return 0

@@ -36,6 +36,26 @@ def add_parser(sub) -> None:
         argument_default=argparse.SUPPRESS,
     )
     add_run_options(p)
+    from harness.argtypes import number
+    from harness.commands.ray_launcher import parse_launcher
+
+    g = p.add_argument_group("many machines")
+    g.add_argument(
+        "--shards",
+        type=number(int, 1, 1_000_000),
+        metavar="K",
+        help="run as K shards started by --launcher, each into OUT/shards/shard-IofK, merged into --out when all "
+        "are done (as harness merge); refused without --launcher",
+    )
+    g.add_argument(
+        "--launcher",
+        type=parse_launcher,
+        metavar="ray[=ADDRESS]",
+        help="what starts the --shards: ray, as Ray tasks on the cluster at ADDRESS (ray.init's address: "
+        "HOST:PORT or auto) or, without one, on a local Ray instance; a task whose node dies is "
+        "retried and its shard resumes. OUT and every path given must be on storage every node sees. Needs "
+        "pip install 'harness[ray]'; recorded (config.launcher), not hashed",
+    )
 
 
 def _names(registry) -> str:
@@ -116,10 +136,14 @@ def add_run_options(p) -> None:
     )
     g.add_argument(
         "--shard",
-        metavar="I/K",
+        metavar="I/K|auto",
         help="run only shard I of K: the selected questions whose id hashes to I (each with all its epochs); "
         "the K shards are disjoint, together the whole selection, and share the run's key: run each into its "
-        "own --out (default: the run's directory name + -shardIofK), then harness merge DIR... --out DIR",
+        "own --out (default: the run's directory name + -shardIofK), then harness merge DIR... --out DIR. "
+        "auto: I and K from the scheduler that started this process (a Slurm job array's SLURM_ARRAY_TASK_*, "
+        "a Kubernetes Indexed Job's JOB_COMPLETION_INDEX with HARNESS_SHARD_COUNT, or HARNESS_SHARD_INDEX "
+        "with HARNESS_SHARD_COUNT), the variables recorded in config.shard_env; missing or disagreeing "
+        "ones are refused before anything runs",
     )
     g.add_argument(
         "--out",
@@ -170,6 +194,18 @@ def add_run_options(p) -> None:
     g = p.add_argument_group("prompt")
     g.add_argument("--current-date", help="'Current date' in the FanOutQA prompts (default 11-20-2023, the paper's)")
     g.add_argument("--prompt-template", help="template name in prompts/ or a .txt file (default: the strategy's)")
+    g.add_argument(
+        "--confidence",
+        action="store_true",
+        help="ask for a stated confidence with each answer (BrowseComp's 'Confidence: N%%' line): read and removed "
+        "before scoring, scored by the calibration metric (added to the default metrics); in the run key",
+    )
+    g.add_argument(
+        "--citations",
+        action="store_true",
+        help="ask each answer item to cite the Wikipedia pages it rests on as [Title] (BrowseComp-Plus's citations): "
+        "read and removed before scoring, scored by the citations metric (added to the default metrics); in the run key",
+    )
     g = p.add_argument_group("generation (greedy by default)")
     g.add_argument("--temperature", type=float, help="default 0")
     g.add_argument("--top-p", type=float, help="default 1")
@@ -373,8 +409,37 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def command(args: argparse.Namespace) -> int:
     from harness.api import build_run_config, run_async
+    from harness.errors import ConfigError
 
-    config = build_run_config(options_from_args(args))
+    options = options_from_args(args)
+    shards = options.pop("shards", None)
+    address = None
+    if options.get("launcher") is not None:
+        from harness.commands.ray_launcher import split_launcher
+
+        options["launcher"], address = split_launcher(options["launcher"])
+    config = build_run_config(options)
+    if shards is not None:
+        if config.launcher is None:
+            raise ConfigError(
+                f"--shards {shards} needs a launcher to start the shards: add --launcher ray (or ray=ADDRESS); "
+                "without one, run each --shard I/K yourself and join them with harness merge"
+            )
+        if config.shard:
+            raise ConfigError(
+                f"--shards {shards} starts every shard; --shard {config.shard} runs one: give one of them"
+            )
+        from harness.commands.ray_launcher import launch
+
+        launched = launch(shard_argv(args), config, shards, address)
+        if isinstance(launched, int):
+            return launched
+        print_summary(launched)
+        return exit_status(launched)
+    if config.launcher is not None and not config.shard:
+        raise ConfigError(f"--launcher {config.launcher} starts the shards of --shards K: add --shards K")
+    if address is not None:
+        raise ConfigError(f"--launcher ray={address}: a cluster's address is for --shards K, not for one --shard")
 
     async def main() -> RunResults:
         task = asyncio.current_task()
@@ -392,6 +457,32 @@ def command(args: argparse.Namespace) -> int:
     return exit_status(record)
 
 
+# the options the launcher sets for each shard itself
+LAUNCHER_SETS = ("shards", "launcher", "shard", "out")
+
+
+def shard_argv(args: argparse.Namespace) -> list[str]:
+    """The run's options as given (``args`` holds only those: the run parser suppresses defaults) as
+    ``harness run`` arguments for each launched shard, less those the launcher sets per shard."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_parser(parser.add_subparsers())
+    run = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["run"]
+    given = vars(args)
+    argv = ["run", "-v"] if given.get("verbose") else ["run"]
+    for action in run._actions:
+        if not action.option_strings or action.dest not in given or action.dest in LAUNCHER_SETS:
+            continue
+        flag, value = max(action.option_strings, key=len), given[action.dest]
+        if action.nargs == 0:  # store_true / store_false / store_const
+            if value == action.const:
+                argv.append(flag)
+        elif isinstance(action, argparse._AppendAction):
+            argv += [f"{flag}={v}" for v in value]
+        else:  # FLAG=VALUE: a value that starts with '-' stays the flag's
+            argv.append(f"{flag}={value}")
+    return argv
+
+
 EXIT_SOME_FAILED = 1  # scores over the questions answered; a rerun retries the others
 # no answer at all: none finished (no scores, n/a, never 0), or every finished sample ended without
 # one (max_steps, refused, ...: scored as wrong, the metrics' rule, and said)
@@ -403,10 +494,9 @@ def exit_status(record: RunResults) -> int:
     was never asked, or every finished one ended without an answer)."""
     from harness.analysis.row import Outcomes
 
-    c = record.counts
-    if c.selected and (c.finished == 0 or Outcomes.of(record).no_answer):
+    if Outcomes.of(record).none_answered:
         return EXIT_NONE_ANSWERED
-    return 0 if c.failed == 0 else EXIT_SOME_FAILED
+    return 0 if record.counts.failed == 0 else EXIT_SOME_FAILED
 
 
 def print_summary(results: dict[str, Any] | RunResults, file=None) -> None:
@@ -417,8 +507,7 @@ def print_summary(results: dict[str, Any] | RunResults, file=None) -> None:
     file = file or sys.stdout
     c = record.counts
     outcomes = Outcomes.of(record)  # answered: finished with an answer (harness.analysis.row)
-    answered = f", answered {outcomes.answered}" if outcomes.unanswered else ""
-    print(f"finished {c.finished}/{c.selected}, failed {c.failed}{answered}", file=file)
+    print(outcomes.counts_line(), file=file)
     if record.search_space is not None:  # what the numbers below were searched over
         print(f"search space: {record.search_space.label}", file=file)
     print_scores(record.scores, file)
@@ -436,12 +525,8 @@ def print_summary(results: dict[str, Any] | RunResults, file=None) -> None:
     elif c.failed:
         failures = [f.model_dump(mode="json") for f in record.failures.values()]
         print(failure_line(c.failed, failures), file=sys.stderr)
-    if c.selected and c.finished == 0:
-        print(
-            f"no question was answered: no scores (n/a, not 0); exit status {EXIT_NONE_ANSWERED}", file=sys.stderr
-        )
-    elif outcomes.no_answer:
-        print(f"no sample produced an answer: {outcomes.note()}; exit status {EXIT_NONE_ANSWERED}", file=sys.stderr)
+    if outcomes.none_answered:
+        print(f"{outcomes.none_answered_line()}; exit status {EXIT_NONE_ANSWERED}", file=sys.stderr)
 
 
 def print_scores(scores: Scores | None, file) -> None:
@@ -450,9 +535,8 @@ def print_scores(scores: Scores | None, file) -> None:
         return
     for line in scores.summary_lines():
         print(f"  {line}", file=file)
-    clustering = scores.meta.clustering
-    if clustering.get("by"):
-        print(f"  (errors clustered by {clustering['by']}: {clustering['n_clusters']} clusters)", file=file)
+    if scores.cluster_by:
+        print(f"  (errors clustered by {scores.cluster_by}: {scores.n_clusters} clusters)", file=file)
     for line in scores.breakdown_lines():
         print(f"  {line}", file=file)
     line = oversized_line(scores)
@@ -462,11 +546,11 @@ def print_scores(scores: Scores | None, file) -> None:
 
 def oversized_line(scores: Scores | dict[str, Any]) -> str | None:
     """One line on the answers scored only in part (longer than max_answer_chars), or None."""
-    meta = scores.meta.model_dump() if isinstance(scores, Scores) else scores.get("meta") or {}
-    n = meta.get("n_oversized_answers") or 0
+    scores = Scores.of(scores)
+    n = scores.n_oversized_answers
     if not n:
         return None
-    cap = (meta.get("options") or {}).get("max_answer_chars")
+    cap = scores.recorded_options("max_answer_chars").get("max_answer_chars")
     first = f"{cap:,}" if isinstance(cap, int) else "max_answer_chars"
     return (
         f"{n} answer{'s' if n != 1 else ''} longer than max_answer_chars {'were' if n != 1 else 'was'} scored on "

@@ -1,4 +1,5 @@
-"""``harness schema results|samples|config``: the JSON Schema (draft 2020-12) of what a run writes."""
+"""``harness schema results|samples|config|retrieval``: the JSON Schema (draft 2020-12) of what a run (or
+``harness retrieval-eval``) writes."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ def add_parser(sub) -> None:
         description=(
             "Print the JSON Schema (draft 2020-12) of a run's results.json (results), of one line of its "
             "samples.jsonl or failures.jsonl (samples), or of the run configuration (config: config.json's "
-            "'config', results.json's 'config', the keys of a --config YAML nested as generation/backend)."
+            "'config', results.json's 'config', the keys of a --config YAML nested as generation/backend), or of "
+            "what harness retrieval-eval writes (retrieval: retrieval.json)."
         ),
     )
     p.add_argument("name", choices=sorted(SCHEMAS), help="which schema")
@@ -27,7 +29,7 @@ def command(args) -> int:
 
     text = json.dumps(json_schema(args.name), indent=2, ensure_ascii=False) + "\n"
     if args.out:
-        write_bytes_atomic(check_output_path(args.out, "--out"), text)
+        write_bytes_atomic(check_output_path(args.out, "--out"), text.encode())
         print(f"wrote {args.out}", file=sys.stderr)
     else:
         sys.stdout.write(text)

@@ -96,6 +96,7 @@ class Dataset:
     # the answer types of its golds (harness.datasets.answers.ANSWER_TYPES); None: read from the values
     answer_types: tuple[str, ...] | None = None
     gold_evidence: str | None = None  # what its samples' gold evidence pages are (DatasetLoader.gold_evidence)
+    correct: str | None = None  # which answers are correct by default (DatasetLoader.correct)
 
     def by_id(self) -> dict[str, Sample]:
         return {s.id: s for s in self.samples}
@@ -126,6 +127,10 @@ class DatasetLoader:
     # the score a paper reports for it (``METRIC.LEAF`` keys); empty: its first metric's headline
     # (harness.scoring.display)
     headline: ClassVar[tuple[str, ...]] = ()
+    # which answers count as correct where a metric asks (calibration, per-correct, outcomes) and its
+    # ``correct`` option is ``auto``: METRIC:LEAF, the dataset's own rule (harness.scoring.correct);
+    # None: it has none, and ``auto`` is refused in one line
+    correct: ClassVar[str | None] = None
 
     def load(self, split: str, version: str, data_path: str | None = None) -> Dataset:
         raise NotImplementedError
@@ -150,6 +155,7 @@ class DatasetLoader:
             cluster_by=self.cluster_by,
             answer_types=tuple(self.answer_types) if self.answer_types is not None else None,
             gold_evidence=self.gold_evidence,
+            correct=self.correct,
         )
 
 

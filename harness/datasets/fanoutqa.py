@@ -62,6 +62,9 @@ class FanOutQA(DatasetLoader):
     default_version = "nov23"
     license = "CC BY-SA 4.0"
     metrics = ["fanoutqa-string"]  # acc (loose/strict) + ROUGE-1/2/L
+    # correct: FanOutQA's strict accuracy, every part of the answer found (zhudotexe/fanoutqa@4812790c
+    # fanoutqa/eval/scorer.py score_accuracy: ``strict`` counts ``answer_in_text(...).found``)
+    correct = "fanoutqa-string:acc==1"
     answer_types = ("str", "number", "bool", "list_of_str", "list", "dict")
     answer_hint = FanOutQAAnswer
     answer_doc = (  # what a gold answer is (docs/datasets.md)

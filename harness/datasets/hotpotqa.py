@@ -21,6 +21,8 @@ class HotpotQA(DatasetLoader):
     license = "CC BY-SA 4.0"
     metrics = ["fanoutqa-string", "em-f1"]
     headline = ("em-f1.em", "em-f1.f1")  # what HotpotQA's official evaluation reports
+    # correct: HotpotQA's answer exact match (hotpotqa/hotpot@36358534 hotpot_evaluate_v1.py exact_match_score)
+    correct = "em-f1:em"
     answer_types = ("str",)
     answer_hint = HotpotQAAnswer
     answer_doc = (  # what a gold answer is (docs/datasets.md)

@@ -26,6 +26,7 @@ from harness.execution.watchdog import SAMPLE, LoopWatch
 from harness.records import ERROR_LOG, answer_stored_once, to_json, work_key
 from harness.redact import redact
 from harness.strategy import Agent, AgentContext, SampleResult
+from harness.text import LOG_ERRORS
 from wiki_snapshot.errors import SearchServiceChanged, SearchServiceUnavailable
 
 
@@ -315,7 +316,8 @@ class SampleAttempts:
         return None
 
     def _log_traceback(self, sample: Sample) -> None:
-        with open(self.run_dir / ERROR_LOG, "a", encoding="utf-8") as f:
+        # a log: a lone surrogate in a message is written as its escape (harness.text)
+        with open(self.run_dir / ERROR_LOG, "a", encoding="utf-8", errors=LOG_ERRORS) as f:
             f.write(f"--- {now_iso()} sample {sample.id}\n{redact(traceback.format_exc())}\n")
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,6 +25,7 @@ from pydantic import (
 )
 
 from harness.errors import ConfigError, HarnessError
+from harness.execution.shard_env import is_auto, shard_from_env
 from harness.models import DEFAULT_MODEL, DEFAULT_MODEL_MAX_TOKENS, parse_model
 from harness.models.base import WEEK_S, BackendOptions, GenerationParams
 
@@ -43,6 +45,9 @@ NOT_HASHED = frozenset(
         # which part of the selection this run directory holds: every shard of a run has the run's key,
         # so its shards merge into it (``harness merge``); a run directory holds one shard
         "shard",
+        "shard_env",  # where --shard auto read I/K from: the key is the explicit --shard I/K's
+        # how the shards were started (--launcher ray): a launched run equals the same run on one machine
+        "launcher",
         "out",
         "max_connections",
         "cache",
@@ -124,13 +129,37 @@ class RunConfig(BaseModel):
     shard: str | None = Field(
         None,
         description="I/K: run only shard I of K of the selected questions (each with all its epochs); "
-        "harness merge joins the K shards into the whole run",
+        "harness merge joins the K shards into the whole run; auto: I and K from the scheduler's variables "
+        "(Slurm job array, Kubernetes Indexed Job, HARNESS_SHARD_INDEX/COUNT), recorded here as I/K",
+    )
+    shard_env: dict[str, str] | None = Field(
+        None,
+        description="--shard auto: the scheduler's variables I/K was read from, as set (e.g. SLURM_ARRAY_TASK_ID)",
+    )
+    launcher: Literal["ray"] | None = Field(
+        None,
+        description="what started this run's shards: ray (harness run --shards K --launcher ray); recorded, "
+        "not hashed: a launched run is the same run as on one machine",
     )
     out: str | None = None
     max_connections: int = Field(4, ge=1, le=10_000)
     sample_timeout: float = Field(600.0, gt=0, le=WEEK_S, description="seconds per sample (paper: 600)")
     current_date: str = Field("11-20-2023", description="'Current date' in the FanOutQA prompts")
     prompt_template: str | None = Field(None, description="template name in prompts/ or a file path")
+    # Opt-in instructions added to the prompt whose reply is the answer (harness.strategy.answer_instructions):
+    # in the run key when on (they change what is asked), left out when off (keys made before them kept)
+    confidence: bool = Field(
+        False,
+        description="ask for a stated confidence with each answer (BrowseComp's 'Confidence: ...%' line, "
+        "prompts/instructions/confidence.txt); read and removed before scoring, scored by the calibration metric",
+        json_schema_extra={"neutral": False},
+    )
+    citations: bool = Field(
+        False,
+        description="ask each answer to cite the Wikipedia pages it rests on as [Title] (BrowseComp-Plus's "
+        "citations, prompts/instructions/citations.txt); read and removed before scoring, scored by the citations metric",
+        json_schema_extra={"neutral": False},
+    )
     cache: bool = True
     cache_path: str | None = None
     # scoring (never changes generation) --------------------------------------------------------
@@ -253,6 +282,17 @@ class RunConfig(BaseModel):
     def max_tokens_source(self) -> str:
         return self._max_tokens_source
 
+    @model_validator(mode="before")
+    @classmethod
+    def _shard_auto(cls, data: Any) -> Any:
+        """--shard auto becomes the I/K of the scheduler's variables (harness.execution.shard_env),
+        here, so it is resolved (or refused in one line) before anything runs, from the CLI, a YAML
+        file or the Python API alike; the variables read go to shard_env."""
+        if isinstance(data, dict) and is_auto(data.get("shard")):
+            spec, read = shard_from_env(os.environ)
+            data = {**data, "shard": spec, "shard_env": read}
+        return data
+
     @field_validator("shard", mode="before")
     @classmethod
     def _shard_spec(cls, value: Any) -> Any:
@@ -323,6 +363,8 @@ class RunConfig(BaseModel):
             metric_options=self.metric_options,
             max_answer_chars=self.max_answer_chars,
             metric_timeout=self.metric_timeout,
+            confidence=self.confidence,
+            citations=self.citations,
         )
 
     def config_hash(self, extra: dict[str, Any] | None = None) -> str:
@@ -342,7 +384,7 @@ def _model_facts(model: str):
     return facts_for(prefix, name)
 
 
-SHARD_FORM = "expected I/K, shard I of K with 1 <= I <= K (e.g. --shard 2/3)"
+SHARD_FORM = "expected I/K, shard I of K with 1 <= I <= K (e.g. --shard 2/3), or auto (from the scheduler)"
 
 
 def parse_shard(value: Any) -> tuple[int, int]:

@@ -42,6 +42,7 @@ from harness.records import (
     write_bytes_atomic,
     write_json_atomic,
 )
+from harness.text import json_bytes
 
 # Options outside the run key that decide which pairs a run selects or how they are scored: shards
 # that differ in one of them are not parts of one run.
@@ -165,11 +166,18 @@ def check_shards(shards: list[Shard], partial: bool = False) -> list[int]:
     return missing
 
 
-def _check_out(out: Path, shards: list[Shard]) -> None:
+# what a merge writes, results.json last (a reader never sees new results over old rows)
+MERGED_FILES = (CONFIG_FILE, SAMPLES_FILE, FAILURES_FILE, RESULTS_FILE)
+
+
+def _check_out(out: Path, shards: list[Shard], shards_folder: str | None = None) -> None:
+    from harness.execution.lock import LOCK_FILE
     from harness.records import check_output_path
 
     check_output_path(out, "--out", directory=True)
-    if out.exists() and any(out.iterdir()):
+    # beside the shards' folder: the lock of whoever launched them, and an earlier merge's files (replaced)
+    allowed = {shards_folder, LOCK_FILE, *MERGED_FILES} if shards_folder else set()
+    if out.exists() and any(p.name not in allowed for p in out.iterdir()):
         raise HarnessError(f"--out {out}: exists and is not empty; merge writes a new run directory")
     real = Path(os.path.realpath(out))
     for shard in shards:
@@ -178,8 +186,13 @@ def _check_out(out: Path, shards: list[Shard]) -> None:
             raise HarnessError(f"--out {out}: inside the shard {shard.path}; merge never writes into its inputs")
 
 
-def merge_runs(dirs: list[str | Path], out: str | Path, partial: bool = False) -> RunResults:
-    """Merge the shard directories ``dirs`` into the new run directory ``out``; returns its results."""
+def merge_runs(
+    dirs: list[str | Path], out: str | Path, partial: bool = False, shards_folder: str | None = None
+) -> RunResults:
+    """Merge the shard directories ``dirs`` into the new run directory ``out``; returns its results.
+    ``shards_folder``: the folder inside ``out`` that holds the shards (``harness run --shards K
+    --launcher ray`` keeps them in OUT/shards): ``out`` may hold it, and the files an earlier merge of
+    them wrote there, which this merge replaces."""
     if not dirs:
         raise HarnessError("merge needs the shards' run directories")
     paths = [Path(d) for d in dirs]
@@ -192,7 +205,7 @@ def merge_runs(dirs: list[str | Path], out: str | Path, partial: bool = False) -
     shards = [read_shard(path) for path in paths]
     missing = check_shards(shards, partial)
     out = Path(out)
-    _check_out(out, shards)
+    _check_out(out, shards, shards_folder)
     shards.sort(key=lambda s: s.index)
     if missing:
         names = ", ".join(f"{i}/{shards[0].k}" for i in missing)
@@ -206,17 +219,38 @@ def merge_runs(dirs: list[str | Path], out: str | Path, partial: bool = False) -
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        record = _write_merged(shards, tmp, out)
-        if out.exists():
-            out.rmdir()  # empty: checked above
-        os.rename(tmp, out)
+        record = _write_merged(shards, tmp, out, _claimed_run_id(out, shards[0]) if shards_folder else None)
+        if shards_folder and out.exists():  # around the shards' folder: file by file, results.json last
+            (out / RESULTS_FILE).unlink(missing_ok=True)
+            for name in MERGED_FILES:
+                if (tmp / name).exists():
+                    os.replace(tmp / name, out / name)
+                else:
+                    (out / name).unlink(missing_ok=True)
+            tmp.rmdir()
+        else:
+            if out.exists():
+                out.rmdir()  # empty: checked above
+            os.rename(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return record
 
 
-def _write_merged(shards: list[Shard], tmp: Path, out: Path) -> RunResults:
+def _claimed_run_id(out: Path, first: Shard) -> str | None:
+    """The run id an earlier merge into ``out`` gave this run (merged again: the same directory's run)."""
+    from harness.records import read_json
+
+    try:
+        old = read_json(out / CONFIG_FILE)
+    except Exception:  # noqa: BLE001 - none, or unreadable: a new id
+        return None
+    run_id = old.get("run_id") if isinstance(old, dict) and old.get("config_hash") == first.config_hash else None
+    return run_id if isinstance(run_id, str) and run_id.startswith(first.config_hash[:12]) else None
+
+
+def _write_merged(shards: list[Shard], tmp: Path, out: Path, run_id: str | None = None) -> RunResults:
     from harness.execution.cost import load_price_table, pricing_for, run_cost
     from harness.execution.scoring import load_run_dataset, score_run
     from harness.execution.selection import select_samples
@@ -224,16 +258,17 @@ def _write_merged(shards: list[Shard], tmp: Path, out: Path) -> RunResults:
     from harness.strategy import create_agent
 
     first = shards[0]
-    config = first.config.model_copy(update={"shard": None, "out": str(out), "only_failed": False})
+    config = first.config.model_copy(update={"shard": None, "shard_env": None, "out": str(out), "only_failed": False})
     claim = first.claim.model_dump(mode="json") if first.claim is not None else {}
-    run_id = directory_run_id(first.config_hash, out, now_iso())  # the merged directory's run, not a shard's
+    # the merged directory's run, not a shard's
+    run_id = run_id or directory_run_id(first.config_hash, out, now_iso())
     claim.update(config_hash=first.config_hash, run_id=run_id, config=config.model_dump(mode="json"))
     write_json_atomic(tmp / CONFIG_FILE, claim)
     ok_rows = [row for shard in shards for row in shard.ok_rows]
     failure_rows = [row for shard in shards for row in shard.failure_rows]
     for name, rows in ((SAMPLES_FILE, ok_rows), (FAILURES_FILE, failure_rows)):
         if rows or any((shard.path / name).exists() for shard in shards):
-            write_bytes_atomic(tmp / name, "".join(to_json(row) + "\n" for row in rows))
+            write_bytes_atomic(tmp / name, json_bytes("".join(to_json(row) + "\n" for row in rows)))
 
     dataset = load_run_dataset(first.results, first.claim)
     selected = select_samples(dataset, config)

@@ -123,5 +123,7 @@ def directory_run_id(config_hash: str, run_dir: str | Path, created_at: str) -> 
     (``config.json``), so resuming the directory keeps it; the directory's path is never written."""
     import hashlib
 
+    from harness.text import hash_bytes
+
     where = f"{Path(run_dir).resolve()}\n{created_at}"
-    return f"{config_hash[:12]}-{hashlib.sha256(where.encode()).hexdigest()[:6]}"
+    return f"{config_hash[:12]}-{hashlib.sha256(hash_bytes(where)).hexdigest()[:6]}"

@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from pydantic_core import to_json
+from pydantic_core import PydanticSerializationError, to_json
 
 from harness.errors import HarnessError
 from harness.execution.config import RunConfig
 from harness.records import (
     CONFIG_FILE,
     RESULTS_FILE,
+    RETRIEVAL_FILE,
     read_json,
     transcript_of,
     write_atomic,
@@ -30,6 +31,7 @@ from harness.records import (
     write_json_atomic,
 )
 from harness.redact import mentions_secret
+from harness.text import json_bytes
 from harness.scoring.results import RESULTS_FORMAT, SECTIONS
 from harness.scoring.scores import Interval, Scores, ScoresMeta  # noqa: F401 - their home is harness.scoring.scores
 
@@ -96,6 +98,9 @@ class ModelRecord(_Open):
     context_size: int | None = Field(None, ge=1)
     tokenizer: str | None = None
     endpoint: str | None = Field(None, description="the server's URL, credentials stripped (API backends)")
+    replaced_surrogates: int | None = Field(
+        None, ge=1, description="lone surrogates (\\udXXX escapes in replies, the dataset) sent to the model as U+FFFD"
+    )
 
 
 # max_tokens_source's forms (harness.execution.config) shortened for a table cell
@@ -264,11 +269,15 @@ class SearchSpaceRecord(_Open):
         return f"whole source: {' '.join(p for p in parts if p)}, {size}{gold}"
 
 
-def mixed_spaces_warning(spaces: list[tuple[str, dict[str, Any] | None]]) -> str | None:
+def mixed_spaces_warning(spaces: "list[tuple[str, SearchSpaceRecord | dict[str, Any] | None]]") -> str | None:
     """One line when some runs searched an evidence-only space and others a whole source: their numbers
     measure different searches (None otherwise). ``spaces``: (name, search_space record or None)."""
     searched = [(name, space) for name, space in spaces if space]
-    narrow = [name for name, space in searched if space.get("evidence_only")]
+    narrow = [
+        name
+        for name, space in searched
+        if (space.evidence_only if isinstance(space, SearchSpaceRecord) else space.get("evidence_only"))
+    ]
     if not narrow or len(narrow) == len(searched):
         return None
     return (
@@ -462,11 +471,104 @@ class RunClaim(BaseModel):
         return data
 
 
-SCHEMAS = {"results": RunResults, "samples": SampleRow, "config": RunConfig}
+RETRIEVAL_FORMAT = 1
+
+
+class RetrievalDataset(_Open):
+    """The questions a retriever was scored on: the dataset and the selection."""
+
+    name: str | None = None
+    split: str | None = None
+    version: str | None = None
+    spec: str
+    sha256: str | None = None
+    n_total: int | None = Field(None, ge=0)
+    n_selected: int = Field(ge=0)
+    limit: int | None = Field(None, description="--limit: only the first N questions")
+    sample_ids: list[str] | None = Field(None, description="--sample-id: only these questions")
+
+
+class RetrievalSnapshot(_Open):
+    path: str
+    content_sha256: str | None = Field(None, description="the snapshot's content identity (the index is built on it)")
+
+
+class RetrievalQuestion(_Open):
+    """One question: its query, the ranking searched, its values (or why it was skipped)."""
+
+    id: str
+    query: str
+    hits: list[list[Any]] = Field(description="[passage id, page title, score], best first")
+    values: dict[str, dict[str, float]] | None = Field(None, description="METRIC -> K -> value")
+    skipped: str | None = None
+
+
+class RetrievalResults(BaseModel):
+    """``retrieval.json`` (``harness retrieval-eval --out-dir DIR``; ``--out FILE`` writes the same):
+    a retriever scored alone, no reader. ``kind: retrieval`` tells it from a run's results; the
+    leaderboard lists each as a retriever row, apart from the runs. Its conditions: the snapshot
+    and search space, the index (retriever, passages, its build options), the dataset and the
+    questions selected, the metrics' options; ``per_question`` holds each question's values, so
+    every interval (``uncertainty["METRIC@K"]``) can be computed again."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), json_schema_extra={"$schema": JSON_SCHEMA_DIALECT})
+
+    kind: Literal["retrieval"] = "retrieval"
+    retrieval_format: Literal[1] = RETRIEVAL_FORMAT
+    created_at: str | None = None
+    harness: HarnessInfo = Field(default_factory=HarnessInfo)
+    dataset_name: str
+    dataset: RetrievalDataset
+    snapshot: RetrievalSnapshot
+    search_space: SearchSpaceRecord | None = None
+    index: dict[str, Any] = Field(
+        description="the index searched, as its meta.json says (retriever, passages, bm25/dense options)"
+    )
+    retriever: str
+    passages: str | None = None
+    question_representation: str
+    ks: list[int]
+    ndcg_k: int | None = Field(None, description="nDCG's cutoff (None: written before nDCG was computed)")
+    cluster_by: str | None = Field(None, description="the sample field clustering the intervals (None: by question)")
+    n_questions: int = Field(ge=0)
+    n_evaluated: int = Field(ge=0)
+    skipped: dict[str, int] = Field(description="questions not evaluated, by reason")
+    gold_coverage: dict[str, int] = Field(description="gold pages, and of them those in the snapshot")
+    metric_names: list[str] = Field(description="the metrics at every K (nDCG apart, at ndcg_k)")
+    metrics: dict[str, dict[str, float]] = Field(description="METRIC -> K -> mean over the questions with a value")
+    metric_counts: dict[str, int] = Field(description="METRIC -> questions with a value")
+    uncertainty: dict[str, Interval] = Field({}, description="METRIC@K -> value, stderr, 95% interval, method, kind")
+    metric_info: dict[str, Any] = {}
+    metric_options: dict[str, dict[str, Any]] = {}
+    timing: dict[str, Any] = {}
+    per_question: list[RetrievalQuestion] = []
+
+
+def read_retrieval(path: str | Path) -> RetrievalResults:
+    """A ``retrieval.json`` (or its folder), typed; one line naming the file and the field otherwise."""
+    path = Path(path)
+    file = path / RETRIEVAL_FILE if path.is_dir() else path
+    if not file.exists():
+        raise HarnessError(f"{path}: no {RETRIEVAL_FILE} there")
+    data = read_json(file)
+    if not isinstance(data, dict) or data.get("kind", "retrieval") != "retrieval" or "retriever" not in data:
+        raise HarnessError(f"{file}: not a harness retrieval-eval file")
+    version = data.get("retrieval_format", RETRIEVAL_FORMAT)
+    if version != RETRIEVAL_FORMAT:
+        raise HarnessError(f"{file}: retrieval format {version!r}; this harness reads format {RETRIEVAL_FORMAT}")
+    try:
+        return RetrievalResults.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        more = f"; {exc.error_count() - 1} more" if exc.error_count() > 1 else ""
+        raise HarnessError(f"{file}: field {_where(first)}: {first['msg'].lower()}{more}") from None
+
+
+SCHEMAS = {"results": RunResults, "samples": SampleRow, "config": RunConfig, "retrieval": RetrievalResults}
 
 
 def json_schema(name: str) -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of ``results``, ``samples`` (one row) or ``config``."""
+    """The JSON Schema (draft 2020-12) of ``results``, ``samples`` (one row), ``config`` or ``retrieval``."""
     schema = SCHEMAS[name].model_json_schema(mode="serialization" if name != "config" else "validation")
     return {"$schema": JSON_SCHEMA_DIALECT, **{k: v for k, v in schema.items() if k != "$schema"}}
 
@@ -558,11 +660,15 @@ def write_results(path: str | Path, record: RunResults) -> None:
     indented writer, which runs in Python: seconds at 100,000 samples; floats in positional
     notation, 0.00008 for 8e-05, the same numbers), its per-question rows one at a time into the
     file, never all of it in one string. A text holding a secret is written from the masked values
-    instead, as every file is (``write_json_atomic``)."""
+    instead, as every file is (``write_json_atomic``), and so is one holding a lone surrogate
+    (pydantic cannot encode it; ``write_json_atomic`` writes it as JSON's escape)."""
     rows = record.scores.raw if record.scores is not None else []
-    head = record.model_dump_json(
-        indent=2, exclude_unset=True, exclude={"scores": {"raw": {"__all__"}}} if rows else None
-    )
+    try:
+        head = record.model_dump_json(
+            indent=2, exclude_unset=True, exclude={"scores": {"raw": {"__all__"}}} if rows else None
+        )
+    except PydanticSerializationError:
+        return write_json_atomic(path, results_dict(record))
     scores = head.find('\n  "scores": {')
     at = head.find(_EMPTY_ROWS, scores) if rows and scores >= 0 else -1
     if mentions_secret(head) or (rows and at < 0):
@@ -571,22 +677,25 @@ def write_results(path: str | Path, record: RunResults) -> None:
     def write(f) -> None:
         f.write(head[: at + len(_EMPTY_ROWS) - 1].encode("utf-8"))  # up to the list's "["
         for i, row in enumerate(rows):
-            text = to_json(row, indent=2, inf_nan_mode="null").decode("utf-8")
+            try:
+                text = to_json(row, indent=2, inf_nan_mode="null").decode("utf-8")
+            except PydanticSerializationError:  # a lone surrogate: nothing written yet counts
+                raise _SlowPath from None
             if mentions_secret(text):
-                raise _HoldsSecret
+                raise _SlowPath
             f.write(("," if i else "").encode() + ("\n      " + text.replace("\n", "\n      ")).encode("utf-8"))
         f.write(("\n    ]" + head[at + len(_EMPTY_ROWS) :] + "\n").encode("utf-8"))
 
     if not rows:
-        return write_bytes_atomic(path, head + "\n")
+        return write_bytes_atomic(path, json_bytes(head + "\n"))
     try:
         write_atomic(path, write)
-    except _HoldsSecret:
+    except _SlowPath:
         write_json_atomic(path, results_dict(record))
 
 
 _EMPTY_ROWS = '\n    "raw": []'  # scores.raw as the dump leaves it when its rows are excluded
 
 
-class _HoldsSecret(Exception):
-    pass
+class _SlowPath(Exception):
+    """A row holds a secret or a lone surrogate: the file is written by ``write_json_atomic``."""

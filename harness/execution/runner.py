@@ -26,6 +26,7 @@ from harness.execution.paths import directory_run_id, portable, portable_record
 from harness.execution.progress import Progress
 from harness.execution.record import RunResults, read_results, write_results
 from harness.execution.scoring import run_metrics, score_records, stopped_reason
+from harness.execution.shard_env import shard_env_line
 from harness.scoring.metrics import resolve_metrics
 from harness.execution.summary import build_results, now_iso, search_space_info, snapshot_hash, snapshot_text_search
 from harness.execution.watchdog import LoopWatch
@@ -137,7 +138,9 @@ class Run:
         config = self.config
         self.dataset = load_dataset(config.dataset, config.data_path)
         self.samples = select_samples(self.dataset, config)
-        metrics = run_metrics(config.metrics, self.dataset, self.agent.records)  # recorded: `score RUN_DIR` reads it
+        metrics = run_metrics(  # recorded: `score RUN_DIR` reads it
+            config.metrics, self.dataset, self.agent.records, config.confidence, config.citations
+        )
         if metrics != config.metrics:
             self.config = config = config.model_copy(update={"metrics": metrics})
         # Constructed now (cheap: no model load, no server) so a bad model name or a missing
@@ -437,7 +440,10 @@ class Run:
             from harness.scoring.streaming import StreamingScorer, streamable_metrics
 
             loader = DATASETS.resolve(parse_spec(config.dataset)[0]).obj
-            names = list(run_metrics(config.metrics, loader, self.agent.records) or loader.metrics)
+            names = list(
+                run_metrics(config.metrics, loader, self.agent.records, config.confidence, config.citations)
+                or loader.metrics
+            )
             if not streamable_metrics(names):
                 return None
             return StreamingScorer(names, config.scoring_options())
@@ -499,6 +505,8 @@ class Run:
             "cache_hits": 0,
             "attempted_ids": [work_key(s.id, e) for s, e in todo],
         }
+        if self.config.shard_env:  # --shard auto: what this invocation read its shard from (a rerun may differ)
+            self.invocation["shard_env"] = dict(self.config.shard_env)
         status = "complete"
         model_info = previous.model.model_dump(mode="json", exclude_unset=True) if previous and previous.model else None
         failures: dict[str, dict[str, Any]] = {}
@@ -520,7 +528,9 @@ class Run:
                 self.agent.prepare(self.backend, self.snapshot)
             self._claim_run_dir()
             print(
-                f"run {self.run_id}{f' shard {self.config.shard}' if self.config.shard else ''}: "
+                f"run {self.run_id}{f' shard {self.config.shard}' if self.config.shard else ''}"
+                + (f" (--shard auto: {shard_env_line(self.config.shard_env)})" if self.config.shard_env else "")
+                + ": "
                 f"{len(todo)} of {len(self.samples) * self.config.epochs} samples to do"
                 + (f" ({len(self.samples)} questions x {self.config.epochs} epochs)" if self.config.epochs > 1 else "")
                 + f" -> {self.run_dir}",
@@ -547,6 +557,8 @@ class Run:
                 self.scorer.close()
             if todo and model_info is not None:
                 model_info = {**model_info, **self.backend.usage_facts()}  # per-server counts
+                if self.backend.replaced_surrogates:  # said once when it happened; counted here
+                    model_info["replaced_surrogates"] = self.backend.replaced_surrogates
             await self.backend.close()
             n_finished = len(finished)  # before results.json takes the rows
             try:

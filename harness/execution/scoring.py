@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from pydantic_core import to_jsonable_python
+
 from harness.datasets import Dataset, Sample, load_dataset
 from harness.errors import DatasetError, HarnessError
 from harness.execution.config import RunConfig
@@ -16,7 +18,7 @@ from harness.execution.record import RunClaim, RunResults, parse_results, read_c
 from harness.records import CONFIG_FILE, FAILURES_FILE, RESULTS_FILE, record_epoch, work_key
 from harness.scoring.metrics import ScoringOptions, check_metrics, score_answers, score_nothing
 from harness.scoring.results import RESULTS_FORMAT
-from harness.scoring.scores import Scores
+from harness.scoring.scores import Scores, ScoresMeta
 
 
 def score_records(
@@ -168,13 +170,25 @@ def stopped_reason(status: str | None, error: str | None = None) -> str:
 AGENT_METRIC_RECORDS = ("searches", "evidence_recall")
 
 
-def run_metrics(metrics: list[str] | None, dataset: Dataset, records: tuple[str, ...] | list[str]) -> list[str] | None:
+def run_metrics(
+    metrics: list[str] | None,
+    dataset: Dataset,
+    records: tuple[str, ...] | list[str],
+    confidence: bool = False,
+    citations: bool = False,
+) -> list[str] | None:
     """A run's metrics: ``--metrics`` as given; else, for a strategy that records searches or
-    evidence recall (open-book, retrieve-read), the dataset's plus ``agent``; else None (the
-    dataset's). The runner records the result in its config, so ``harness score RUN_DIR`` scores it too."""
-    if metrics or not set(records) & set(AGENT_METRIC_RECORDS):
+    evidence recall (open-book, retrieve-read), the dataset's plus ``agent``, and ``calibration`` /
+    ``citations`` for a run that asks for a confidence / citations; else None (the dataset's). The
+    runner records the result in its config, so ``harness score RUN_DIR`` scores it too."""
+    if metrics:
         return metrics
-    return [*dataset.metrics, "agent"]
+    added = [
+        *(["agent"] if set(records) & set(AGENT_METRIC_RECORDS) else []),
+        *(["calibration"] if confidence else []),
+        *(["citations"] if citations else []),
+    ]
+    return [*dataset.metrics, *added] if added else metrics
 
 
 def read_run_files(run_dir: str | Path) -> tuple[RunResults | None, RunClaim | None]:
@@ -402,17 +416,24 @@ SHARED_FACTS: tuple[tuple[str, str], ...] = (
     ("epoch_reducer", "the epoch reducer"),
     ("options.max_answer_chars", "--max-answer-chars"),
     ("options.strip_reasoning", "--strip-reasoning"),
+    ("options.confidence", "--confidence"),
+    ("options.citations", "--citations"),
     ("clustering.by", "--cluster-by"),
 )
 
 
-def _fact(meta: dict[str, Any], path: str) -> tuple[bool, Any]:
-    node: Any = meta
-    for part in path.split("."):
+def _fact(meta: ScoresMeta, path: str) -> tuple[bool, Any]:
+    """(recorded, value) of a fact of a scoring: a field its meta holds (an older file may not have
+    set it), then the keys within it."""
+    head, *rest = path.split(".")
+    if head not in meta.model_fields_set and head not in (meta.model_extra or {}):
+        return False, None
+    node: Any = getattr(meta, head)
+    for part in rest:
         if not isinstance(node, dict) or part not in node:
             return False, None
         node = node[part]
-    return True, node
+    return True, to_jsonable_python(node)  # compared as written (a tuple scored now, a list read back)
 
 
 def _metric_fn(name: str, info: dict[str, Any]) -> Any:
@@ -437,25 +458,24 @@ def _needs_of(name: str, info: dict[str, Any]) -> tuple[str, ...]:
     return tuple(NEEDS) if fn is None else fn.declaration.needs
 
 
-def kept_mismatches(before: dict[str, Any], now: dict[str, Any], kept: list[str]) -> list[str]:
+def kept_mismatches(before: Scores, now: Scores, kept: list[str]) -> list[str]:
     """Why the kept metrics' numbers would not be those of this scoring (one phrase each, ``old ->
     new``): another question set or answers, other shared options, another judge or checkpoint
     for a metric that needs one. Facts an older file does not record are not compared."""
-    old_meta, new_meta = before.get("meta") or {}, now.get("meta") or {}
+    old_meta, new_meta = before.meta, now.meta
     reasons = []
     for path, label in SHARED_FACTS:
         (had, old), (has, new) = _fact(old_meta, path), _fact(new_meta, path)
         if had and has and old != new:
             reasons.append(f"{label} {old!r} -> {new!r}")
-    old_ids = [r.get("question_id") for r in before.get("raw") or []]
-    new_ids = [r.get("question_id") for r in now.get("raw") or []]
+    old_ids = [r.get("question_id") for r in before.raw]
+    new_ids = [r.get("question_id") for r in now.raw]
     if old_ids and old_ids != new_ids and not any("questions scored" in r for r in reasons):
         reasons.append("the questions scored differ")
-    info = old_meta.get("metric_info") or {}
-    for option in dict.fromkeys(o for name in kept for o in _needs_of(name, info.get(name) or {})):
+    for option in dict.fromkeys(o for name in kept for o in _needs_of(name, before.metric_info(name))):
         (had, old), (has, new) = _fact(old_meta, f"options.{option}"), _fact(new_meta, f"options.{option}")
         if had and has and old != new:
-            users = [n for n in kept if option in _needs_of(n, info.get(n) or {})]
+            users = [n for n in kept if option in _needs_of(n, before.metric_info(n))]
             reasons.append(f"--{option.replace('_', '-')} {old!r} -> {new!r} (for {', '.join(users)})")
     return reasons
 
@@ -483,8 +503,8 @@ def merge_scores(before: Scores | dict[str, Any], now: Scores | dict[str, Any]) 
     kept = [n for n in metrics_of(before) if n not in scored]
     if not kept:
         return Scores.of(now), []
-    before, now = Scores.of(before).as_dict(), Scores.of(now).as_dict()  # merged by their shape
-    with_numbers = [n for n in kept if isinstance(before.get(n), dict)]  # not a failure note alone
+    before, now = Scores.of(before), Scores.of(now)
+    with_numbers = [n for n in kept if before.aggregate(n) is not None]  # not a failure note alone
     reasons = kept_mismatches(before, now, with_numbers)
     if reasons:
         raise HarnessError(
@@ -492,23 +512,19 @@ def merge_scores(before: Scores | dict[str, Any], now: Scores | dict[str, Any]) 
             f"scored otherwise: {'; '.join(reasons)}. Re-score them too (--metrics {','.join([*scored, *with_numbers])}), "
             "or drop them (--drop-other-metrics)"
         )
-    old_meta, new_meta = before.get("meta") or {}, now.get("meta") or {}
-    old_failed, new_failed = old_meta.get("failed_metrics") or {}, new_meta.get("failed_metrics") or {}
     kept_set = set(kept)
-    new_names = list(new_meta.get("metrics") or [])
+    new_names = list(now.meta.metrics)
     names = [n for n in metrics_of(before) if n in with_numbers or n in new_names]
     names += [n for n in new_names if n not in names]
     every = list(dict.fromkeys([*metrics_of(before), *scored]))
 
-    def source(name: str) -> dict[str, Any]:
+    def source(name: str) -> Scores:
         return before if name in kept_set else now
 
-    out: dict[str, Any] = {"results_format": now.get("results_format", RESULTS_FORMAT)}
-    for name in names:
-        out[name] = source(name).get(name)
-    old_rows = {r.get("question_id"): r for r in before.get("raw") or []}
+    aggregates = {name: source(name).aggregate(name) for name in names}
+    old_rows = {r.get("question_id"): r for r in before.raw}
     rows = []
-    for row in now.get("raw") or []:
+    for row in now.raw:
         old_row = old_rows.get(row["question_id"]) or {}
         merged = {"question_id": row["question_id"]}
         for name in names:
@@ -517,11 +533,10 @@ def merge_scores(before: Scores | dict[str, Any], now: Scores | dict[str, Any]) 
                 merged[name] = picked[name]
         merged.update({k: v for k, v in row.items() if k not in every and k != "question_id"})
         rows.append(merged)
-    out["raw"] = rows
+    sections: dict[str, Any] = {}  # a section the merge leaves empty is not written
     breakdown: dict[str, Any] = {}
-    old_breakdown, new_breakdown = before.get("breakdown") or {}, now.get("breakdown") or {}
-    for group in dict.fromkeys([*new_breakdown, *old_breakdown]):
-        old_group, new_group = old_breakdown.get(group) or {}, new_breakdown.get(group) or {}
+    for group in dict.fromkeys([*now.breakdown, *before.breakdown]):
+        old_group, new_group = before.breakdown.get(group) or {}, now.breakdown.get(group) or {}
         breakdown[group] = {}
         for value in dict.fromkeys([*new_group, *old_group]):
             old_entry, new_entry = old_group.get(value) or {}, new_group.get(value) or {}
@@ -532,48 +547,53 @@ def merge_scores(before: Scores | dict[str, Any], now: Scores | dict[str, Any]) 
                     entry[name] = picked[name]
             breakdown[group][value] = entry
     if breakdown:
-        out["breakdown"] = breakdown
-    out["uncertainty"] = _pick(before.get("uncertainty") or {}, now.get("uncertainty") or {}, kept_set, every)
-    if now.get("epochs"):
-        epochs = dict(now["epochs"])
-        old_epochs = before.get("epochs") or {}
+        sections["breakdown"] = breakdown
+    sections["uncertainty"] = _pick(before.uncertainty, now.uncertainty, kept_set, every)
+    if now.epochs:
+        old_epochs = before.epochs or {}
         old_per = old_epochs.get("per_epoch") or []
-        epochs["per_epoch"] = [
-            _pick(old_per[i] if i < len(old_per) else {}, values, kept_set, every)
-            for i, values in enumerate(now["epochs"].get("per_epoch") or [])
-        ]
-        epochs["between_epoch_variance"] = _pick(
-            old_epochs.get("between_epoch_variance") or {}, now["epochs"].get("between_epoch_variance") or {},
-            kept_set, every,
-        )
-        out["epochs"] = epochs
-    meta = dict(new_meta)
-    meta["metrics"] = names
-    for section in ("metric_info", "aggregation"):
-        meta[section] = {
-            n: source(n).get("meta", {}).get(section, {})[n]
-            for n in names
-            if n in (source(n).get("meta") or {}).get(section, {})
+        sections["epochs"] = {
+            **now.epochs,
+            "per_epoch": [
+                _pick(old_per[i] if i < len(old_per) else {}, values, kept_set, every)
+                for i, values in enumerate(now.epochs.get("per_epoch") or [])
+            ],
+            "between_epoch_variance": _pick(
+                old_epochs.get("between_epoch_variance") or {}, now.epochs.get("between_epoch_variance") or {},
+                kept_set, every,
+            ),
         }
-    options = dict(new_meta.get("options") or {})
-    old_metric_options = (old_meta.get("options") or {}).get("metric_options") or {}
-    options["metric_options"] = {
-        **{n: v for n, v in old_metric_options.items() if n in kept_set},
-        **{n: v for n, v in (options.get("metric_options") or {}).items() if n not in kept_set},
+    old_metric_options = before.meta.options.get("metric_options") or {}
+    options = {
+        **now.meta.options,
+        "metric_options": {
+            **{n: v for n, v in old_metric_options.items() if n in kept_set},
+            **{n: v for n, v in (now.meta.options.get("metric_options") or {}).items() if n not in kept_set},
+        },
     }
-    meta["options"] = options
-    failed = {**{n: v for n, v in old_failed.items() if n in kept_set}, **new_failed}
-    meta.pop("failed_metrics", None)
+    meta = now.meta.model_copy(
+        deep=True,
+        update={
+            "metrics": names,
+            "metric_info": {n: source(n).meta.metric_info[n] for n in names if n in source(n).meta.metric_info},
+            "aggregation": {n: source(n).meta.aggregation[n] for n in names if n in source(n).meta.aggregation},
+            "options": options,
+        },
+    )
+    failed = {**{n: v for n, v in before.failed_metrics().items() if n in kept_set}, **now.failed_metrics()}
+    if "failed_metrics" in (meta.model_extra or {}):
+        del meta.failed_metrics  # said again after the others, as the merge found them
     if failed:
-        meta["failed_metrics"] = failed
-    if old_meta.get("upgraded_from_results_format"):
-        meta["upgraded_from_results_format"] = old_meta["upgraded_from_results_format"]
-    meta["kept_metrics"] = kept
-    out["meta"] = meta
-    if "epochs" not in out:  # what relates a metric scored now to the kept ones (a judge and string accuracy)
+        meta.failed_metrics = failed
+    upgraded = (before.meta.model_extra or {}).get("upgraded_from_results_format")
+    if upgraded:
+        meta.upgraded_from_results_format = upgraded
+    meta.kept_metrics = kept
+    if not now.epochs:  # what relates a metric scored now to the kept ones (a judge and string accuracy)
         for name in new_names:
-            metric = _metric_fn(name, meta["metric_info"].get(name) or {})
+            metric = _metric_fn(name, meta.metric_info.get(name) or {})
             relate = metric.aggregation.with_other_metrics if metric is not None else None
-            if relate is not None and isinstance(out.get(name), dict):
-                out[name], meta["metric_info"][name] = relate(out[name], meta["metric_info"].get(name) or {}, rows, name)
-    return Scores.model_validate(out), kept
+            if relate is not None and isinstance(aggregates.get(name), dict):
+                info = meta.metric_info.get(name) or {}
+                aggregates[name], meta.metric_info[name] = relate(aggregates[name], info, rows, name)
+    return Scores(results_format=now.results_format, raw=rows, **sections, meta=meta, **aggregates), kept

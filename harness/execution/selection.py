@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.datasets.base import Dataset, Sample
 from harness.errors import ConfigError
+from harness.text import hash_bytes
 
 NO_VALUE = "(none)"  # the stratum of a sample without the --stratify-by field
 SHOWN = 20  # values listed in an error line
@@ -105,7 +106,7 @@ def shard_of(sample_id: str, k: int) -> int:
     """The shard (1..K) that holds a question, with all its epochs: a stable hash of its id, so it
     depends on nothing else (not the selection, its order, --limit or --epochs: a shard extended later
     stays disjoint from the others). Shards are balanced in expectation, not exactly."""
-    digest = hashlib.sha256(sample_id.encode("utf-8")).digest()
+    digest = hashlib.sha256(hash_bytes(sample_id)).digest()
     return int.from_bytes(digest[:8], "big") % k + 1
 
 

@@ -8,6 +8,7 @@ with another wire format converts at its edge.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
@@ -23,6 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_valid
 from harness.errors import ModelError, TransientModelError
 from harness.redact import register_url_credentials, split_urls, strip_credentials, url_credential_problem
 from harness.registry import Registry
+from harness.text import counted_as_sent, sendable
+
+log = logging.getLogger(__name__)
 
 
 # Upper bounds catch typos (an extra zero) and values no server accepts, before anything runs.
@@ -310,6 +314,13 @@ class ModelBackend(ABC):
     # before anything runs (check_params), never ignored
     reasoning_knobs: ClassVar[frozenset[str]] = frozenset()
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # every count (a plugin's too) is of the text as sent: a lone surrogate as U+FFFD (harness.text)
+        own = cls.__dict__.get("count_tokens")
+        if callable(own):
+            cls.count_tokens = counted_as_sent(own)  # type: ignore[method-assign]
+
     def __init__(self, model: str, options: BackendOptions):
         self.model = model
         self.options = options
@@ -323,6 +334,7 @@ class ModelBackend(ABC):
         # where the logs of processes it starts (a model worker, a server) are kept; the runner
         # points it into the run directory, else they go to a temporary folder
         self.log_dir: Path | None = None
+        self.replaced_surrogates = 0  # characters of requests sent as U+FFFD (``_sendable``)
         if len(options.base_urls) > 1 and not self.supports_server_list:
             raise ModelError(
                 f"--base-url: a list of servers works with the OpenAI-compatible backends (openai/, vllm/), "
@@ -367,6 +379,7 @@ class ModelBackend(ABC):
 
         start = time.monotonic()
         attempts = 0
+        messages, tools = self._sendable(messages, tools)
 
         async def once() -> ModelResponse:
             nonlocal attempts
@@ -389,6 +402,23 @@ class ModelBackend(ABC):
         response.latency_s = time.monotonic() - start
         response.attempts = attempts
         return response
+
+    def _sendable(self, messages: list[dict[str, Any]], tools: Any) -> tuple[list[dict[str, Any]], Any]:
+        """``messages`` and ``tools`` as sent: a lone surrogate (a "\\ud800" escape in an earlier reply
+        or in the dataset) as U+FFFD, counted in ``replaced_surrogates`` (``harness.text``)."""
+        (messages, tools), n = sendable((messages, tools))
+        if n:
+            if not self.replaced_surrogates:
+                log.warning(
+                    "%s/%s: a request held %d lone surrogate(s) (a \\udXXX escape in a reply or the dataset) "
+                    "that no request can carry: sent as U+FFFD (said once; results.json counts them, "
+                    "model.replaced_surrogates)",
+                    getattr(self, "prefix", type(self).__name__),
+                    self.model,
+                    n,
+                )
+            self.replaced_surrogates += n
+        return messages, tools
 
     # facts ---------------------------------------------------------------------
     @abstractmethod

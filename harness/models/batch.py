@@ -49,6 +49,7 @@ from harness.records import (
     record_epoch,
     work_key,
 )
+from harness.text import hash_bytes
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ REQUEST_ORIGIN: ContextVar[tuple[str, int] | None] = ContextVar("harness_request
 def request_hash(body: dict[str, Any]) -> str:
     """What a request asks, as sent: equal bodies, equal hashes."""
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
+    return hashlib.sha256(hash_bytes(text)).hexdigest()
 
 
 def _now() -> str:
@@ -624,6 +625,7 @@ class BatchBackend(ModelBackend):
             await self.inner.close()
 
     async def generate(self, messages, params, tools=None, tool_choice=None) -> ModelResponse:
+        messages, tools = self._sendable(messages, tools)
         return await self.batcher.generate(messages, params, tools, tool_choice)
 
     async def _generate(self, messages, params, tools=None, tool_choice=None) -> ModelResponse:

@@ -41,6 +41,7 @@ from harness.models.http_reply import (
     within_deadline,
 )
 from harness.redact import redact, redact_data, strip_credentials
+from harness.text import JSON_ERRORS, json_bytes
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ class AtomicLines:
     def __enter__(self):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, self.tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
-        self.file = os.fdopen(fd, "w", encoding="utf-8")
+        self.file = os.fdopen(fd, "w", encoding="utf-8", errors=JSON_ERRORS)
         return self
 
     def write(self, record: dict[str, Any]) -> None:
@@ -471,7 +472,7 @@ class OpenAIBatchAPI(HttpBatchAPI):
         return response_from_completion(body, where)
 
     async def upload(self, key: str, lines: list[dict[str, Any]]) -> str:
-        data = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines).encode()
+        data = json_bytes("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines))
         reply = await self.call(
             "POST",
             f"{self.base}/files",
@@ -663,7 +664,8 @@ class VLLMRunBatch:
 
     async def upload(self, key: str, lines: list[dict[str, Any]]) -> str:
         folder = Path(tempfile.mkdtemp(prefix=f"harness-run-batch-{key}-"))
-        (folder / "input.jsonl").write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
+        text = "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines)
+        (folder / "input.jsonl").write_bytes(json_bytes(text))
         return str(folder)
 
     async def create(self, key: str, uploaded: str, lines: list[dict[str, Any]]) -> str:

@@ -18,6 +18,7 @@ from harness.errors import ConfigError
 from harness.models.base import GenerationParams, ModelResponse
 from harness.redact import dumps_redacted
 from harness.records import file_kind
+from harness.text import hash_bytes, json_text
 
 
 def default_cache_path() -> Path:
@@ -39,7 +40,7 @@ def cache_key(
         "tools": tools,
         "tool_choice": tool_choice,
     }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    return hashlib.sha256(hash_bytes(json.dumps(payload, sort_keys=True, ensure_ascii=False))).hexdigest()
 
 
 def is_cacheable(params: GenerationParams) -> bool:
@@ -72,13 +73,20 @@ class ResponseCache:
         row = self._db.execute("SELECT response FROM responses WHERE key = ?", (key,)).fetchone()
         if row is None:
             return None
-        response = ModelResponse.model_validate_json(row[0])
+        text = row[0]
+        # pydantic's JSON parser refuses the \udXXX escape of a lone surrogate (put): json.loads reads it
+        if "\\ud" in text:
+            response = ModelResponse.model_validate(json.loads(text))
+        else:
+            response = ModelResponse.model_validate_json(text)
         response.cached = True
         return response
 
     def put(self, key: str, response: ModelResponse) -> None:
         # an answer may echo a key (a server quoting the request's header): masked like the run's files
-        text = dumps_redacted(response.model_dump(mode="json"), lambda data: json.dumps(data, ensure_ascii=False))
+        # a lone surrogate (a "\ud800" in the reply) is stored as that escape: SQLite cannot encode it
+        data = response.model_dump(mode="json")
+        text = dumps_redacted(data, lambda value: json_text(json.dumps(value, ensure_ascii=False)))
         self._db.execute("INSERT OR REPLACE INTO responses (key, response) VALUES (?, ?)", (key, text))
 
     def close(self) -> None:

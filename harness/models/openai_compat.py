@@ -68,6 +68,7 @@ from harness.models.http_reply import (
     within_deadline,
 )
 from harness.models.pool import Endpoint, ServerPool
+from harness.text import json_bytes
 
 log = logging.getLogger(__name__)
 
@@ -702,7 +703,7 @@ class OpenAICompatibleBackend(ModelBackend):
         (``request_headers``), and a reply read as on the SDK's transports: the same byte cap,
         deadline, reply checks and error messages (a status error shaped as the SDK shapes it)."""
         url, sent = self._direct_target(base_url, self.request_path(kwargs))
-        body = json.dumps(kwargs, ensure_ascii=False, separators=(",", ":")).encode()
+        body = json_bytes(json.dumps(kwargs, ensure_ascii=False, separators=(",", ":")))
         status, reply_headers, content = await within_deadline(
             self._post(url, body, sent, label), self.options.request_timeout, label
         )

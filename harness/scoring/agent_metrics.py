@@ -48,6 +48,7 @@ from harness.scoring.metrics import ScoringOptions, declare, reads
         "hops_answered": "Hops answered",
     },
     lower_is_better=("cost", "tokens", "rounds"),
+    detail=("evidence_precision", "rounds", "tokens", "cost"),  # tables show recall, searches and hops
     kind=mean(),
     kinds={
         "searches": count("searches"),

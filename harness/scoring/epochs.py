@@ -30,7 +30,8 @@ from typing import Any
 
 from harness.errors import ConfigError
 from harness.scoring.results import numeric_leaves
-from harness.scoring.scores import Scores
+from harness.scoring.scores import Scores, ScoresMeta
+from harness.scoring.sections import RESULTS_FORMAT
 from harness.scoring.kinds import Kind, mean
 from harness.scoring.uncertainty import compute_uncertainty, is_indicator, key_path, leaf
 
@@ -203,16 +204,15 @@ def reduce_epoch_scores(
     from harness.scoring.values import mean_values
 
     check_reducer(reducer, fns, len(epoch_scores))
-    epoch_scores = [s.as_dict() if isinstance(s, Scores) else s for s in epoch_scores]  # the reduction walks the shape
-    first = next(scores for scores in epoch_scores if scores is not None)
-    names_of_first = first["meta"]["metrics"]
-    epoch_scores = [scores if scores is not None else _no_epoch(names_of_first) for scores in epoch_scores]
+    present = [Scores.of(scores) for scores in epoch_scores if scores is not None]
+    first = present[0]
+    epochs = [Scores.of(scores) if scores is not None else _no_epoch(first.meta.metrics) for scores in epoch_scores]
     # a plugin metric that failed in any epoch (scores.meta.failed_metrics) is left out of the reduction
-    failed = {k: v for scores in epoch_scores for k, v in (scores["meta"].get("failed_metrics") or {}).items()}
-    names = [n for n in first["meta"]["metrics"] if n not in failed]
+    failed = {k: v for scores in epochs for k, v in scores.failed_metrics().items()}
+    names = [n for n in first.meta.metrics if n not in failed]
     fns = {n: fn for n, fn in fns.items() if n in names}
-    per_epoch_rows = [{row["question_id"]: row for row in scores["raw"]} for scores in epoch_scores]
-    order = list(dict.fromkeys(row["question_id"] for scores in epoch_scores for row in scores["raw"]))
+    per_epoch_rows = [{row["question_id"]: row for row in scores.raw} for scores in epochs]
+    order = list(dict.fromkeys(row["question_id"] for scores in epochs for row in scores.raw))
     rows: dict[str, dict[str, Any]] = {}  # scores.raw
     bundles: dict[str, dict[str, Any]] = {}  # what the error bars see: reduced values and every epoch's
     for qid in order:
@@ -225,61 +225,74 @@ def reduce_epoch_scores(
             if isinstance(rows[qid][name], dict):
                 bundles[qid][name] = {**rows[qid][name], EPOCH_ROWS: bundle}
     pooled: dict[str, Any] = {}
+    pooled_breakdown = None
     if reducer != "mean":  # the metric's aggregate of the reduced values (pass@N, majority vote)
         for name in names:
             reduced = [rows[qid][name] for qid in order if name in rows[qid]]
             metric = fns.get(name)
             aggregate_rows = metric.aggregation.rows if metric is not None else None
             pooled[name] = aggregate_rows(reduced, len(order)) if aggregate_rows else mean_values(reduced)
-        pooled["breakdown"] = _breakdown([q for q in questions if q.id in rows], rows, names, fns)
-    out: dict[str, Any] = {"results_format": first["results_format"]}
-    for name in names:
-        out[name] = combine([scores.get(name) for scores in epoch_scores], pooled.get(name), reducer)
-    every_answer = [row for scores in epoch_scores for row in scores["raw"]]
+        pooled_breakdown = _breakdown([q for q in questions if q.id in rows], rows, names, fns)
+    aggregates = {
+        name: combine([scores.aggregate(name) for scores in epochs], pooled.get(name), reducer) for name in names
+    }
+    every_answer = [row for scores in epochs for row in scores.raw]
     for name in names:  # diagnostics relating a metric to others (judges' agreement): over every epoch's answers
         relate = fns[name].aggregation.with_other_metrics if fns.get(name) is not None else None
-        if relate is not None and isinstance(out.get(name), dict):
-            out[name], _ = relate(out[name], first["meta"]["metric_info"].get(name) or {}, every_answer, name)
-    out["raw"] = list(rows.values())
-    breakdown = combine([scores.get("breakdown") for scores in epoch_scores], pooled.get("breakdown"), reducer)
+        if relate is not None and isinstance(aggregates[name], dict):
+            aggregates[name], _ = relate(aggregates[name], first.metric_info(name), every_answer, name)
+    sections: dict[str, Any] = {}  # a section the reduction leaves empty is not written
+    breakdown = combine([scores.breakdown or None for scores in epochs], pooled_breakdown, reducer)
     if breakdown:
         _count_groups(breakdown, [q for q in questions if q.id in rows])
-        out["breakdown"] = breakdown
+        sections["breakdown"] = breakdown
     # error bars over questions, each with all its epochs, clustered as each epoch was (an epoch
     # clusters the questions it scored: together, every question scored)
-    clustering = dict(first["meta"].get("clustering") or {})
+    clustering = dict(first.clustering)
     clusters = None
-    if clustering.get("clusters") is not None:
+    if first.clusters is not None:
         clusters = {}
-        for scores in epoch_scores:
-            clusters.update((scores["meta"].get("clustering") or {}).get("clusters") or {})
+        for scores in epochs:
+            clusters.update(scores.clusters or {})
         clustering.update(clusters=clusters, n_clusters=len(set(clusters.values())))
-    seen = {name: over_epochs(fns.get(name), reducer, len(epoch_scores)) for name in names}
-    out["uncertainty"] = compute_uncertainty(
-        seen, {**out, "raw": list(bundles.values()), "meta": {"n_questions": len(order)}}, clusters
+    seen = {name: over_epochs(fns.get(name), reducer, len(epochs)) for name in names}
+    bundled = Scores(  # what the error bars see: each row with its every epoch's
+        results_format=first.results_format,
+        raw=list(bundles.values()),
+        meta=ScoresMeta(n_questions=len(order)),
+        **aggregates,
     )
-    out["epochs"] = {
-        "n": len(epoch_scores),
-        "reducer": reducer,
-        "reducer_meaning": MEANING[reducer],
-        "per_epoch": [_headline(scores, names) for scores in epoch_scores],
-        "between_epoch_variance": _between_epoch_variance(per_epoch_rows, order, names),
-    }
     aggregation = {
-        name: f"{reducer} of {len(epoch_scores)} epochs: {MEANING[reducer]}; each epoch: {first['meta']['aggregation'][name]}"
+        name: f"{reducer} of {len(epochs)} epochs: {MEANING[reducer]}; each epoch: {first.meta.aggregation[name]}"
         for name in names
     }
-    out["meta"] = {**first["meta"], "aggregation": aggregation, "epochs": len(epoch_scores), "epoch_reducer": reducer}
-    out["meta"]["clustering"] = clustering
-    out["meta"]["metrics"] = names
+    meta = first.meta.model_copy(
+        deep=True,
+        update={"aggregation": aggregation, "epochs": len(epochs), "epoch_reducer": reducer, "clustering": clustering},
+    )
+    meta.metrics = names
     if failed:
-        out["meta"]["failed_metrics"] = failed
-    return Scores.model_validate(out)
+        meta.failed_metrics = failed
+    return Scores(
+        results_format=first.results_format,
+        raw=list(rows.values()),
+        **sections,
+        uncertainty=compute_uncertainty(seen, bundled, clusters),
+        epochs={
+            "n": len(epochs),
+            "reducer": reducer,
+            "reducer_meaning": MEANING[reducer],
+            "per_epoch": [_headline(scores, names) for scores in epochs],
+            "between_epoch_variance": _between_epoch_variance(per_epoch_rows, order, names),
+        },
+        meta=meta,
+        **aggregates,
+    )
 
 
-def _no_epoch(names: list[str]) -> dict[str, Any]:
+def _no_epoch(names: list[str]) -> Scores:
     """An epoch in which no question was scored: no numbers, no rows (the reduction skips it)."""
-    return {"raw": [], "meta": {"metrics": names, "metric_info": {}, "aggregation": {}, "clustering": {}}}
+    return Scores(results_format=RESULTS_FORMAT, meta=ScoresMeta(metrics=names))
 
 
 def _count_groups(breakdown: dict[str, Any], questions: list) -> None:
@@ -307,8 +320,8 @@ def epochs_of_nothing(n: int, reducer: str) -> dict[str, Any]:
     }
 
 
-def _headline(scores: dict[str, Any], names: list[str]) -> dict[str, float]:
-    return numeric_leaves({name: scores[name] for name in names if isinstance(scores.get(name), dict)})
+def _headline(scores: Scores, names: list[str]) -> dict[str, float]:
+    return numeric_leaves({name: scores.aggregate(name) for name in names if scores.aggregate(name) is not None})
 
 
 def _between_epoch_variance(per_epoch_rows, order, names) -> dict[str, float]:

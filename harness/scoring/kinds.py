@@ -79,6 +79,20 @@ class Kind:
         """A perfect score (tables and figures draw their axes to it), None for a count, money, or unbounded."""
         return float(self.scale) if self.name in ("share", "mean") else None
 
+    def record(self) -> dict[str, object]:
+        """The kind as a results file records it (``Kind.from_record`` reads it back)."""
+        out: dict[str, object] = {"name": self.name}
+        for key in ("scale", "per_question", "unit"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.total:
+            out["total"] = True
+        return out
+
+    @classmethod
+    def from_record(cls, record: dict[str, object]) -> "Kind":
+        return cls(**record)  # type: ignore[arg-type]
+
     def text(self) -> str:
         """How a table labels the number's scale: ``0-1``, ``0-100``, the unit, or ``unbounded``."""
         if self.name in ("share", "mean"):
@@ -142,6 +156,19 @@ class Kinds:
         if default is not None and not isinstance(default, Kind):
             raise ValueError(f"kind={default!r} is not a Kind (harness.scoring.kinds: share, mean, ...)")
         return cls(default or UNBOUNDED, tuple(found))
+
+    def record(self) -> dict[str, object]:
+        """As ``declare(kind=..., kinds=...)`` takes them, recorded (``Kinds.from_record``)."""
+        return {"kind": self.default.record(), "kinds": {".".join(p): k.record() for p, k in self.leaves}}
+
+    @classmethod
+    def from_record(cls, record: dict[str, object]) -> "Kinds":
+        leaves = record.get("kinds") or {}
+        default = record.get("kind")
+        return cls.of(
+            Kind.from_record(default) if isinstance(default, dict) else None,
+            {path: Kind.from_record(kind) for path, kind in leaves.items()},  # type: ignore[union-attr]
+        )
 
     def of_path(self, path: tuple[str, ...] | list[str] | str) -> Kind:
         """The kind of the number at ``path`` (a key path, or its dotted text)."""

@@ -313,6 +313,7 @@ class SetF1Options(MetricOptions):
         "f1_ge_0.5": "Share F1 ≥ 0.5",
         "recall_ge_0.8": "Share recall ≥ 0.8",
     },
+    detail=("precision", "recall"),
     kind=mean(),
     kinds={"f1_ge_0.5": share(), "recall_ge_0.8": share()},
 )

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from harness.errors import HarnessError
-from harness.scoring.kinds import Kind, Kinds
+from harness.scoring.kinds import Kind, Kinds, key_path
 
 
 @dataclass(frozen=True)
@@ -58,11 +58,26 @@ class Aggregation:
 class Display:
     """How tables, figures and reports show a metric's numbers (``harness.scoring.display``):
     ``headline``, the leaves shown by default; ``labels``, {leaf: display name}; ``lower_is_better``,
-    the leaves whose best value is the lowest (cost, tokens)."""
+    the leaves whose best value is the lowest (cost, tokens); ``detail``, the leaves that are no
+    column of a table, a leaderboard or the report's summary (the precision and recall parts of an
+    F-score, a run's cost): a key path, or a prefix of several; kept in the scores and the report's
+    detail. A metric that declares none has every number a column."""
 
     headline: tuple[str, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
     lower_is_better: tuple[str, ...] = ()
+    detail: tuple[str, ...] = ()
+
+    def is_column(self, path: tuple[str, ...] | list[str] | str) -> bool:
+        """Whether the number at ``path`` (a key path of the aggregate or of a question's values, or
+        its dotted text) is a column of tables: not declared ``detail``, nor under a declared one."""
+        parts = key_path(path) if isinstance(path, str) else tuple(path)
+        return not any(parts[: len(d)] == d for d in map(key_path, self.detail))
+
+    def record(self) -> dict[str, Any]:
+        """What a results file records of it (a plugin's, so tables read it without loading the plugin)."""
+        return {"headline": list(self.headline), "labels": dict(self.labels),
+                "lower_is_better": list(self.lower_is_better), "detail": list(self.detail)}  # fmt: skip
 
 
 # Attributes a metric function carried before it was a Metric, and the Metric field each fills: a
@@ -83,6 +98,9 @@ class Metric:
     fn: Callable[..., Any]  # a harness.scoring.metrics.MetricFn
     declaration: MetricDeclaration = field(default_factory=MetricDeclaration)
     streaming: bool = False  # each question's values depend on it alone: scored as each sample finishes
+    # a metric that asks which answers are correct (harness.scoring.correct.asks): what gives its answer
+    # records their ``correct`` in a scoring (harness.scoring.correct.Verdicts); None: it does not ask
+    verdicts: Any = None
     reads: tuple[str, ...] = ()  # "row": its answer records carry the sample's row
     aggregation: Aggregation = field(default_factory=Aggregation)
     display: Display = field(default_factory=Display)

@@ -22,6 +22,8 @@ METRICS: Registry[Metric] = Registry(
         "agent": "harness.scoring.agent_metrics:agent",
         "outcomes": "harness.scoring.outcome_metrics:outcomes",
         "per-correct": "harness.scoring.per_correct:per_correct",
+        "calibration": "harness.scoring.calibration:calibration",
+        "citations": "harness.scoring.citations:citations",
     },
     coerce=as_metric,
 )

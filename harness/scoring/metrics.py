@@ -37,6 +37,7 @@ from harness.datasets.base import Dataset, Sample
 from harness.errors import ConfigError, HarnessError
 from harness.models.base import WEEK_S
 from harness.registry import Entry
+from harness.scoring.display import declared_record
 from harness.scoring.kinds import Kind, Kinds, mean, share, unbounded
 # the Metric and its parts, public here too
 from harness.scoring.metric import Aggregation, Display, Metric, MetricDeclaration, as_metric  # noqa: F401
@@ -89,6 +90,10 @@ class ScoringOptions(BaseModel):
     # {metric: {option: value}} as given (--metric-option / YAML metric_options), checked against each
     # metric's declared options; what is not given is the metric's default (the official value)
     metric_options: dict[str, dict[str, Any]] = Field(default_factory=dict, description="each metric's options")
+    # What the run asked each answer to state (harness.scoring.statements): read, and taken out of the
+    # answer before any metric reads it; the calibration and citations metrics score what was stated.
+    confidence: bool = Field(False, description="answers end with a stated confidence (--confidence)")
+    citations: bool = Field(False, description="answers cite the pages they rest on in [brackets] (--citations)")
     # A plugin metric that takes longer (a hang) is that metric's failure, recorded in scores.meta;
     # built-in metrics are the harness's own code and run untimed (the LLM judge's requests have theirs).
     metric_timeout: float = Field(600.0, gt=0, le=WEEK_S, description="seconds one plugin metric may take")
@@ -153,6 +158,10 @@ class MetricOptions(BaseModel):
 NEEDS = {
     "judge": "--judge MODEL (e.g. openai/gpt-4o-2024-11-20, FanOutQA's; no judge runs unless named: it costs money)",
     "bleurt_checkpoint": "--bleurt-checkpoint DIR (a bleurt-pytorch checkpoint folder; none can be downloaded here)",
+    "confidence": "answers with a stated confidence: harness run --confidence (harness score --confidence for "
+    "generations that state one)",
+    "citations": "answers that cite their pages: harness run --citations (harness score --citations for generations "
+    "that cite)",
 }
 
 
@@ -187,13 +196,15 @@ def declare(
     headline: tuple[str, ...] | list[str] = (),
     labels: dict[str, str] | None = None,
     lower_is_better: tuple[str, ...] | list[str] = (),
+    detail: tuple[str, ...] | list[str] = (),
     kind: Kind | None = None,
     kinds: dict[str, Kind] | None = None,
     scale: float | None = _UNSET,
     scales: dict[str, float | None] | None = None,
 ):
     """Decorator: what the metric scores and needs (its ``MetricDeclaration``), how its numbers are
-    shown (``headline``, ``labels``, ``lower_is_better``) and what each number is (``kind``: of every
+    shown (``headline``, ``labels``, ``lower_is_better``; ``detail``: the leaves, or prefixes, that
+    are no column of a table or leaderboard, the parts of an F-score) and what each number is (``kind``: of every
     number; ``kinds``: {leaf or prefix: kind}; ``harness.scoring.kinds``: ``share``, ``mean``,
     ``count``, ``money``, ``unbounded``, the default). The error bars follow the kinds. ``scale`` (a
     perfect score, 1 or 100; None: unbounded) and ``scales`` (per leaf) are the older way to say the
@@ -210,6 +221,9 @@ def declare(
         raise ValueError(f"declare(needs=...): {unknown} are not scoring options ({known})")
     if options is not None and not (isinstance(options, type) and issubclass(options, BaseModel)):
         raise ValueError("declare(options=...): a pydantic model (subclass harness.scoring.metrics.MetricOptions)")
+    for what, leaves in (("headline", headline), ("lower_is_better", lower_is_better), ("detail", detail)):
+        if isinstance(leaves, str) or not all(isinstance(leaf, str) for leaf in leaves):
+            raise ValueError(f"declare({what}=...): a tuple of leaf names, got {leaves!r}")
     if (kind is not None or kinds) and (scale is not _UNSET or scales):
         raise ValueError("declare: give kind/kinds or the older scale/scales, not both")
     if scale is not _UNSET or scales:
@@ -224,7 +238,7 @@ def declare(
         options,
         check,
     )
-    display = Display(tuple(headline), dict(labels or {}), tuple(lower_is_better))
+    display = Display(tuple(headline), dict(labels or {}), tuple(lower_is_better), tuple(detail))
     declared_kinds = Kinds.of(kind, kinds)
 
     def mark(fn: MetricFn | Metric) -> Metric:
@@ -425,6 +439,8 @@ def check_metrics(
         option_values(name, entry.obj, options)
         if declared_by.check is not None:
             declared_by.check(options)
+        if entry.obj.verdicts is not None:  # which answers are correct: its rule (harness.scoring.correct)
+            entry.obj.verdicts.check(name, dataset, questions, options)
     return entries
 
 
@@ -452,6 +468,7 @@ ROUGE_LABELS = {
     accepts=FANOUTQA_SHAPES,
     headline=("acc.loose",),
     labels={"acc.loose": "Accuracy (loose)", "acc.strict": "Accuracy (strict)", **ROUGE_LABELS},
+    detail=tuple(f"rouge.{r}.{part}" for r in ("rouge1", "rouge2", "rougeL") for part in ("precision", "recall")),
     kind=mean(),
     kinds={"acc.strict": share()},
 )
@@ -485,6 +502,7 @@ def fanoutqa_string(
     accepts=(*FANOUTQA_SHAPES, "entity_list"),
     headline=("f1",),
     labels={"em": "EM", "f1": "F1", "f1_precision": "F1 precision", "f1_recall": "F1 recall"},
+    detail=("f1_precision", "f1_recall"),
     kind=mean(),
     kinds={"em": share()},  # exact match is 0 or 1 per question
 )
@@ -554,9 +572,23 @@ def score_answers(
     info: dict[str, Any] = {}
     aggregation: dict[str, str] = {}
     failed: dict[str, str] = {}
-    for name, fn in list(fns.items()):
+    judged: dict[Any, Any] = {}  # the verdicts of this scoring, for the metrics that ask (harness.scoring.correct)
+
+    def scored_here(key: str, metric: Metric) -> dict[str, Any] | None:
+        """{question id: values} of metric ``key`` where this scoring scored it already, else None."""
+        return {qid: rows[qid][key] for qid in order if key in rows[qid]} if fns.get(key) is metric else None
+
+    # the metrics that ask which answers are correct go last: a rule's metric scored here is read, not scored again
+    for name, fn in sorted(fns.items(), key=lambda item: item[1].verdicts is not None):
         stored = (precomputed or {}).get(name) if fn.streaming and not only_answered else None
-        if stored is None:
+        if fn.verdicts is not None:
+            if fn.verdicts not in judged:
+                judged[fn.verdicts] = fn.verdicts(dataset, questions, answers, only_answered, options, scored_here)
+            records = with_rows(answers, sample_rows) if fn.reads_rows else answers
+            call = lambda fn=fn, records=records, name=name: fn(  # noqa: E731
+                questions, judged[fn.verdicts].given(name, records), only_answered, options=options, **kwargs[name]
+            )
+        elif stored is None:
             given = with_rows(answers, sample_rows) if fn.reads_rows else answers
             call = lambda fn=fn, given=given, kw=kwargs[name]: fn(questions, given, only_answered, options=options, **kw)  # noqa: E731
         else:
@@ -582,12 +614,18 @@ def score_answers(
             out[name] = mean_values([per_question[qid] for qid in order if qid in per_question])
             aggregation[name] = "mean of the per-question values"
         info[name] = result.get("info", {})
-        if entries[name].source != "builtin":
-            info[name] = {**info[name], "plugin": entries[name].record()}
+        if fn.verdicts is not None:  # the rule used, as the verdicts were given
+            info[name] = {**info[name], **judged[fn.verdicts].info(name)}
+        if entries[name].source != "builtin":  # its declaration too: tables read it without loading the plugin
+            info[name] = {**info[name], "plugin": {**entries[name].record(), "declared": declared_record(fn)}}
     for name, fn in fns.items():  # numbers relating one metric's values to another's (a judge and string accuracy)
         relate = fn.aggregation.with_other_metrics
         if relate is not None and isinstance(out.get(name), dict):
             out[name], info[name] = relate(out[name], info[name], [rows[qid] for qid in order], name)
+    out = {"results_format": out["results_format"], **{n: out[n] for n in fns if n in out}}  # in the metrics' order
+    info = {n: info[n] for n in fns if n in info}
+    for qid, row in rows.items():
+        rows[qid] = {"question_id": qid, **{n: row[n] for n in fns if n in row}}
     oversized = {qid: chars for qid, chars in oversized.items() if qid in rows}  # the questions scored
     for qid, chars in oversized.items():
         if qid in rows:
@@ -801,7 +839,7 @@ def score_some(
     entries = [
         (name, entry.obj, option_values(name, entry.obj, options))
         for name, entry in resolve_metrics(names).items()
-        if entry.obj.streaming
+        if entry.obj.streaming and entry.obj.verdicts is None  # verdicts come from the whole scoring
     ]
     out: list[dict[str, Any]] = [{} for _ in samples]
     for positions in _rounds_without_repeats([s.id for s in samples]):
@@ -831,7 +869,8 @@ def _rounds_without_repeats(ids: list[str]) -> list[list[int]]:
 def prepare_answers(
     answers: list[dict[str, Any]], options: ScoringOptions
 ) -> tuple[list[dict[str, Any]], dict[str, int], dict[str, Any]]:
-    """The answers as every metric reads them: reasoning removed (``strip_reasoning``), then capped
+    """The answers as every metric reads them: reasoning removed (``strip_reasoning``), then what the
+    run asked them to state taken out (``stated``: a confidence, citations), then capped
     (``cap_answers``). Returns (answers, oversized lengths, what meta records of the reasoning removed:
     how many answers had some, and the ids of those with a block never closed, cut from its tag on)."""
     from harness.scoring.reasoning import strip_reasoning
@@ -848,8 +887,23 @@ def prepare_answers(
                 a = {**a, "answer": text}
             out.append(a)
         answers = out
+    if options.confidence or options.citations:
+        answers = [stated(a, options) for a in answers]
     answers, oversized = cap_answers(answers, options.max_answer_chars)
     return answers, oversized, {"n_answers": stripped, "unclosed": unclosed}
+
+
+def stated(answer: dict[str, Any], options: ScoringOptions) -> dict[str, Any]:
+    """An answer record with what it states taken out of its answer (``harness.scoring.statements``):
+    its ``confidence`` (``options.confidence``) and its ``citations`` (``options.citations``) beside it."""
+    from harness.scoring.statements import split_citations, split_confidence
+
+    out = dict(answer)
+    if options.confidence:
+        out["answer"], out["confidence"] = split_confidence(out.get("answer"))
+    if options.citations:
+        out["answer"], out["citations"] = split_citations(out.get("answer"))
+    return out
 
 
 def with_rows(answers: list[dict[str, Any]], rows: dict[str, dict[str, Any]] | None) -> list[dict[str, Any]]:
@@ -857,8 +911,12 @@ def with_rows(answers: list[dict[str, Any]], rows: dict[str, dict[str, Any]] | N
     metric's (None: finished unanswered), with ``row``; without rows, the answers with ``row`` None."""
     if rows is None:
         return [{**a, "row": None} for a in answers]
-    prepared = {a["id"]: a["answer"] for a in answers}
-    return [{"id": qid, "answer": prepared.get(qid), "row": row} for qid, row in rows.items()]
+    prepared = {a["id"]: a for a in answers}  # with what each answer states (``stated``), where read
+    out = []
+    for qid, row in rows.items():
+        given = prepared.get(qid, {})
+        out.append({**given, "id": qid, "answer": given.get("answer"), "row": row})
+    return out
 
 
 def cap_answers(answers: list[dict[str, Any]], max_chars: int) -> tuple[list[dict[str, Any]], dict[str, int]]:

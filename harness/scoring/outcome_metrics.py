@@ -34,8 +34,8 @@ gold evidence pages and a sample row,
 
 shares of the questions that have them, and ``utilisation``, found_used / (found_used +
 found_not_used): how often evidence in hand became a correct answer (WebDetective's knowledge
-utilisation), bootstrapped. Correct is ``harness.scoring.correct`` (options ``metric``, ``leaf``,
-``threshold``; default set-f1's F1 >= 0.5), as ``per-correct`` reads it.
+utilisation), bootstrapped. Correct is ``harness.scoring.correct`` (option ``correct``; default
+``auto``, the dataset's own rule), as ``calibration`` and ``per-correct`` read it.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from harness.scoring.correct import CorrectOptions, check_correct, correct_info, correct_values
+from harness.scoring.correct import AUTO, CorrectOptions, asks, verdict_of
 from harness.scoring.kinds import mean, share
 from harness.scoring.metrics import ScoringOptions, aggregates, declare, option_values, reads, resolve_metrics
 
@@ -123,7 +123,6 @@ class OutcomesOptions(CorrectOptions):
 
 
 def _check(options: ScoringOptions) -> None:
-    check_correct("outcomes", options)
     given = OutcomesOptions.model_validate((options.metric_options or {}).get("outcomes") or {})
     (key, entry), = resolve_metrics([given.matcher]).items()
     option_values(key, entry.obj, options)
@@ -149,6 +148,7 @@ def _check(options: ScoringOptions) -> None:
     kinds={"evidence_use.utilisation": mean()},  # a ratio of shares, bootstrapped
 )
 @aggregates(aggregate_outcomes)
+@asks
 @reads("row")
 def outcomes(
     questions: list,
@@ -156,9 +156,7 @@ def outcomes(
     only_answered: bool,
     options: ScoringOptions | None = None,
     *,
-    metric: str = "set-f1",
-    leaf: str = "f1",
-    threshold: float = 0.5,
+    correct: str = AUTO,
     matcher: str = "set-f1",
 ) -> dict[str, Any]:
     """DeepSearchQA's outcome categories and WebDetective's evidence use (see the module docstring)."""
@@ -167,8 +165,6 @@ def outcomes(
     pool = [q for q in questions if q.id in by_id] if only_answered else questions
     (matcher_key, entry), = resolve_metrics([matcher]).items()
     matcher_options = option_values(matcher_key, entry.obj, options)
-    chosen = CorrectOptions(metric=metric, leaf=leaf, threshold=threshold)
-    correct = correct_values(pool, answers, options, chosen)
     raw: dict[str, dict[str, Any]] = {}
     for q in pool:
         record = by_id.get(q.id) or {}
@@ -182,7 +178,7 @@ def outcomes(
         category = list_outcome(*counts)
         values: dict[str, Any] = {name: float(name == category) for name in CATEGORIES}
         values.update(category=category, n_gold=counts[0], n_found=counts[1], n_extraneous=counts[2])
-        used = evidence_use(record.get("row"), correct[q.id])
+        used = evidence_use(record.get("row"), verdict_of(record))
         if used is not None:
             values["evidence_use"] = used
         raw[q.id] = values
@@ -193,6 +189,5 @@ def outcomes(
         "extraneous": "answer items matching no gold item (empty ones and normalized repeats not counted)",
         "evidence_use": "questions with gold pages and a sample row: refused (outcome), else found (evidence recall 1) "
         "and correct / not, else not found",
-        **correct_info(chosen),
     }
     return {"aggregate": aggregate_outcomes(list(raw.values()), len(pool)), "raw": raw, "info": info}

@@ -15,9 +15,9 @@ answers (not a mean of per-question ratios: a question answered wrongly still co
 * ``correct``: the share of those questions answered correctly (Wilson's interval), and
   ``n_correct`` their number.
 
-Correct is ``harness.scoring.correct`` (options ``metric``, ``leaf``, ``threshold``; default
-set-f1's F1 >= 0.5, QAMPARI's official share), recorded in ``info``. With no correct answer a
-ratio has no value (null, never infinity).
+Correct is ``harness.scoring.correct`` (option ``correct``; default ``auto``, the dataset's own
+rule: FanOutQA's strict accuracy, QAMPARI's F1 >= 0.5, ...), the rule used recorded in ``info``.
+With no correct answer a ratio has no value (null, never infinity).
 
 Intervals: the **percentile bootstrap of the ratio** (the ratio estimator's own distribution:
 questions, or their clusters, resampled ``stats.RESAMPLES`` times with a fixed seed; numerator and
@@ -33,7 +33,7 @@ import math
 from typing import Any
 
 from harness.scoring.agent_metrics import agent_values
-from harness.scoring.correct import CorrectOptions, check_correct, correct_info, correct_values
+from harness.scoring.correct import AUTO, CorrectOptions, asks, verdict_of
 from harness.scoring.kinds import count, money, share
 from harness.scoring.metrics import ScoringOptions, aggregates, declare, reads
 
@@ -88,13 +88,8 @@ def aggregate_per_correct(rows: list[dict[str, Any]], n: float) -> dict[str, Any
     return out
 
 
-def _check(options: ScoringOptions) -> None:
-    check_correct("per-correct", options)
-
-
 @declare(
     options=CorrectOptions,
-    check=_check,
     headline=("cost", "tokens", "searches"),
     labels={
         "cost": "Cost per correct (USD)",
@@ -116,6 +111,7 @@ def _check(options: ScoringOptions) -> None:
     },
 )
 @aggregates(aggregate_per_correct, sums=(vector, finish))
+@asks
 @reads("row")
 def per_correct(
     questions: list,
@@ -123,26 +119,22 @@ def per_correct(
     only_answered: bool,
     options: ScoringOptions | None = None,
     *,
-    metric: str = "set-f1",
-    leaf: str = "f1",
-    threshold: float = 0.5,
+    correct: str = AUTO,
 ) -> dict[str, Any]:
-    """Spend per correct answer over the questions with a sample row (see the module docstring)."""
-    chosen = CorrectOptions(metric=metric, leaf=leaf, threshold=threshold)
+    """Spend per correct answer over the questions with a sample row (see the module docstring);
+    answers carry ``correct`` (``harness.scoring.correct``, applied by score_answers)."""
     with_row = {a["id"]: a for a in answers if isinstance(a.get("row"), dict)}
     asked = [q for q in questions if q.id in with_row]
-    correct = correct_values(asked, answers, options, chosen) if asked else {}
     raw: dict[str, dict[str, Any]] = {}
     for q in asked:
         record = with_row[q.id]
         worked = agent_values(q, record.get("answer"), record["row"])
         spent = {"cost": worked.get("cost"), "tokens": worked.get("tokens", 0), "model_calls": worked.get("rounds", 0),
                  "searches": worked.get("searches")}  # fmt: skip
-        raw[q.id] = {"correct": correct[q.id], "spent": spent}
+        raw[q.id] = {"correct": verdict_of(record), "spent": spent}
     info = {
         "estimator": "ratio of sums (total spend / correct answers) over the questions with a sample row",
         "interval": "percentile bootstrap of the ratio; resamples without a correct answer left out",
         "left_out": "questions without a sample row (bare generations, failed samples)",
-        **correct_info(chosen),
     }
     return {"aggregate": aggregate_per_correct(list(raw.values()), len(asked)), "raw": raw, "info": info}

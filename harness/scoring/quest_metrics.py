@@ -119,6 +119,7 @@ class QuestOptions(MetricOptions):
     options=QuestOptions,
     headline=("f1",),
     labels={"precision": "QUEST precision", "recall": "QUEST recall", "f1": "QUEST F1"},
+    detail=("precision", "recall"),
     kind=mean(),
 )
 @streamable(aggregate_quest)

@@ -22,9 +22,9 @@ from __future__ import annotations
 from typing import Any
 
 from harness.scoring.sections import DIAGNOSTICS, RESULTS_FORMAT, SECTIONS  # noqa: F401 - read from here too
+from harness.scoring.display import is_column as headline_of  # noqa: F401 - read from here (leaderboard)
 from harness.scoring.scores import Interval, Scores
 from harness.scoring.shape import (  # noqa: F401 - read from here too
-    AGENT_DETAIL,
     FORMAT1_KEYS,
     UNATTRIBUTED,
     _is_count_name,
@@ -33,7 +33,6 @@ from harness.scoring.shape import (  # noqa: F401 - read from here too
     _short_label,
     _typed_leaves,
     _without_diagnostics,
-    headline_of,
     numeric_leaves,
     results_format,
     upgrade,

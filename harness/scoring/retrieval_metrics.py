@@ -13,6 +13,11 @@
   text; each retrieved passage matches the first unmatched proof it can, each proof at most once.
   (The official script's final averaging lines do not run as written; we average per question.)
   ``by_answer=True`` instead gives the share of answers with at least one of their proofs retrieved.
+* ``ndcg_at_k``: trec_eval's ``ndcg_cut.K`` (the gain of the document at rank i divided by
+  log2(i + 1), summed over the top K, over the same sum for the gold documents sorted by gain);
+  BrowseComp-Plus's retriever leaderboard reports it at K = 10 (``trec_eval -c -m recall.5,100,1000
+  -m ndcg_cut.10``, texttron/BrowseComp-Plus@97c637ce README.md) over qrels whose every grade is 1
+  (``topics-qrels/qrel_evidence.txt``, ``qrel_golds.txt``): binary gain, as here.
 
   The official ``longest_common_substring`` skips some alignments: it only starts runs at (i, j)
   (i in the retrieved text x, j in the proof y) with i - j <= len(x) - len(y), or with
@@ -25,12 +30,14 @@ Unlike upstream (ZeroDivisionError), an empty retrieved or proof text never matc
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from difflib import SequenceMatcher
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
+from harness.scoring.kinds import Kind, mean, share
 from harness.scoring.list_metrics import answer_aliases, normalize_answer
 from harness.scoring.metrics import MetricOptions, _option_error
 
@@ -72,10 +79,34 @@ def retrieval_options(given: dict[str, dict[str, Any]]) -> dict[str, dict[str, A
     return out
 
 
-def metric_info(*, lcs: str = "official", cap: bool = False) -> dict[str, Any]:
-    """What to record beside ERecall / MRecall values: the definitions and option values used."""
+# What each retrieval-eval number is, per question (``harness.scoring.kinds``): its interval follows
+# from this declaration (a share of 0/1 values: Wilson; a mean in [0, 1]: normal, clipped), never
+# from the values it takes.
+RETRIEVAL_KINDS: dict[str, Kind] = {
+    "page_recall": mean(),  # share of a question's gold pages in the top K
+    "all_pages": share(),  # 1 when every gold page is
+    "recall": mean(),
+    "mrecall": share(),  # 0 or 1, capped or not
+    "answer_recall": mean(),
+    "evidence_recall": mean(),
+    "page_hit": share(),
+    "answer_hit": share(),
+    "ndcg": mean(),  # in [0, 1]
+}
+NDCG_K = 10  # BrowseComp-Plus's nDCG cutoff (ndcg_cut.10)
+
+
+def metric_info(*, lcs: str = "official", cap: bool = False, ndcg_k: int = NDCG_K) -> dict[str, Any]:
+    """What to record beside ERecall / MRecall / nDCG values: the definitions and option values used."""
     _check_lcs(lcs)
     return {
+        "ndcg": {
+            "reference": "trec_eval ndcg_cut (texttron/BrowseComp-Plus@97c637ce README.md: -m ndcg_cut.10)",
+            "k": ndcg_k,
+            "gain": "binary",
+            "definition": "over the distinct pages in rank order (a page at its best passage's rank), gain 1 "
+            "for a gold page in the snapshot, 0 otherwise; ideal: every gold page first",
+        },
         "evidence_recall": {
             "reference": "samsam3232/qampari@dd9fe313 models/evaluation/retriever_metric.py",
             "lcs": lcs,
@@ -222,3 +253,18 @@ def evidence_recall_at_k(
     if by_answer:
         return len({flat[i][0] for i in matched}) / len(groups)
     return len(matched) / len(flat)
+
+
+def ndcg_at_k(ranked: Sequence[Any], gains: dict[Any, float], k: int) -> float:
+    """trec_eval's ``ndcg_cut.k`` for one query: ``ranked`` distinct document ids, best first;
+    ``gains`` each judged document's grade (binary: 1 for every gold document). Documents not in
+    ``gains`` gain 0; the ideal ranking is every judged document sorted by grade."""
+    if k < 1:
+        raise ValueError("nDCG@k needs k >= 1")
+    ideal = sorted((g for g in gains.values() if g > 0), reverse=True)[:k]
+    if not ideal:
+        raise ValueError("nDCG@k needs at least one gold item with a positive grade")
+    if len(set(ranked[:k])) != len(ranked[:k]):
+        raise ValueError("nDCG@k ranks distinct documents (a document once, at its best rank)")
+    dcg = sum(gains.get(doc, 0.0) / math.log2(rank + 2) for rank, doc in enumerate(ranked[:k]))
+    return dcg / sum(g / math.log2(rank + 2) for rank, g in enumerate(ideal))

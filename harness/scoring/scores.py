@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from harness.scoring.display import is_column, learn_declared
 from harness.scoring.sections import RESULTS_FORMAT, SECTIONS
 from harness.scoring.shape import (
     _is_count_name,
@@ -20,7 +21,6 @@ from harness.scoring.shape import (
     _short_label,
     _typed_leaves,
     _without_diagnostics,
-    headline_of,
     numeric_leaves,
     upgrade,
 )
@@ -102,6 +102,28 @@ class Interval(BaseModel):
         return text
 
 
+class PluginRecord(BaseModel):
+    """What a run records of the plugin that scored a metric (``meta.metric_info[METRIC]["plugin"]``,
+    ``harness.registry.Entry.record`` with the metric's declarations): where it came from (``source``:
+    file, module, entry-point, registered; ``ref``) and its identity (a file's sha256, a package's
+    version)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str | None = None
+    source: str | None = None
+    ref: str | None = None
+    file: str | None = None
+    sha256: str | None = None
+    package: str | None = None
+    version: str | None = None
+    declared: dict[str, Any] | None = None
+
+    def identity(self) -> dict[str, Any]:
+        """{"sha256" | "package" | "version": value} as recorded (those the record holds)."""
+        return {k: getattr(self, k) for k in ("sha256", "package", "version") if k in self.model_fields_set}
+
+
 class Scores(BaseModel):
     """``scores``: one namespace per metric (its aggregate, any keys the metric writes) and the
     sections ``raw`` (per question), ``breakdown``, ``uncertainty``, ``epochs`` and ``meta``."""
@@ -120,6 +142,12 @@ class Scores(BaseModel):
     @classmethod
     def _upgrade(cls, data: Any) -> Any:
         return upgrade(data) if isinstance(data, dict) else data
+
+    @model_validator(mode="after")
+    def _learn_declared(self) -> "Scores":
+        # a plugin given by reference is known to tables by what its run recorded (display.learn_declared)
+        learn_declared(self.meta.metric_info)
+        return self
 
     @classmethod
     def of(cls, scores: "Scores | dict[str, Any] | None") -> "Scores":
@@ -198,6 +226,19 @@ class Scores(BaseModel):
             if "question_id" in r
         }
 
+    def rows_by_question(self) -> dict[str, dict[str, Any]]:
+        """{question id: {metric: its per-question values}}, one row per question in scoring order: a
+        question's repeated rows (epochs) averaged leaf by leaf (``uncertainty.collapse_repeats``)."""
+        from harness.scoring.uncertainty import collapse_repeats
+
+        rows = collapse_repeats(self.raw)
+        return {r["question_id"]: {k: v for k, v in r.items() if k != "question_id"} for r in rows}
+
+    def metric_rows(self, name: str) -> dict[str, dict[str, Any]]:
+        """{question id: ``name``'s per-question values} (what its aggregate and error bars are computed
+        from), as ``rows_by_question``; a question without them is left out."""
+        return {q: row[name] for q, row in self.rows_by_question().items() if isinstance(row.get(name), dict)}
+
     def question_ids(self) -> list[str]:
         """The questions with per-question values, in their order (each once)."""
         return list(dict.fromkeys(r.get("question_id") for r in self.raw))
@@ -243,6 +284,21 @@ class Scores(BaseModel):
         return self.meta.clustering.get("clusters")
 
     @property
+    def n_clusters(self) -> int | None:
+        """How many clusters the error bars resampled (None: not clustered)."""
+        return self.meta.clustering.get("n_clusters")
+
+    @property
+    def n_oversized_answers(self) -> int:
+        """The answers scored on their first ``max_answer_chars`` characters only (0: none, or not recorded)."""
+        return (self.meta.model_extra or {}).get("n_oversized_answers") or 0
+
+    def recorded_options(self, *names: str) -> dict[str, Any]:
+        """The scoring options the scores were made with (``meta.options`` as recorded: an older file's
+        may lack some), only ``names`` where given."""
+        return {k: v for k, v in self.meta.options.items() if not names or k in names}
+
+    @property
     def n_epochs(self) -> int | None:
         return (self.epochs or {}).get("n")
 
@@ -252,6 +308,17 @@ class Scores(BaseModel):
 
     def metric_info(self, name: str) -> dict[str, Any]:
         return self.meta.metric_info.get(name) or {}
+
+    def plugin(self, name: str) -> PluginRecord | None:
+        """The plugin that scored ``name``, as the run recorded it (None: a built-in, which records none)."""
+        info = self.metric_info(name)
+        record = info.get("plugin") if isinstance(info, dict) else None
+        return PluginRecord.model_validate(record) if isinstance(record, dict) else None
+
+    def no_value_reason(self, name: str) -> str | None:
+        """Why a metric has no values, as its info records it (a judge or checkpoint unavailable,
+        no question scored); None when it says nothing."""
+        return self.metric_info(name).get("reason")
 
     def nothing_scored(self) -> str | None:
         """Why no question has values (every selected one failed or was never asked), or None when
@@ -296,7 +363,7 @@ class Scores(BaseModel):
         note = self.answered_note()
         lines = []
         for name, agg in self.metric_aggregates().items():
-            reason = self.metric_info(name).get("reason")
+            reason = self.no_value_reason(name)
             if nothing is not None and all(v is None for v in _leaves(agg).values()):
                 lines.append(f"{name}: n/a ({reason or nothing})")
                 continue
@@ -345,7 +412,7 @@ class Scores(BaseModel):
                 parts = " ".join(
                     f"{_short_label(k.removeprefix(strip))} {_num(v)}"
                     for k, v in entry.items()
-                    if k != "n" and headline_of(k) and not _is_count_name(k)
+                    if k != "n" and is_column(k) and not _is_count_name(k)
                 )
                 lines.append(f"  {value} (n={entry.get('n')}): {parts}")
             if len(shown) > max_values:

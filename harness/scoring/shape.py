@@ -112,18 +112,6 @@ def _without_diagnostics(values: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in values.items() if k not in DIAGNOSTICS}
 
 
-# Of the agent namespace, tables show the evidence recall, searches and hops (the rest: scores, report).
-AGENT_DETAIL = frozenset({"agent.evidence_precision", "agent.rounds", "agent.tokens", "agent.cost"})
-
-
-def headline_of(name: str) -> bool:
-    """Shown in tables: F-scores and accuracies, not their precision/recall parts."""
-    if name.startswith("agent."):
-        return name not in AGENT_DETAIL
-    last = name.rsplit(".", 1)[-1]
-    return not (last in ("precision", "recall") or last.endswith(("_precision", "_recall")))
-
-
 def _is_count_name(name: str) -> bool:
     """Whether ``METRIC.NAME`` is declared a number of things (``count(total=True)``)."""
     from harness.scoring.display import kind_of
