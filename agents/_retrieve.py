@@ -53,9 +53,13 @@ class RetrievalAgent(Agent):
 
     def index_meta(self) -> dict[str, Any]:
         """The index's metadata, checked against the snapshot before any model is started."""
+        if self._meta is None and self.config.search_url:
+            self._meta = self._served_meta()
         if self._meta is None:
             if not self.config.snapshot:
-                raise ConfigError(f"agent {self.name} searches a passage index: pass --snapshot SNAP.db")
+                raise ConfigError(
+                    f"agent {self.name} searches a passage index: pass --snapshot SNAP.db (or --search-url URL)"
+                )
             from wiki_snapshot.retrieval import check_fresh, read_meta
             from wiki_snapshot.store import Snapshot
 
@@ -64,6 +68,19 @@ class RetrievalAgent(Agent):
                 check_fresh(meta, snapshot, directory, self.knobs.retriever, self.passages)
             self._meta = meta
         return self._meta
+
+    def _served_meta(self) -> dict[str, Any]:
+        """``--search-url``: the index's metadata as the service has it (checked fresh there)."""
+        from harness.redact import strip_credentials
+        from wiki_snapshot.errors import SnapshotError
+        from wiki_snapshot.remote import RemoteWiki
+
+        url, attempts = self.config.search_url, self.config.search_max_attempts
+        try:
+            with RemoteWiki.connect(url, shown=strip_credentials(url), attempts=attempts) as wiki:
+                return wiki.index_meta(self.knobs.retriever, self.passages)
+        except SnapshotError as exc:
+            raise ConfigError(str(exc)) from None
 
     def identity(self) -> dict[str, Any]:
         meta = self.index_meta()
@@ -92,6 +109,10 @@ class RetrievalAgent(Agent):
 
     def prepare(self, model, snapshot) -> None:
         super().prepare(model, snapshot)
+        served = getattr(snapshot, "open_retriever", None)  # --search-url: the service's index
+        if served is not None:
+            self.retriever = served(self.knobs.retriever, self.passages)
+            return
         from wiki_snapshot.retrieval import open_retriever
 
         self.retriever = open_retriever(snapshot, self.knobs.retriever, self.passages)

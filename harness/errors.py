@@ -1,6 +1,6 @@
 """User-facing errors: the CLI prints their message on one line and exits with code 2."""
 
-from wiki_snapshot.errors import SnapshotError
+from wiki_snapshot.errors import SearchServiceUnavailable, SnapshotError
 
 
 class HarnessError(Exception):
@@ -99,5 +99,7 @@ class NoEvidencePackedError(SampleFailure):
     error_type = "no_evidence_packed"
 
 
-# What the CLI reports as bad input (one line, exit 2): the harness's errors and its snapshot library's.
-USER_ERRORS = (HarnessError, SnapshotError)
+# What the CLI reports as bad input (one line, exit 2): the harness's errors and its snapshot library's,
+# and a search service (--search-url) gone while nothing is being answered (inside a sample it is that
+# sample's failure, search_unavailable: harness.execution.attempt)
+USER_ERRORS = (HarnessError, SnapshotError, SearchServiceUnavailable)

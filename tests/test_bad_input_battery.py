@@ -73,6 +73,7 @@ def bases(world, out: Path) -> dict[str, list[str]]:
         "compare": ["compare", world["run_dir"], world["run_dir"]],
         "table": ["table", world["run_dir"]],
         "power": ["power", world["run_dir"], "--metric", "em-f1.em", "--delta", "0.1"],
+        "search serve": ["search", "serve", snap],
     }
 
 
@@ -129,6 +130,7 @@ ACCEPTED = {
     ("index build", "--bm25-k1", "0"),
     ("index build", "--bm25-b", "0"),
     ("index build", "--bm25-delta", "0"),
+    ("search serve", "--port", "0"),  # a free port
 }
 
 

@@ -25,6 +25,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "build or inspect an offline, dated Wikipedia snapshot (one SQLite file)",
     ),
     "index": ("harness.commands.index", "build or inspect a passage index (BM25 or dense) over a snapshot"),
+    "search": (
+        "harness.commands.search",
+        "serve a snapshot's search and passage indexes over HTTP, one copy for many runs (--search-url)",
+    ),
     "retrieval-eval": (
         "harness.commands.retrieval_eval",
         "score a passage index on a dataset's gold evidence (no reader, no model)",

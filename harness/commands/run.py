@@ -177,6 +177,19 @@ def add_run_options(p) -> None:
     g.add_argument(
         "--search-rate-limit", type=float, help="--search mediawiki: requests per second (default 1; 0 = no limit)"
     )
+    g.add_argument(
+        "--search-url",
+        metavar="URL",
+        help="read pages and passage indexes from a search service (harness search serve SNAP.db) instead of "
+        "--snapshot: one copy of the snapshot for many runs or shards; the same results and run key as the file; "
+        "its snapshot identity is fetched from it and recorded; written without credentials",
+    )
+    g.add_argument(
+        "--search-max-attempts",
+        type=int,
+        help="--search-url: tries per request (waits 0.25 s, 0.5 s, 1 s, ... between; default 4); past them the "
+        "sample fails as search_unavailable and a rerun retries it",
+    )
     add_scoring_options(p, METRICS)
     g = p.add_argument_group("prompt")
     g.add_argument("--current-date", help="'Current date' in the FanOutQA prompts (default 11-20-2023, the paper's)")

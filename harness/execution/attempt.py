@@ -27,6 +27,7 @@ from harness.records import ERROR_LOG, answer_stored_once, to_json, work_key
 from harness.redact import redact
 from harness.strategy import Agent, AgentContext, SampleResult
 from harness.text import LOG_ERRORS
+from wiki_snapshot.errors import SearchServiceChanged, SearchServiceUnavailable
 
 
 class LoopBlocked(asyncio.TimeoutError):
@@ -216,6 +217,10 @@ class SampleAttempts:
             error_type, error = "model_unavailable", f"{said}: {exc}"
         except BudgetExhausted as exc:
             error_type, error = "budget_exhausted", str(exc)
+        except SearchServiceUnavailable as exc:  # --search-url down: this sample's, retried by a rerun
+            error_type, error = "search_unavailable", str(exc)
+        except SearchServiceChanged:
+            raise  # the service now serves another snapshot: every later search would too; the run stops
         except SampleFailure as exc:  # a strategy's own verdict (no_evidence_packed): recorded, not answered
             error_type, error = exc.error_type, str(exc)
         except ProcessDiedError as exc:  # recorded as this sample's failure, then the run stops

@@ -13,7 +13,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from harness.errors import ConfigError, HarnessError
 from harness.execution.shard_env import is_auto, shard_from_env
@@ -50,6 +59,10 @@ NOT_HASHED = frozenset(
         "search_api_url",
         "search_date",
         "search_rate_limit",
+        # --search-url: where the snapshot is served from; the snapshot enters the key by its content hash,
+        # fetched from the service, so a run over the service and one over the file share their key
+        "search_url",
+        "search_max_attempts",
         "metrics",
         "judge",
         "bleurt_checkpoint",
@@ -214,6 +227,15 @@ class RunConfig(BaseModel):
     search_rate_limit: float | None = Field(
         None, ge=0, le=1000, description="--search mediawiki: requests per second (default 1; 0 = no limit)"
     )
+    search_url: str | None = Field(
+        None,
+        description="a search service (harness search serve SNAPSHOT) the strategies read pages and passages "
+        "from instead of --snapshot; recorded without credentials",
+    )
+    search_max_attempts: int = Field(
+        4, ge=1, le=100, description="--search-url: tries per request (waits 0.25 s, 0.5 s, 1 s, ... between); "
+        "past them the sample fails as search_unavailable, retried by a rerun",
+    )
     generation: GenerationParams = Field(default_factory=GenerationParams)
     backend: BackendOptions = Field(default_factory=BackendOptions)
 
@@ -278,6 +300,31 @@ class RunConfig(BaseModel):
             return None
         i, k = parse_shard(value)
         return f"{i}/{k}"
+
+    @field_validator("search_url")
+    @classmethod
+    def _search_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        from urllib.parse import urlsplit
+
+        from harness.redact import register_url_credentials, strip_credentials
+
+        register_url_credentials(value)  # masked wherever it is said
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 - raises on a port that is not a number
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"must be an http(s) URL like http://127.0.0.1:8765, not {strip_credentials(value)!r}")
+        return value
+
+    @field_serializer("search_url")
+    def _search_url_written(self, value: str | None) -> str | None:
+        from harness.redact import strip_credentials
+
+        return strip_credentials(value)
 
     @field_validator("judge", mode="before")
     @classmethod

@@ -355,13 +355,23 @@ def _merged_search_space(shards: list[Shard], config, selected: list):
     if recorded is None:
         return None
     try:
-        from wiki_snapshot import open_wiki
+        if config.search_url:  # the shards read a search service: asked again if it still serves that snapshot
+            from wiki_snapshot.remote import RemoteWiki
 
-        wiki = open_wiki(recorded_path(config.snapshot, shards[0].path, shards[0].config.out))
-    except Exception:  # noqa: BLE001 - moved or unreadable here: said in the record
+            read = [s.results.snapshot.content_hash for s in shards if s.results is not None and s.results.snapshot]
+            wiki = RemoteWiki.connect(config.search_url, attempts=1)
+            if not read or wiki.content_hash != read[0]:
+                wiki.close()
+                raise ValueError("it serves another snapshot now")
+        else:
+            from wiki_snapshot import open_wiki
+
+            wiki = open_wiki(recorded_path(config.snapshot, shards[0].path, shards[0].config.out))
+    except Exception:  # noqa: BLE001 - moved, unreadable or not served here: said in the record
         facts = recorded.model_dump()
         facts.update(gold_pages=None, gold_share=None, gold_needed=None)
-        facts["gold_note"] = f"not counted: {config.snapshot} could not be opened when the shards were merged"
+        where = config.search_url or config.snapshot
+        facts["gold_note"] = f"not counted: {where} could not be opened when the shards were merged"
         keys = ("backend", "source", "revision_date", "pages", "scope", "scope_dataset", "evidence_only", "gold_share")
         facts["label"] = SearchSpaceRecord.label_of(*(facts[k] for k in keys))
         return SearchSpaceRecord.model_validate(facts)

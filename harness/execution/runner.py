@@ -265,6 +265,8 @@ class Run:
         return {"samples_at_a_time": 1}
 
     def _open_snapshot(self):
+        if self.config.search_url:
+            return self._open_search_service()
         if self.config.search == "mediawiki":
             return self._open_live_search()
         if not self.config.snapshot:
@@ -295,20 +297,49 @@ class Run:
             return
         scope, dataset = scope_of(self.snapshot.metadata)
         evidence_only = scope in EVIDENCE_ONLY_SCOPES
+        where = config.snapshot or self.snapshot.path  # a search service: its URL, without credentials
         if config.search_space == "evidence-only" and not evidence_only:
             raise ConfigError(
-                f"--search-space evidence-only: {config.snapshot} is not evidence-only (scope {scope}: all of its "
+                f"--search-space evidence-only: {where} is not evidence-only (scope {scope}: all of its "
                 "source); leave the option out"
             )
         if evidence_only and self.agent.searches and config.search_space != "evidence-only":
             what = "evidence pages" if scope == SCOPE_EVIDENCE else "context paragraphs"
             raise ConfigError(
-                f"{config.snapshot} holds only the {what} of {dataset}, scope {scope}: --setting {config.setting} "
+                f"{where} holds only the {what} of {dataset}, scope {scope}: --setting {config.setting} "
                 f"(agent {self.agent.name}) would search a space made of answers, where every similar title is a "
                 "gold page, and its numbers are not open-book over Wikipedia; search a whole-Wikipedia snapshot or "
                 "ZIM (--snapshot wikipedia_en_all_nopic_YYYY-MM.zim, or one built from a dump), or pass "
                 "--search-space evidence-only to mean it (recorded, in the run key)"
             )
+
+    def _open_search_service(self):
+        """``--search-url``: the snapshot a search service serves, its identity fetched (and then part of
+        the run key) before any model call; unreachable: one line."""
+        config = self.config
+        if config.snapshot:
+            raise ConfigError(
+                "--search-url reads the snapshot its service serves; --snapshot would not be read: "
+                "give one or the other"
+            )
+        if config.search == "mediawiki":
+            raise ConfigError(
+                "--search mediawiki asks the live API; --search-url a search service: give one or the other"
+            )
+        from harness.redact import strip_credentials
+        from wiki_snapshot.errors import SnapshotError
+        from wiki_snapshot.remote import RemoteWiki
+
+        try:
+            wiki = RemoteWiki.connect(
+                config.search_url, shown=strip_credentials(config.search_url), attempts=config.search_max_attempts
+            )
+        except SnapshotError as exc:
+            raise ConfigError(str(exc)) from None
+        if config.setting == "open-book":
+            for notice in wiki.notices:
+                print(notice, file=sys.stderr)
+        return wiki
 
     def _open_live_search(self):
         """``--search mediawiki``: the live API, checked with one request before any model call."""
