@@ -11,10 +11,22 @@ question it answers. A batch is ``in_progress`` for ``finish_after`` polls (or w
 clear), then ends as the next of ``outcomes`` says (completed by default; expired, failed,
 cancelled; vanished: polls answer 404). ``poll_failures``: the next this-many polls answer 503. ``line_error(batch_number, line_number, custom_id)`` may return (status, message) for
 a per-request error. ``batch_endpoints=False``: a server without them (404). ``block_create``: the create call records the batch, then waits for the
-event before it answers (a kill in that window). ``results_transform(provider, data)`` may replace a
+event before it answers (a kill in that window); ``block_before_create``: the first create call
+waits until released, then is lost unrecorded (a kill before the batch exists). ``list_faults``:
+what the next list calls (``GET /v1/batches``, ``GET /v1/messages/batches``) meet, one each: an HTTP
+status (answered in the provider's error shape), ``"timeout"`` (the answer comes after
+``fault_sleep`` seconds) or ``"drop"`` (the connection closed unanswered). ``create_faults``:
+statuses the next create calls answer with after creating the batch (a gateway's 502 or 504 for a
+call the API went on with). Lists are newest first, paged by ``after`` (OpenAI, at most 100 a page)
+or ``after_id`` (Anthropic, at most 1000), with ``first_id``, ``last_id`` and ``has_more``, each
+batch with its ``created_at`` (OpenAI: Unix seconds; Anthropic: RFC 3339) and Anthropic's with its
+``request_counts``, as the providers' list replies are
+(https://platform.openai.com/docs/api-reference/batch/list,
+https://docs.anthropic.com/en/api/listing-message-batches). ``results_transform(provider, data)`` may replace a
 results file's bytes (OpenAI output/error files, Anthropic results) as served: bytes, or an iterable of
 byte chunks streamed chunked without a Content-Length (so the fake need not hold them);
-``results_encoding`` names the Content-Encoding of what it returns. Counters: ``creates``, ``uploads``, ``polls``.
+``results_encoding`` names the Content-Encoding of what it returns. Counters: ``creates``,
+``uploads``, ``polls``, ``lists``.
 
 A failed request is written in each provider's own shape (``openai_error_line``, ``anthropic_error_line``,
 ``vllm_result_line``), and ``vllm_main`` stands in for the ``vllm`` executable (``write_vllm_stand_in``):
@@ -30,7 +42,9 @@ import os
 import re
 import sys
 import threading
+import time
 import uuid
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterable
 from urllib.parse import parse_qs, urlsplit
@@ -203,13 +217,33 @@ def vllm_tokenize(body: dict[str, Any]) -> dict[str, Any]:
     return {"count": len(tokens), "max_model_len": 4096, "tokens": tokens}
 
 
+def start_workers(record: str) -> None:
+    """Two workers that outlive a stand-in left alone, as vLLM's engine processes would: one in its
+    process group that ignores SIGTERM, one in a session of its own; the stand-in's pid, then
+    theirs, written to ``record`` (whole, once all run)."""
+    import subprocess
+
+    code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+    pids = [os.getpid()]
+    for own_session in (False, True):
+        pids.append(subprocess.Popen([sys.executable, "-c", code], start_new_session=own_session).pid)
+    with open(record + ".tmp", "w") as f:
+        f.write(json.dumps(pids))
+    os.replace(record + ".tmp", record)
+
+
 def vllm_main(args: list[str]) -> int:
     """The stand-in ``vllm``: its argv is appended (JSON) to $FAKE_VLLM_ARGV, then ``run-batch`` (errors in
-    $FAKE_VLLM_ERROR_STYLE; $FAKE_VLLM_OVERFLOW_LONGEST fails the longest prompt as over the context) or
-    ``serve``."""
+    $FAKE_VLLM_ERROR_STYLE; $FAKE_VLLM_OVERFLOW_LONGEST fails the longest prompt as over the context;
+    $FAKE_VLLM_WORKERS: it starts workers first (``start_workers``); $FAKE_VLLM_HANG: then never ends)
+    or ``serve``."""
     if os.environ.get("FAKE_VLLM_ARGV"):
         with open(os.environ["FAKE_VLLM_ARGV"], "a") as log:
             log.write(json.dumps(args) + "\n")
+    if args[0] == "run-batch" and os.environ.get("FAKE_VLLM_WORKERS"):
+        start_workers(os.environ["FAKE_VLLM_WORKERS"])
+    if args[0] == "run-batch" and os.environ.get("FAKE_VLLM_HANG"):
+        time.sleep(600)
     if args[0] == "run-batch":
         source, target = args[args.index("-i") + 1], args[args.index("-o") + 1]
         style = os.environ.get("FAKE_VLLM_ERROR_STYLE", "error_response")  # or exception
@@ -301,6 +335,7 @@ class FakeBatchServer:
         line_error: Callable[[int, int, str], tuple[int, str] | None] | None = None,
         hold: bool = False,
         block_create: bool = False,
+        block_before_create: bool = False,
         usage: tuple[int, int] = USAGE,
         batch_endpoints: bool = True,
         refuses: tuple[str, ...] = (),
@@ -316,6 +351,11 @@ class FakeBatchServer:
         self.create_gate = threading.Event()
         if not block_create:
             self.create_gate.set()
+        self.before_create_gate = threading.Event()
+        self.lose_next_create = block_before_create
+        self.list_faults: list[int | str] = []
+        self.create_faults: list[int] = []
+        self.fault_sleep = 3.0
         self.usage = usage
         self.batch_endpoints = batch_endpoints  # False: a compatible server that has none (404)
         self.poll_failures = 0  # the next this-many polls answer 503
@@ -325,7 +365,7 @@ class FakeBatchServer:
         self.lock = threading.Lock()
         self.files: dict[str, bytes] = {}
         self.batches: dict[str, dict[str, Any]] = {}
-        self.creates = self.uploads = self.polls = self.chat_calls = 0
+        self.creates = self.uploads = self.polls = self.chat_calls = self.lists = 0
         self.batch_sizes: list[int] = []
         outer = self
 
@@ -340,8 +380,11 @@ class FakeBatchServer:
                     self.send_header("Content-Encoding", encoding)
                 if isinstance(data, bytes):
                     self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
+                    try:
+                        self.end_headers()
+                        self.wfile.write(data)
+                    except (BrokenPipeError, ConnectionResetError):  # the client is gone (killed)
+                        self.close_connection = True
                     return
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
@@ -358,7 +401,11 @@ class FakeBatchServer:
                 return self.rfile.read(length) if length else b""
 
             def do_GET(self):
-                status, payload, raw = outer.get(self.path)
+                fault = outer.list_fault(self.path)
+                if fault == "drop":
+                    self.close_connection = True  # closed unanswered
+                    return
+                status, payload, raw = outer.get(self.path, fault if isinstance(fault, int) else None)
                 encoding = None
                 if raw is not None and outer.results_transform is not None and outer.is_results(self.path):
                     raw, encoding = outer.results_transform(outer.provider_of(self.path), raw), outer.results_encoding
@@ -382,6 +429,7 @@ class FakeBatchServer:
     def __exit__(self, *exc):
         self.released.set()
         self.create_gate.set()
+        self.before_create_gate.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -397,7 +445,19 @@ class FakeBatchServer:
     def provider_of(self, target: str) -> str:
         return "anthropic" if urlsplit(target).path.startswith("/v1/messages") else "openai"
 
-    def get(self, target: str):
+    def list_fault(self, target: str) -> int | str | None:
+        """A list call: counted, and the next of ``list_faults`` taken ("timeout": slept here)."""
+        if urlsplit(target).path not in ("/v1/batches", "/v1/messages/batches") or not self.batch_endpoints:
+            return None
+        with self.lock:
+            self.lists += 1
+            fault = self.list_faults.pop(0) if self.list_faults else None
+        if fault == "timeout":
+            time.sleep(self.fault_sleep)
+            return None
+        return fault
+
+    def get(self, target: str, fault: int | None = None):
         parts = urlsplit(target)
         path = parts.path
         if path in ("/v1/models", "/models"):
@@ -411,15 +471,20 @@ class FakeBatchServer:
             return 404, {"error": {"message": "Not Found"}}, None
         if path in ("/v1/batches", "/v1/messages/batches"):
             provider = "openai" if path == "/v1/batches" else "anthropic"
+            if fault is not None:
+                return fault, self.error_body(provider, fault, "fake list failure"), None
             query = parse_qs(parts.query)
-            with self.lock:
+            with self.lock:  # newest first
                 listed = [self.public(b) for b in reversed(self.batches.values()) if b["provider"] == provider]
-            after = query.get("after", [None])[0]
+            after = query.get("after" if provider == "openai" else "after_id", [None])[0]
             if after:
                 ids = [b["id"] for b in listed]
                 listed = listed[ids.index(after) + 1 :] if after in ids else []
-            limit = int(query.get("limit", ["20"])[0])
-            return 200, {"object": "list", "data": listed[:limit], "has_more": len(listed) > limit}, None
+            limit = min(int(query.get("limit", ["20"])[0]), 100 if provider == "openai" else 1000)
+            page = listed[:limit]
+            reply = {"data": page, "has_more": len(listed) > limit, "first_id": page[0]["id"] if page else None,
+                     "last_id": page[-1]["id"] if page else None}  # fmt: skip
+            return 200, ({"object": "list", **reply} if provider == "openai" else reply), None
         m = re.fullmatch(r"/v1/(messages/)?batches/([^/]+)(/results)?", path)
         if m:
             with self.lock:
@@ -482,9 +547,35 @@ class FakeBatchServer:
             self.files[file_id] = fields["file"]
         return 200, {"id": file_id, "object": "file", "purpose": "batch", "bytes": len(fields["file"])}
 
+    @staticmethod
+    def error_body(provider: str, status: int, text: str) -> dict[str, Any]:
+        """An API error body in the provider's shape (see ``openai_error_line``, ``anthropic_error_line``)."""
+        if provider == "anthropic":
+            return {"type": "error", "error": {"type": ANTHROPIC_ERROR_TYPES.get(status, "api_error"), "message": text}}
+        kind = OPENAI_ERROR_TYPES.get(status, "server_error")
+        return {"error": {"message": text, "type": kind, "param": None, "code": None}}
+
+    def add_foreign(self, provider: str, n: int, requests: int = 1) -> None:
+        """``n`` batches of someone else's (no harness key), created now: listed before the older ones."""
+        with self.lock:
+            for _ in range(n):
+                number = len(self.batches) + 1000
+                batch_id = f"{'msgbatch' if provider == 'anthropic' else 'batch'}_other_{number}"
+                self.batches[batch_id] = {
+                    "id": batch_id, "provider": provider, "number": number, "polls": 0,
+                    "lines": [{"custom_id": f"other-{i}", "params": {}, "body": {}} for i in range(requests)],
+                    "status": "in_progress", "outcome": "completed", "metadata": {}, "input_file_id": None,
+                    "endpoint": "/v1/chat/completions", "created_at": time.time(),
+                }  # fmt: skip
+
     # ------------------------------------------------------------------ batches
     def create(self, path: str, body: dict[str, Any]):
         provider = "anthropic" if path.startswith("/v1/messages") else "openai"
+        with self.lock:
+            lose, self.lose_next_create = self.lose_next_create, False
+        if lose:
+            self.before_create_gate.wait()
+            return 503, self.error_body(provider, 503, "lost before the API had it")
         with self.lock:
             if provider == "openai":
                 data = self.files.get(body.get("input_file_id"))
@@ -513,10 +604,14 @@ class FakeBatchServer:
                 "metadata": body.get("metadata") or {},
                 "input_file_id": body.get("input_file_id"),
                 "endpoint": body.get("endpoint"),
+                "created_at": time.time(),
             }
             self.batch_sizes.append(len(lines))
             public = self.public(self.batches[batch_id])
+            fault = self.create_faults.pop(0) if self.create_faults else None
         self.create_gate.wait()
+        if fault is not None:
+            return fault, self.error_body(provider, fault, "fake gateway failure")
         return 200, public
 
     def cancel(self, batch_id: str):
@@ -585,6 +680,8 @@ class FakeBatchServer:
                 results.append({"custom_id": cid, "result": {"type": "succeeded", "message": message(line["params"], self.usage)}})
         batch["status"] = "ended"
         batch["results"] = "".join(json.dumps(x) + "\n" for x in results).encode()
+        kinds = [x["result"]["type"] for x in results]
+        batch["counts"] = {k: kinds.count(k) for k in ("succeeded", "errored", "expired", "canceled")}
 
     def refused(self, params: dict[str, Any]) -> str | None:
         """The API's 400 message for a refused sampling parameter the request carries (anthropic_api.REFUSED_PARAM)."""
@@ -605,6 +702,7 @@ class FakeBatchServer:
                 "error_file_id": batch.get("error_file_id"),
                 "errors": batch.get("errors"),
                 "metadata": batch["metadata"],
+                "created_at": int(batch["created_at"]),
                 "request_counts": {"total": n, "completed": 0, "failed": 0},
             }
         ended = batch["status"] == "ended"
@@ -612,6 +710,8 @@ class FakeBatchServer:
             "id": batch["id"],
             "type": "message_batch",
             "processing_status": batch["status"],
-            "request_counts": {"processing": 0 if ended else n, "succeeded": 0, "errored": 0, "canceled": 0, "expired": 0},
+            "created_at": datetime.fromtimestamp(batch["created_at"], timezone.utc).isoformat().replace("+00:00", "Z"),
+            "request_counts": {"processing": 0 if ended else n, "succeeded": 0, "errored": 0, "canceled": 0,
+                               "expired": 0, **(batch.get("counts") or {})},
             "results_url": f"{self.url}/v1/messages/batches/{batch['id']}/results" if ended else None,
         }

@@ -171,6 +171,8 @@ def test_kill_9_after_submit_resumes_the_same_batch(model, tmp_path, prices, ant
         first = run(fake, out, model, price_table=str(prices), limit=4)  # 4 of its answers taken, 6 left
         assert first["counts"]["finished"] == 4
         assert first["model"]["batches"]["unused"] == {"requests": 6, "prompt_tokens": 600, "completion_tokens": 60}
+        # the 6 answers no sample took are billed all the same: spent counts the whole batch
+        assert first["cost"]["spent_usd"] == pytest.approx(10 * FULL_COST / 2)
         result = run(fake, out, model, price_table=str(prices))
         assert fake.creates == 1 and fake.uploads == (1 if model == OPENAI else 0) and fake.chat_calls == 0
     assert result["counts"]["finished"] == 10 and result["status"] == "complete"
@@ -199,6 +201,110 @@ def test_kill_9_between_create_and_its_reply_adopts_the_batch(tmp_path):
     assert result["counts"]["finished"] == 10
     assert result["model"]["batches"]["adopted"] == 1
     assert [e["event"] for e in events(out) if e["event"] != "used"] == ["prepared", "submitted", "ended"]
+
+
+def kill_between_create_and_record(fake, out, model=OPENAI):
+    """Killed while the provider is answering the create call: the batch exists, its id is not on disk."""
+    proc = start_killable(fake, out, model)
+    wait_for(lambda: fake.creates == 1, proc)
+    kill9(proc)
+    assert [e["event"] for e in events(out)] == ["prepared"]
+    fake.create_gate.set()
+
+
+# every list call of the rerun, the probe's first, meets these in turn
+@pytest.mark.parametrize(
+    "model, faults",
+    [(OPENAI, [429, 429]), (OPENAI, [503, 500, 502]), (OPENAI, [503, "timeout"]), (OPENAI, [503, "drop", 503]),
+     (ANTHROPIC, [529, 429, "timeout"])],
+)  # fmt: skip
+def test_a_failing_batch_list_is_retried_so_the_batch_is_paid_once(model, faults, tmp_path, prices, anthropic_key):
+    """The search for a batch created just before a kill meets 429s, 5xx, a timeout, a dropped
+    connection: it is retried (the policy of any call), finds the batch and sends nothing again."""
+    out = tmp_path / "run"
+    with FakeBatchServer(block_create=True) as fake:
+        kill_between_create_and_record(fake, out, model)
+        fake.fault_sleep = 1.5
+        fake.list_faults = list(faults)
+        result = run(fake, out, model, price_table=str(prices), request_timeout=0.5)
+        assert fake.creates == 1 and fake.lists >= len(faults) + 1 and not fake.list_faults
+    assert result["counts"]["finished"] == 10 and result["model"]["batches"]["adopted"] == 1
+    assert [e["event"] for e in events(out) if e["event"] != "used"] == ["prepared", "submitted", "ended"]
+    assert result["cost"]["spent_usd"] == pytest.approx(10 * FULL_COST / 2)
+
+
+def test_a_search_that_cannot_finish_stops_the_run_and_a_rerun_searches_again(tmp_path):
+    out = tmp_path / "run"
+    with FakeBatchServer(block_create=True) as fake:
+        kill_between_create_and_record(fake, out)
+        fake.list_faults = [503] * 3  # the probe's, then both tries of the search
+        proc = run_harness(
+            "run", "--model", OPENAI, "--base-url", fake.url + "/v1", "--batch", "--batch-window", "0.2",
+            "--limit", "10", "--out", str(out), "--no-cache", "--max-tokens", "16", "--max-attempts", "2",
+            "--retry-max-wait", "0.05",
+        )  # fmt: skip
+        lines = [x for x in proc.stderr.splitlines() if x.startswith("error")]
+        assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert "batch list could not be read" in lines[0] and "503" in lines[0] and "never paid twice" in lines[0]
+        assert fake.creates == 1 and [e["event"] for e in events(out)] == ["prepared"]  # nothing sent, nothing given up
+        result = run(fake, out)
+        assert fake.creates == 1
+    assert result["counts"]["finished"] == 10 and result["model"]["batches"]["adopted"] == 1
+
+
+@pytest.mark.parametrize("created", [True, False])
+def test_only_the_whole_list_read_says_not_there(created, tmp_path):
+    """250 newer batches of others (three pages): the batch is found on the last page, or, never
+    created, is sent again only once every page was read."""
+    out = tmp_path / "run"
+    with FakeBatchServer(block_create=created, block_before_create=not created) as fake:
+        if created:
+            kill_between_create_and_record(fake, out)
+        else:
+            proc = start_killable(fake, out)
+            wait_for(lambda: (out / BATCHES_FILE).exists() and fake.uploads == 1, proc)
+            time.sleep(0.3)  # the create call is waiting at the fake's gate
+            kill9(proc)
+            assert [e["event"] for e in events(out)] == ["prepared"] and fake.creates == 0
+            fake.before_create_gate.set()
+        fake.add_foreign("openai", 250)
+        fake.lists = 0
+        result = run(fake, out)
+        assert fake.lists == 1 + 3  # the probe, then every page
+        assert fake.creates == 1
+    assert result["counts"]["finished"] == 10
+    facts = result["model"]["batches"]
+    assert (facts["adopted"], facts["abandoned"]) == ((1, 0) if created else (0, 1))
+
+
+def test_anthropic_a_batch_of_another_size_is_not_ours_and_one_of_the_same_size_is_checked(tmp_path, anthropic_key):
+    """Message batches name no key: the candidate is one of as many requests created since; one
+    whose results carry none of our custom_ids was a wrong guess, and our requests go again."""
+    out = tmp_path / "run"
+    with FakeBatchServer(block_before_create=True) as fake:
+        proc = start_killable(fake, out, ANTHROPIC)
+        wait_for(lambda: (out / BATCHES_FILE).exists(), proc)
+        time.sleep(0.5)  # the create call is waiting at the fake's gate
+        kill9(proc)
+        fake.before_create_gate.set()
+        fake.add_foreign("anthropic", 3, requests=7)
+        fake.add_foreign("anthropic", 1, requests=10)  # the same size: taken, then refuted by its results
+        result = run(fake, out, ANTHROPIC)
+        assert fake.creates == 1 and fake.batch_sizes == [10]
+    assert result["counts"]["finished"] == 10
+    facts = result["model"]["batches"]
+    assert facts["adopted"] == 1 and facts["requests_resent"] == 10
+    for row in rows(out):
+        assert row["answer"] == answer_for(row["messages"][-2]["content"])
+
+
+@pytest.mark.parametrize("model", [OPENAI, ANTHROPIC])
+def test_a_create_call_answered_502_after_creating_is_found_not_sent_again(model, tmp_path, anthropic_key):
+    with FakeBatchServer() as fake:
+        fake.create_faults = [502]
+        result = run(fake, tmp_path / "run", model)
+        assert fake.creates == 1
+    assert result["counts"]["finished"] == 10 and result["model"]["batches"]["submitted"] == 1
 
 
 def test_a_result_a_row_has_counted_is_not_reused_but_an_uncounted_one_is(tmp_path):
@@ -455,3 +561,64 @@ def test_vllm_run_batch_command():
     line = backend.provider.line("k-0", body)
     assert line == {"custom_id": "k-0", "method": "POST", "url": "/v1/chat/completions", "body": body}
     assert body["model"] == "Qwen/Qwen2.5-7B" and body["max_tokens"] == 7
+
+
+# ------------------------------------------------------------------------------- vllm run-batch's processes
+def alive(pid: int) -> bool:
+    """A process that still runs (a zombie waiting for its parent to reap it runs no more)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 :][:1] != b"Z"
+
+
+def stand_in_env(tmp_path, **extra) -> dict[str, str]:
+    """The stand-in ``vllm`` (tests/fake_batch.py) first on PATH, temporary folders under tmp_path/tmp."""
+    from fake_batch import write_vllm_stand_in
+
+    write_vllm_stand_in(tmp_path / "bin")
+    (tmp_path / "tmp").mkdir()
+    path = f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    return {**os.environ, "PATH": path, "TMPDIR": str(tmp_path / "tmp"), **extra}
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGINT])
+def test_vllm_run_batch_stops_whole_with_the_run_and_leaves_no_prompts(stop, tmp_path):
+    """run-batch (a stand-in that starts two workers, as vLLM's engine processes, then never ends):
+    the run killed -9, or stopped with Ctrl-C, leaves no process of it and no temporary folder."""
+    record = tmp_path / "workers.json"
+    env = stand_in_env(tmp_path, FAKE_VLLM_WORKERS=str(record), FAKE_VLLM_HANG="1")
+    args = [
+        "run", "--model", "vllm/org/model-x", "--batch", "--batch-window", "0.2", "--batch-poll-interval", "0.05",
+        "--limit", "4", "--out", str(tmp_path / "run"), "--no-cache", "--max-tokens", "16",
+    ]  # fmt: skip
+    proc = subprocess.Popen(harness_cmd(*args), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for(record.exists, proc)
+    pids = json.loads(record.read_text())  # the stand-in's, then its workers'
+    assert all(alive(pid) for pid in pids) and len(list((tmp_path / "tmp").glob("harness-run-batch-*"))) == 1
+    os.kill(proc.pid, stop)
+    proc.wait(60)
+    deadline = time.monotonic() + 30
+    while any(alive(pid) for pid in pids) or any((tmp_path / "tmp").iterdir()):
+        assert time.monotonic() < deadline, ([pid for pid in pids if alive(pid)], list((tmp_path / "tmp").iterdir()))
+        time.sleep(0.05)
+    assert proc.returncode == (-signal.SIGKILL if stop == signal.SIGKILL else 130), proc.stderr.read()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_vllm_run_batch_that_ends_leaves_no_worker_and_no_prompts(tmp_path, monkeypatch):
+    record = tmp_path / "workers.json"
+    for key, value in stand_in_env(tmp_path, FAKE_VLLM_WORKERS=str(record)).items():
+        monkeypatch.setenv(key, value)
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    result = harness.run(
+        model="vllm/org/model-x", batch=True, limit=4, out=str(tmp_path / "run"), cache=False, show_progress=False,
+        max_tokens=16, **BATCH,
+    )  # fmt: skip
+    assert result.counts.finished == 4
+    pids = json.loads(record.read_text())
+    assert not [pid for pid in pids if alive(pid)] and not list((tmp_path / "tmp").iterdir())

@@ -9,6 +9,8 @@ import asyncio
 import gzip
 import json
 import logging
+import os
+import subprocess
 import tracemalloc
 
 import pytest
@@ -259,7 +261,11 @@ def test_vllm_run_batch_s_output_file_is_read_with_the_same_line_cap(tmp_path, m
         f.write(b"{torn\n")
         f.write(json.dumps({**ok, "custom_id": "b"}).encode())  # no newline at the end
     provider = VLLMRunBatch(SimpleNamespace(options=None))
-    provider.procs["id"] = (None, folder)
+    guard = subprocess.Popen(["true"])  # its guard, ended; the pipe the provider lets go of
+    guard.wait()
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    provider.procs["id"] = (guard, folder, write_end)
 
     async def read() -> list:
         return [r async for r in provider.results("id", None)]

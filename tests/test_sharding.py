@@ -269,6 +269,51 @@ def test_killed_shard_resumes_then_merges(runs, tmp_path, capsys):
     assert_equals_whole(tmp_path / "merged", runs / "whole", ignore=TIMING | {"invocation"})
 
 
+def test_a_merge_killed_9_is_cleaned_up_and_a_second_merge_at_once_is_refused(runs, tmp_path, capsys):
+    """A merge paused after assembling its temporary folder (before the rename): a second merge into
+    the same --out meanwhile is one line, exit 2; killed -9, it leaves the folder, which the next
+    merge removes (the killed merge's lock is gone with it) before it writes the merged run."""
+    out, flag = tmp_path / "merged", tmp_path / "assembled"
+    dirs = [str(runs / f"s{i}") for i in (1, 2, 3)]
+    code = (
+        f"import sys, time; sys.path.insert(0, {str(TESTS)!r}); import test_sharding\n"
+        "import harness.execution.merge as m\n"
+        "write = m._write_merged\n"
+        "def paused(*args):\n"
+        "    record = write(*args)\n"
+        f"    open({str(flag)!r}, 'w').close()\n"
+        "    time.sleep(600)\n"
+        "    return record\n"
+        "m._write_merged = paused\n"
+        "from harness.cli import main\n"
+        f"sys.exit(main({['merge', *dirs, '--out', str(out)]!r}))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not flag.exists():
+            assert proc.poll() is None, proc.communicate()[1].decode()
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        leftover = tmp_path / f".merged.merging-{proc.pid}"
+        assert (leftover / "samples.jsonl").is_file() and not out.exists()
+
+        rc, err = harness("merge", *dirs, "--out", out, capsys=capsys)  # while the first one runs
+        assert rc == 2 and len(err) == 1 and err[0].startswith("error: "), err
+        assert f"another harness merge (pid {proc.pid}) is writing it now" in err[0]
+        assert leftover.is_dir() and not out.exists()  # a live merge's folder is not touched
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert leftover.is_dir()  # what kill -9 leaves
+
+    rc, err = harness("merge", *dirs, "--out", out, capsys=capsys)
+    assert rc == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".merged.")) == []  # folder and lock gone
+    assert_equals_whole(out, runs / "whole")
+
+
 # the recipes in examples/ --------------------------------------------------------------------------
 
 def stand_in_harness(bin_dir: Path) -> None:

@@ -629,7 +629,7 @@ def run_cost(
             "prompt-cache reads and writes at their own rates; under prompt-size tiers, the sum of the "
             "samples' cost_usd, each request priced at its own tier)",
             "spent_usd": "requests actually sent, every invocation, failed attempts included "
-            "(response-cache hits free)",
+            "(response-cache hits free; --batch: answers billed that no sample took included)",
         },
     }
     if budget is not None:

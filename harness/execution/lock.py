@@ -55,6 +55,63 @@ def writer_of(run_dir: str | Path) -> str | None:
     return None
 
 
+def flock_path(path: Path, exclusive: bool = True) -> int:
+    """An open descriptor of ``path`` (created if missing) holding its ``flock``; BlockingIOError
+    while another process holds it. The file may be unlinked by a holder that just released it
+    (``PathLock``): the lock is on the file at the path now, never an orphan inode."""
+    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+    for _ in range(50):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)
+        time.sleep(0.01)
+    raise BlockingIOError(f"could not lock {path}")  # pragma: no cover - only under an unlink storm
+
+
+class PathLock:
+    """An exclusive ``flock`` on a lock file of its own (``path``, holding the holder's pid), removed
+    on release: one process at a time does what it guards (``harness merge`` on one ``--out``).
+    The kernel drops it when the holder dies, kill -9 included. ``holder()`` names who holds it."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._fd: int | None = None
+
+    def acquire(self) -> bool:
+        """True once held; False while another process holds it."""
+        if fcntl is None:  # pragma: no cover
+            return True
+        try:
+            self._fd = flock_path(self.path)
+        except BlockingIOError:
+            return False
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+        return True
+
+    def holder(self) -> str:
+        return _holder(self.path)
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            self.path.unlink(missing_ok=True)  # while held: a waiter re-checks the inode (flock_path)
+        finally:
+            os.close(fd)
+
+
 class RunLock:
     """``with RunLock(run_dir, purpose="run"):`` holds the directory for the block.
 
@@ -81,35 +138,17 @@ class RunLock:
                 pass
             except OSError as exc:
                 raise HarnessError(f"cannot create the run directory {self.run_dir}: {exc.strerror}") from None
-        mode = fcntl.LOCK_EX if self.exclusive else fcntl.LOCK_SH
-        for _ in range(50):
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as exc:
-                raise HarnessError(f"cannot lock the run directory {self.run_dir}: {exc.strerror}") from None
-            try:
-                fcntl.flock(fd, mode | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                verb = "written" if self.exclusive else "read"
-                raise RunDirBusy(
-                    f"{self.run_dir} is in use by another harness process ({_holder(self.path)}); "
-                    f"wait for it to finish before this {self.purpose}, or choose another directory"
-                    + ("" if self.exclusive else f" (it cannot be {verb} meanwhile)")
-                ) from None
-            # The file may have been unlinked by a holder that just released it: lock the file
-            # that is at the path now, not an orphan inode.
-            try:
-                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                self._fd = fd
-                break
-            os.close(fd)
-            time.sleep(0.01)
-        else:  # pragma: no cover - only under a pathological unlink storm
-            raise RunDirBusy(f"could not lock {self.run_dir}")
+        try:
+            self._fd = flock_path(self.path, self.exclusive)
+        except BlockingIOError:
+            verb = "written" if self.exclusive else "read"
+            raise RunDirBusy(
+                f"{self.run_dir} is in use by another harness process ({_holder(self.path)}); "
+                f"wait for it to finish before this {self.purpose}, or choose another directory"
+                + ("" if self.exclusive else f" (it cannot be {verb} meanwhile)")
+            ) from None
+        except OSError as exc:
+            raise HarnessError(f"cannot lock the run directory {self.run_dir}: {exc.strerror}") from None
         if self.exclusive:
             os.ftruncate(self._fd, 0)
             os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
@@ -170,4 +209,4 @@ def remove_leftover_temp_files(directory: Path) -> list[str]:
     return removed
 
 
-__all__ = ["LOCK_FILE", "RunDirBusy", "RunLock", "is_locked", "remove_leftover_temp_files"]
+__all__ = ["LOCK_FILE", "PathLock", "RunDirBusy", "RunLock", "flock_path", "is_locked", "remove_leftover_temp_files"]

@@ -14,7 +14,12 @@ shard), ``samples.jsonl`` and ``failures.jsonl`` (every shard's rows, as written
 scores from the one scoring path (``score_run`` on the merged directory), every shard's invocations
 kept. Rerunning the unsharded ``harness run`` with ``--out`` the merged directory resumes it (same
 key): it finishes what the shards left pending or failed. The inputs are only read; the output is
-assembled in a temporary folder beside it and renamed into place whole.
+assembled in a temporary folder beside it (``.OUT.merging-PID``) and renamed into place whole.
+
+One merge at a time writes an ``--out``: it holds an exclusive ``flock`` on ``.OUT.merge-lock``
+beside it (a second merge is refused in one line), and, holding it, removes the temporary folders
+that merges killed before their rename left (the kernel drops a killed merge's lock, so no live
+merge can own them).
 """
 
 from __future__ import annotations
@@ -205,7 +210,38 @@ def merge_runs(
     shards = [read_shard(path) for path in paths]
     missing = check_shards(shards, partial)
     out = Path(out)
+    from harness.execution.lock import PathLock
+    from harness.records import check_output_path
+
+    check_output_path(out, "--out", directory=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise HarnessError(f"--out {out}: cannot create its parent folder: {exc.strerror}") from None
+    lock = PathLock(out.parent / f".{out.name}.merge-lock")
+    if not lock.acquire():
+        raise HarnessError(
+            f"--out {out}: another harness merge ({lock.holder()}) is writing it now; wait for it to end, "
+            "or choose another --out"
+        )
+    try:
+        return _merge_locked(shards, missing, out, shards_folder)
+    finally:
+        lock.release()
+
+
+def _remove_dead_merges(out: Path) -> None:
+    """The temporary folders of merges into ``out`` that were killed before their rename (called
+    holding the merge lock: no live merge owns one)."""
+    prefix = f".{out.name}.merging-"
+    for path in out.parent.iterdir():
+        if path.name.startswith(prefix) and path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _merge_locked(shards: list[Shard], missing: list[int], out: Path, shards_folder: str | None) -> RunResults:
     _check_out(out, shards, shards_folder)
+    _remove_dead_merges(out)
     shards.sort(key=lambda s: s.index)
     if missing:
         names = ", ".join(f"{i}/{shards[0].k}" for i in missing)
@@ -214,7 +250,6 @@ def merge_runs(
             f"(run the unsharded command with --out {out} to finish them)",
             file=sys.stderr,
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.merging-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import itertools
 import logging
 import shutil
 import sys
@@ -762,6 +763,13 @@ class Run:
             return params
         return params.model_copy(update={"seed": (params.seed + epoch - 1) % 2**32})
 
+    def _unused_batch_spend(self):
+        """--batch: answers billed that no sample took (in no row), as one record of their cost."""
+        usages = getattr(self.backend, "unused_batch_usages", None)
+        if usages is None or not self.pricing.priced:
+            return
+        yield {"spent_usd": sum(self.pricing.request_cost(u) or 0.0 for u in usages())}
+
     def _attempt_records(self):
         """Every attempt recorded so far: finished samples and failed attempts."""
         for name in (SAMPLES_FILE, FAILURES_FILE):
@@ -825,7 +833,7 @@ class Run:
                 self.pricing,
                 self.price_table,
                 done,
-                self._attempt_records(),  # read as it is summed: never all in memory
+                itertools.chain(self._attempt_records(), self._unused_batch_spend()),  # never all in memory
                 scores,
                 self.budget,
                 self.config.max_cost,

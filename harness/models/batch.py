@@ -10,8 +10,13 @@ turn is not.
 Crash safety: ``RUN_DIR/batches.jsonl`` is appended (flushed, fsynced) before anything is paid for:
 
 * ``prepared``: the batch's key and its custom_id -> (sample, epoch, request hash) map, before the
-  create call (OpenAI's batch carries the key in ``metadata.harness_key``, so a batch created just
-  before a kill is found again: ``adopted``);
+  create call (OpenAI's batch carries the key in ``metadata.harness_key``; Anthropic's is the batch
+  of as many requests created since, checked by its results' custom_ids: so a batch created just
+  before a kill is found again, ``adopted``). The search reads the provider's whole batch list and
+  is retried like any call (``--max-attempts``); only a list read to its end without the batch lets
+  its requests go again; a search that cannot finish stops the run in one line and sends nothing
+  (a rerun searches again): a batch is never paid twice. A create call that failed in a way that
+  may have created it (a timeout, a 5xx) leaves the batch prepared, for the next search;
 * ``submitted``: the provider's batch id, before polling starts;
 * ``ended``: its final status, once its results (normalized, ``batches/KEY.results.jsonl``) are on disk;
 * ``used``: a result handed to a sample (with the invocation), ``abandoned``: never created.
@@ -20,7 +25,8 @@ A rerun polls every submitted batch that has not ended (one that finished while 
 downloaded), and a sample's request is answered by a recorded request of the same sample, epoch and
 request hash that no row has counted yet, never sent again. Expired, cancelled and failed batches and
 per-request errors are failures with their reason, sent again in a new batch while ``--max-attempts``
-allows (a batch that cannot be polled is never resent: a rerun resumes it).
+allows (a batch that cannot be polled is never resent: a rerun resumes it). Answers that came back
+but that no sample used are billed all the same: ``unused_usages`` (the run adds them to spent_usd).
 """
 
 from __future__ import annotations
@@ -29,7 +35,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import sys
 import time
 import uuid
 from contextvars import ContextVar
@@ -69,6 +74,14 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def refused(exc: BaseException) -> bool:
+    """A create call's failure that rules the batch out: the server answered with a 4xx (429
+    included): it refused the call. A timeout, a dropped connection, a 5xx (a gateway may answer 502
+    or 504 for a call the API went on with) or a 200 without an id may hide a batch created."""
+    status = getattr(exc, "status", None)
+    return isinstance(status, int) and 400 <= status < 500 and status != 408
+
+
 def line_error(
     status: int | None, message: str, where: str, model: str, overflow: Callable[[str], bool] | None = None
 ) -> Exception:
@@ -103,6 +116,8 @@ class Batch:
     invocation: int | None
     requests: dict[str, dict[str, Any]]  # custom_id -> {"sample", "epoch", "hash", "try"}
     batch_id: str | None = None
+    prepared_at: str | None = None  # when it was recorded as prepared (its create call came after)
+    adopted: bool = False  # found again by a search (Anthropic's: a guess its results confirm)
     state: str = "prepared"  # submitted, ended, abandoned; unfollowed (this invocation gave up polling it)
     status: str | None = None
     reason: str | None = None
@@ -139,6 +154,7 @@ class BatchStore:
             return
         if kind == "prepared" and isinstance(event.get("requests"), dict):
             batch = Batch(key, event.get("provider", ""), event.get("invocation"), event["requests"])
+            batch.prepared_at = event.get("at")
             self.batches[key] = batch
             for cid, req in batch.requests.items():
                 self.index.setdefault((req.get("sample"), req.get("epoch", 1), req.get("hash")), []).append((key, cid))
@@ -187,9 +203,10 @@ class BatchStore:
             self.index.setdefault((req.origin[0], req.origin[1], req.hash), []).append((key, cid))
             self.claimed.add(cid)
         self.batches[key] = batch
+        batch.prepared_at = _now()
         self._write(
-            {"event": "prepared", "key": key, "provider": provider, "invocation": self.invocation, "at": _now(),
-             "requests": batch.requests}  # fmt: skip
+            {"event": "prepared", "key": key, "provider": provider, "invocation": self.invocation,
+             "at": batch.prepared_at, "requests": batch.requests}  # fmt: skip
         )
         return batch
 
@@ -305,26 +322,39 @@ class Batcher:
                 self._note_id(batch.batch_id)
                 self._spawn(self._poll(batch))
 
+    async def _find(self, batch: Batch) -> str | None:
+        """The provider's batch for ``batch``, or None when its whole list was read without it; a
+        failure to read it is retried as any call is, then raised."""
+        from harness.models.retry import retrying
+
+        return await retrying(
+            lambda: self.provider.find(batch.key, len(batch.requests), batch.prepared_at, self._known_ids()),
+            self.max_attempts,
+            self.retry_max_wait,
+        )
+
+    def _known_ids(self) -> set[str]:
+        """The provider ids of the batches recorded: never taken for another one."""
+        return {b.batch_id for b in self.store.batches.values() if b.batch_id}
+
     async def _recover(self, batch: Batch) -> None:
-        """A batch recorded as prepared but not as submitted: the harness stopped around its create call."""
-        found = None
+        """A batch recorded as prepared but not as submitted: the harness stopped around its create
+        call. Sent again only on a definite "not there"; a search that fails stops the run."""
         try:
-            found = await self.provider.find(batch.key)
+            found = await self._find(batch)
         except (TransientModelError, ModelError) as exc:
-            log.warning("could not look for batch %s: %s", batch.key, exc)
+            raise ModelError(
+                f"--batch: batch {batch.key} ({len(batch.requests)} requests) was being created when an earlier "
+                f"invocation stopped, and the provider's batch list could not be read to find it ({exc}); nothing "
+                "was sent again, so that it is never paid twice: rerun the same command later (it searches again)"
+            ) from None
         if found:
             self.facts["adopted"] += 1
+            batch.adopted = True
             self.store.submitted(batch, found)
             return
         self.facts["abandoned"] += 1
-        self.store.abandon(batch, "no batch of this key was found at the provider")
-        if self.provider.name == "anthropic":
-            print(
-                f"warning: {self.store.path}: batch {batch.key} was being created when an earlier invocation "
-                f"stopped; Message Batches cannot be searched by key, so a batch the console shows created at "
-                "that time is not used (its requests are sent again)",
-                file=sys.stderr,
-            )
+        self.store.abandon(batch, "no batch of this key at the provider (its whole batch list read)")
 
     def _note_id(self, batch_id: str | None) -> None:
         if batch_id and len(self.facts["batch_ids"]) < 1000:
@@ -399,12 +429,19 @@ class Batcher:
         except asyncio.CancelledError:
             raise  # left as prepared: the next invocation looks for it
         except Exception as exc:  # already retried within --max-attempts: its requests fail
-            if batch is not None:
-                self.store.abandon(batch, str(exc))
             kind = TransientModelError if isinstance(exc, TransientModelError) else ModelError
+            message = f"the batch could not be created: {exc}"
+            if batch is not None and getattr(exc, "maybe_created", False):
+                # left prepared: the next invocation searches for it before anything is sent again
+                message = (
+                    f"batch {batch.key}'s create call failed and may have gone through ({exc}); not sent "
+                    "again in this invocation: a rerun looks for it first"
+                )
+            elif batch is not None:
+                self.store.abandon(batch, str(exc))
             for req in reqs:
                 if not req.future.done():
-                    req.future.set_exception(kind(f"the batch could not be created: {exc}"))
+                    req.future.set_exception(kind(message))
             return
         self.store.submitted(batch, batch_id)  # fsynced before the first poll
         self.facts["submitted"] += 1
@@ -413,23 +450,35 @@ class Batcher:
         await self._poll(batch)
 
     async def _create(self, batch: Batch, lines: list[dict[str, Any]]) -> str:
+        """Upload, then create; a create call retried after one that may have gone through searches
+        first. A failure that leaves it unknown whether the batch exists is marked ``maybe_created``."""
         from harness.models.retry import retrying
 
         uploaded = await retrying(
             lambda: self.provider.upload(batch.key, lines), self.max_attempts, self.retry_max_wait
         )
-        tries = 0
+        unsure = False  # a create call went out and its failure does not rule the batch out
 
         async def create() -> str:
-            nonlocal tries
-            tries += 1
-            if tries > 1:  # the last try may have created it before failing to answer
-                found = await self.provider.find(batch.key)
+            nonlocal unsure
+            if unsure:  # the last try may have created it before failing to answer
+                found = await self.provider.find(batch.key, len(lines), batch.prepared_at, self._known_ids())
                 if found:
+                    batch.adopted = True
                     return found
-            return await self.provider.create(batch.key, uploaded, lines)
+                unsure = False  # the whole list read: it does not exist
+            try:
+                return await self.provider.create(batch.key, uploaded, lines)
+            except Exception as exc:
+                unsure = not refused(exc)
+                raise
 
-        return await retrying(create, self.max_attempts, self.retry_max_wait)
+        try:
+            return await retrying(create, self.max_attempts, self.retry_max_wait)
+        except Exception as exc:
+            if unsure:
+                exc.maybe_created = True  # type: ignore[attr-defined]
+            raise
 
     async def _poll(self, batch: Batch) -> None:
         try:
@@ -439,7 +488,13 @@ class Batcher:
             for attempt in range(1, self.max_attempts + 1):
                 try:
                     results = self.provider.results(batch.batch_id, state) if state.has_results else _nothing()
-                    await self.store.save_results(batch, results)
+                    kept = await self.store.save_results(batch, results)
+                    if batch.adopted and state.has_results and not kept:
+                        log.warning(
+                            "batch %s, found for %s, has none of its requests' results: not ours; "
+                            "its requests count unanswered (sent again while they have tries left)",
+                            batch.batch_id, batch.key,
+                        )  # fmt: skip
                     break
                 except TransientModelError as exc:
                     if attempt == self.max_attempts:
@@ -537,12 +592,12 @@ class Batcher:
             exc = TransientModelError(f"{exc} (try {req.tries} of {self.max_attempts})", status=exc.status)
         req.future.set_exception(exc)
 
-    def unused(self) -> dict[str, int]:
-        """Answers that came back (and are billed) but that no sample has taken, in any invocation:
-        a sample that stopped first, a selection that changed. Their cost is in no row."""
-        out = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0}
+    def unused_usages(self):
+        """The usage of each answer that came back (and is billed) but that no sample has taken, in
+        any invocation: a sample that stopped first, a selection that changed. In no row's cost: the
+        run adds them to spent_usd."""
         if self.store is None:
-            return out
+            return
         for batch in self.store.batches.values():
             if batch.state != "ended":
                 continue
@@ -551,12 +606,17 @@ class Batcher:
                 if cid in self.store.used or not result or result.get("status") != 200:
                     continue
                 try:
-                    usage = self.provider.parse(result.get("body"), "").usage
+                    yield self.provider.parse(result.get("body"), "").usage
                 except TransientModelError:
                     continue
-                out["requests"] += 1
-                out["prompt_tokens"] += usage.prompt_tokens
-                out["completion_tokens"] += usage.completion_tokens
+
+    def unused(self) -> dict[str, int]:
+        """``unused_usages`` counted: requests and tokens."""
+        out = {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0}
+        for usage in self.unused_usages():
+            out["requests"] += 1
+            out["prompt_tokens"] += usage.prompt_tokens
+            out["completion_tokens"] += usage.completion_tokens
         return out
 
     async def close(self) -> None:
@@ -674,6 +734,10 @@ class BatchBackend(ModelBackend):
 
     def usage_facts(self) -> dict[str, Any]:
         return {**self.inner.usage_facts(), "batches": {**self.batcher.facts, "unused": self.batcher.unused()}}
+
+    def unused_batch_usages(self):
+        """Billed answers no sample took (``Batcher.unused_usages``): the run counts them spent."""
+        return self.batcher.unused_usages()
 
 
 __all__ = ["BATCHES_FILE", "REQUEST_ORIGIN", "BatchBackend", "BatchStore", "Batcher", "request_hash"]

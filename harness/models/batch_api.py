@@ -268,6 +268,57 @@ def long_line_result(line: LongLine) -> dict[str, Any] | None:
     return {"custom_id": line.custom_id, "status": None, "body": None, "error": error}
 
 
+# How far a provider's clock may be behind ours when a batch's creation time is compared with the
+# time we recorded it as prepared (Anthropic's candidates, AnthropicBatchAPI.find).
+CLOCK_SKEW_S = 600.0
+# Pages of a provider's batch list read at most when looking for one batch (100 or 1000 a page):
+# past it the search fails (never "not there").
+MAX_LIST_PAGES = 10_000
+
+
+def pages_listed(where: str) -> Iterable[int]:
+    """Page numbers of a batch-list search, then one line: a list that never ends is not "not there"."""
+    yield from range(MAX_LIST_PAGES)
+    raise ModelError(
+        f"{where}: the batch list did not end within {MAX_LIST_PAGES} pages; cannot tell whether a batch exists"
+    )
+
+
+def list_page(reply: Any, where: str) -> list[Any]:
+    """A list reply's ``data``; a reply without one is transient (retried), never an empty list."""
+    data = reply.get("data") if isinstance(reply, dict) else None
+    if not isinstance(data, list):
+        raise TransientModelError(f"{where}: the batch list's reply has no data list")
+    return data
+
+
+def next_cursor(reply: dict[str, Any], data: list[Any], seen: set[str], where: str) -> str:
+    """The cursor of the next page (the reply's ``last_id``, else its last batch's id); a page that
+    says it has more but gives no new cursor is transient, not the end."""
+    cursor = reply.get("last_id")
+    if not isinstance(cursor, str) or not cursor:
+        cursor = data[-1].get("id") if data and isinstance(data[-1], dict) else None
+    if not isinstance(cursor, str) or not cursor or cursor in seen:
+        raise TransientModelError(f"{where}: the batch list says it has more but its next page cannot be asked for")
+    seen.add(cursor)
+    return cursor
+
+
+def _moment(value: Any) -> float | None:
+    """An RFC 3339 time (Anthropic's ``created_at``, our records' ``at``) as epoch seconds; None if not one."""
+    if not isinstance(value, str) or not value:
+        return None
+    from datetime import datetime, timezone
+
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    return parsed.timestamp()
+
+
 class HttpBatchAPI:
     """What the HTTP providers share: one httpx client per event loop, capped, with a deadline per call."""
 
@@ -498,23 +549,24 @@ class OpenAIBatchAPI(HttpBatchAPI):
             raise TransientModelError(f"{self.where()}: the batch's reply has no id")
         return reply["id"]
 
-    async def find(self, key: str, pages: int = 10) -> str | None:
-        """The batch created for ``key`` (its metadata names it), among the most recent ones."""
-        after = None
-        for _ in range(pages):
+    async def find(self, key: str, count: int, since: str | None, known: Iterable[str] = ()) -> str | None:
+        """The batch created for ``key`` (its metadata names it); None only after the whole list was
+        read without it (every page, to ``has_more`` false): a definite "not there". A page that
+        cannot be read raises (transient: retried by the caller), never reads as "not there"."""
+        after: str | None = None
+        seen: set[str] = set()
+        for _ in pages_listed(self.where()):
             params: dict[str, Any] = {"limit": 100, **({"after": after} if after else {})}
             reply = await self.call("GET", f"{self.base}/batches", params=params)
-            data = reply.get("data") if isinstance(reply, dict) else None
-            if not isinstance(data, list) or not data:
-                return None
+            data = list_page(reply, self.where())
             for batch in data:
                 meta = batch.get("metadata") if isinstance(batch, dict) else None
-                if isinstance(meta, dict) and meta.get("harness_key") == key:
-                    return batch.get("id")
-            if not reply.get("has_more"):
+                if isinstance(meta, dict) and meta.get("harness_key") == key and isinstance(batch.get("id"), str):
+                    return batch["id"]
+            if reply.get("has_more") is not True:
                 return None
-            after = data[-1].get("id")
-        return None
+            after = next_cursor(reply, data, seen, self.where())
+        return None  # unreachable: pages_listed raises first
 
     async def poll(self, batch_id: str) -> BatchState:
         raw = await self.call("GET", f"{self.base}/batches/{batch_id}")
@@ -578,8 +630,53 @@ class AnthropicBatchAPI(HttpBatchAPI):
             raise TransientModelError(f"{self.where()}: the batch's reply has no id")
         return reply["id"]
 
-    async def find(self, key: str) -> str | None:
-        return None  # message batches carry no metadata to find ours by
+    async def find(self, key: str, count: int, since: str | None, known: Iterable[str] = ()) -> str | None:
+        """Message batches carry no metadata to name ours by, and no request can be read back before
+        the batch ends: the candidate is a batch of ``count`` requests (its ``request_counts``
+        summed) created no earlier than ``since`` (when the batch was recorded as prepared, just
+        before its create call) less a clock-skew margin, and not one of ours already (``known``).
+        The list is newest first ("Most recently created batches are returned first":
+        https://docs.anthropic.com/en/api/listing-message-batches), so reading stops at the
+        first batch older than that: a definite "not there" when no candidate came before. Of
+        several candidates, the first created at or after ``since`` (the create call followed the
+        record at once), else the last before it (a provider's clock behind ours). A wrong
+        guess is caught by its results: none of them carries one of our custom_ids (KEY-N), so our
+        requests count unanswered and go again."""
+        start = _moment(since)
+        floor = start - CLOCK_SKEW_S if start is not None else None
+        known = set(known)
+        found: list[tuple[float, str]] = []
+        after: str | None = None
+        seen: set[str] = set()
+        for _ in pages_listed(self.where()):
+            params: dict[str, Any] = {"limit": 1000, **({"after_id": after} if after else {})}
+            reply = await self.call("GET", f"{self.base}/v1/messages/batches", params=params)
+            data = list_page(reply, self.where())
+            older = False
+            for batch in data:
+                if not isinstance(batch, dict) or not isinstance(batch.get("id"), str):
+                    continue
+                created = _moment(batch.get("created_at"))
+                if floor is not None and created is not None and created < floor:
+                    older = True  # newest first: every batch after this one is older still
+                    break
+                counts = batch.get("request_counts")
+                total = sum(v for v in counts.values() if isinstance(v, int)) if isinstance(counts, dict) else None
+                if total == count and batch["id"] not in known:
+                    found.append((created if created is not None else float("inf"), batch["id"]))
+            if older or reply.get("has_more") is not True:
+                break
+            after = next_cursor(reply, data, seen, self.where())
+        if not found:
+            return None
+        if start is not None:  # after the record, nearest first; then before it, nearest first
+            found.sort(key=lambda c: (c[0] < start, abs(c[0] - start)))
+        if len(found) > 1:
+            log.warning(
+                "%s: %d batches of %d requests were created about when batch %s was prepared; taking %s "
+                "(its results show whether it is ours)", self.where(), len(found), count, key, found[0][1],
+            )  # fmt: skip
+        return found[0][1]
 
     async def poll(self, batch_id: str) -> BatchState:
         raw = await self.call("GET", f"{self.base}/v1/messages/batches/{batch_id}")
@@ -607,10 +704,18 @@ VLLM_NEEDED = (
 )
 
 
+# seconds vllm run-batch is given to stop after SIGTERM before its process group is killed
+RUN_BATCH_GRACE_S = 30.0
+
+
 class VLLMRunBatch:
     """``vllm run-batch`` as a batch provider: each batch is one process over a JSONL file in a
     private temporary folder (prompts are not kept on disk); its output has OpenAI's line format.
-    Nothing is paid, so a batch whose process is gone (an earlier invocation) is run again."""
+    Nothing is paid, so a batch whose process is gone (an earlier invocation) is run again.
+
+    Each runs under a guard (``harness.lifeline.spawn_guarded``) in a process group of its own: when
+    the run lets go of it (its results read, or the run closing) or dies (kill -9 included), the
+    guard stops the whole group, vLLM's engine processes with it, and removes the folder."""
 
     name = "vllm"
     max_requests = 50_000
@@ -619,7 +724,7 @@ class VLLMRunBatch:
     def __init__(self, backend: ModelBackend):
         self.backend = backend
         self.options = backend.options
-        self.procs: dict[str, tuple[Any, Path]] = {}  # batch id -> (process, its folder)
+        self.procs: dict[str, tuple[Any, Path, int]] = {}  # batch id -> (its guard, its folder, the guard's pipe)
         self.log_dir: Path | None = None
 
     def where(self) -> str:
@@ -669,39 +774,47 @@ class VLLMRunBatch:
         return str(folder)
 
     async def create(self, key: str, uploaded: str, lines: list[dict[str, Any]]) -> str:
+        from harness.lifeline import spawn_guarded
+
         folder = Path(uploaded)
-        argv = self.command(self.executable(), str(folder / "input.jsonl"), str(folder / "output.jsonl"))
-        log_dir = self.log_dir or folder
-        log_dir.mkdir(parents=True, exist_ok=True)
-        import threading
+        try:
+            argv = self.command(self.executable(), str(folder / "input.jsonl"), str(folder / "output.jsonl"))
+            log_dir = self.log_dir or folder
+            log_dir.mkdir(parents=True, exist_ok=True)
+            # stopped with the run, whole (nothing is paid: a rerun runs the batch again)
+            with open(log_dir / f"vllm-run-batch-{key}.log", "ab") as log:
+                guard, pipe = spawn_guarded(
+                    argv, remove=folder, exit_file=folder / ".exit", grace=RUN_BATCH_GRACE_S, stdout=log, stderr=log
+                )
+        except BaseException:
+            import shutil
 
-        from harness.models.launcher import _parent_death_signal
-
-        # dies with the run (nothing is paid: a rerun runs the batch again)
-        preexec = _parent_death_signal if threading.current_thread() is threading.main_thread() else None
-        with open(log_dir / f"vllm-run-batch-{key}.log", "ab") as log:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, preexec_fn=preexec
-            )
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
         batch_id = f"vllm-run-batch-{key}"
-        self.procs[batch_id] = (proc, folder)
+        self.procs[batch_id] = (guard, folder, pipe)
         return batch_id
 
-    async def find(self, key: str) -> str | None:
-        return None
+    async def find(self, key: str, count: int, since: str | None, known: Iterable[str] = ()) -> str | None:
+        return None  # nothing is paid: a batch whose process is gone is run again
 
     async def poll(self, batch_id: str) -> BatchState:
         held = self.procs.get(batch_id)
         if held is None:
             return BatchState("failed", True, "its vllm run-batch process belonged to an earlier invocation")
-        proc = held[0]
-        if proc.returncode is None:
-            return BatchState("in_progress", False)
-        if proc.returncode == 0:
-            return BatchState("completed", True)
         from harness.errors import describe_exit
+        from harness.lifeline import read_exit_file
 
-        return BatchState("failed", True, f"vllm run-batch ended with {describe_exit(proc.returncode)}")
+        guard, folder, _ = held
+        code = read_exit_file(folder / ".exit")
+        if code is None:
+            if guard.poll() is not None:  # never so unless it was killed
+                reason = f"the process guarding vllm run-batch ended with {describe_exit(guard.returncode)}"
+                return BatchState("failed", True, reason)
+            return BatchState("in_progress", False)
+        if code == 0:
+            return BatchState("completed", True)
+        return BatchState("failed", True, f"vllm run-batch ended with {describe_exit(code)}")
 
     async def results(self, batch_id: str, state: BatchState) -> AsyncIterator[dict[str, Any]]:
         held = self.procs.pop(batch_id, None)
@@ -722,22 +835,33 @@ class VLLMRunBatch:
                         if (result := _local_result(line, where)) is not None:
                             yield result
         finally:
-            import shutil
+            await self._release(held)
 
-            shutil.rmtree(held[1], ignore_errors=True)
+    async def _release(self, held: tuple[Any, Path, int]) -> None:
+        """Let go of a batch's guard: it stops what is left of the group and removes the folder; its
+        group is killed here if it does not end in time; the folder is removed here too."""
+        import shutil
+        import signal
+        import subprocess
+
+        guard, folder, pipe = held
+        try:
+            os.close(pipe)
+        except OSError:
+            pass
+        try:
+            await asyncio.to_thread(guard.wait, RUN_BATCH_GRACE_S + 10)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(guard.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            await asyncio.to_thread(guard.wait)
+        shutil.rmtree(folder, ignore_errors=True)
 
     async def close(self) -> None:
-        for proc, folder in self.procs.values():
-            if proc.returncode is None:
-                proc.terminate()
-                try:
-                    await asyncio.wait_for(proc.wait(), 30)
-                except asyncio.TimeoutError:
-                    proc.kill()
-            import shutil
-
-            shutil.rmtree(folder, ignore_errors=True)
-        self.procs.clear()
+        held, self.procs = list(self.procs.values()), {}
+        await asyncio.gather(*(self._release(h) for h in held))
 
 
 def provider_for(backend: ModelBackend):
