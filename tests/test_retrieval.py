@@ -12,15 +12,16 @@ import pytest
 from conftest import run_harness
 
 from harness.datasets import load_dataset
-from wiki_snapshot.chunking import chunk_text
+from wiki_snapshot.chunking import chunk_text, chunk_text_sources
 from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.passages import chunk_spans, parse_kind, word_spans_many
+from wiki_snapshot.passages import chunk_spans, parse_kind, split_pages, word_spans_many
 from wiki_snapshot.retrieval import collect_passages, index_dir, open_retriever
 from wiki_snapshot.store import Snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HOTPOT = FIXTURES / "hotpot_dev_distractor_first100.json"
 ARTICLES = FIXTURES / "wikipedia_en_science_physics_10.json"
+ADDED_SEPARATOR_PAGE = FIXTURES / "chunk1024_added_separator_page.json"
 
 
 def lucene_okapi(tokens):
@@ -87,6 +88,60 @@ def test_chunk_passages_are_fanoutqa_chunks():
     for article in json.loads(ARTICLES.read_text()):
         text = article["text"]
         assert [text[s:e] for s, e in chunk_spans(text, 1024)] == [c for c in chunk_text(text, 1024) if c.strip()]
+
+
+def test_chunk_passages_of_a_page_whose_chunk_has_a_newline_the_page_lacks():
+    """FanOutQA's chunker gives the last paragraph its separator "\n\n"; at 1023 characters that
+    paragraph is cut again on "\n" and keeps one "\n" the page does not have. The index build
+    failed on this page (chunk not found in its page text); its passages are now the page text
+    the chunks came from."""
+    page = json.loads(ADDED_SEPARATOR_PAGE.read_text(encoding="utf-8"))
+    text = page["text"]
+    chunks = chunk_text(text, 1024)
+    assert chunks[1] == text[845:] + "\n" and chunks[2] == ""  # the reference's chunks, as they are
+    assert chunk_spans(text, 1024) == [(0, 845), (845, len(text))]
+    rows, indexed = split_pages([(7, page["title"], text)], "chunk1024")
+    assert rows.tolist() == [(7, 0, 845, 0), (7, 845, len(text), 1)]
+    assert indexed == ["Tower\n" + chunks[0], "Tower\n" + chunks[1][:-1]]
+
+
+def in_order_substrings(text, chunks):
+    pos = 0
+    for chunk in chunks:
+        at = text.find(chunk, pos)
+        if at < 0:
+            return False
+        pos = at + len(chunk)
+    return True
+
+
+@pytest.mark.parametrize(
+    "title,sizes",
+    [("Aristotle", (1387, 65)), ("Albert Einstein", (1905, 64)), ("Alien", (285, 67)),
+     ("Academy Awards", (349, 64)), ("Anatomy", (69, 1024))],
+)
+def test_chunk_passages_place_every_chunk_of_real_pages(title, sizes):
+    """Sizes at which a chunk holds a separator the page lacks (the last paragraph's length + 1;
+    small sizes, where a line's or a sentence's added separator is cut again): every chunk is
+    placed, in order, on the page characters it was made of; where every chunk is a substring
+    (chunk1024 on Anatomy) the passages are the chunks, as before."""
+    text = next(a["text"] for a in json.loads(ARTICLES.read_text()) if a["title"] == title)
+    for size in sizes:
+        sources = chunk_text_sources(text, size)
+        chunks = chunk_text(text, size)
+        assert [c for c, _ in sources] == chunks  # the same chunks as the reference
+        spans = chunk_spans(text, size)
+        assert all(e1 <= s2 for (_, e1), (s2, _) in itertools.pairwise(spans))
+        if in_order_substrings(text, [c for c in chunks if c.strip()]):
+            assert size == 1024 and [text[s:e] for s, e in spans] == [c for c in chunks if c.strip()]
+            continue
+        # each chunk character the page has is where the sources say, and they run forward
+        real = [[i for i in src if i >= 0] for _, src in sources]
+        for (chunk, src), offsets in zip(sources, real):
+            assert "".join(ch for ch, i in zip(chunk, src) if i >= 0) == "".join(text[i] for i in offsets)
+        assert all(a < b for a, b in itertools.pairwise(itertools.chain(*real)))
+        placed = [r for (c, _), r in zip(sources, real) if c.strip() and r and text[r[0] : r[-1] + 1].strip()]
+        assert spans == [(r[0], r[-1] + 1) for r in placed]
 
 
 def test_passage_kind_is_validated():

@@ -6,6 +6,12 @@ greedily merge neighbours while they fit, recurse with the next separator into p
 still too long, and cut plainly every ``max_chunk_size`` characters when no separator is left.
 The separator that ends the last piece of a split is dropped again, so joining a page's chunks
 gives the page back except where a trailing separator was popped.
+
+The separator given to the last piece of a split is not in the text, and the reference does not
+always take all of it off again: when that piece is split further, the separator can end up in two
+chunks, and only the last loses it (a page ending in a paragraph of ``max_chunk_size - 1``
+characters gives a chunk ending in a "\n" the page does not have). ``chunk_text_sources`` makes the
+same chunks and says where each character came from, so such a chunk can still be placed in its page.
 """
 
 from __future__ import annotations
@@ -39,6 +45,46 @@ def _chunk(text: str, size: int, chunk_on: tuple[str, ...], level: int) -> list[
     if chunks[-1] == sep:  # the text ended with the separator: drop the empty last piece
         chunks.pop()
     chunks[-1] = chunks[-1][: -len(sep)]  # the last piece had no separator of its own
+    return chunks
+
+
+def chunk_text_sources(
+    text: str, max_chunk_size: int = 1024, chunk_on: tuple[str, ...] = CHUNK_ON
+) -> list[tuple[str, list[int]]]:
+    """``chunk_text``'s chunks, each with the offset in ``text`` of every character (-1 for a
+    separator the chunker added that the text does not have there)."""
+    return _chunk_sources(text, list(range(len(text))), max_chunk_size, tuple(chunk_on), 0)
+
+
+def _chunk_sources(text: str, src: list[int], size: int, chunk_on: tuple[str, ...], level: int) -> list:
+    # _chunk step for step, carrying a list of source offsets beside each string
+    if len(text) <= size:
+        return [(text, src)]
+    if level >= len(chunk_on):
+        if size <= 0:
+            _no_progress(text)
+        return [(text[i : i + size], src[i : i + size]) for i in range(0, len(text), size)]
+
+    sep = chunk_on[level]
+    n = len(sep)
+    parts = text.split(sep)
+    chunks: list[tuple[str, list[int]]] = []
+    at = 0
+    for k, part in enumerate(parts):
+        end = at + len(part)
+        # a separator that followed this part in the text keeps its offsets; the last part's is added
+        piece = (part + sep, src[at:end] + (src[end : end + n] if k < len(parts) - 1 else [-1] * n))
+        at = end + n
+        if len(piece[0]) > size:
+            chunks.extend(_chunk_sources(piece[0], piece[1], size, chunk_on, level + 1))
+        elif chunks and len(piece[0]) + len(chunks[-1][0]) <= size:
+            chunks[-1] = (chunks[-1][0] + piece[0], chunks[-1][1] + piece[1])
+        else:
+            chunks.append(piece)
+
+    if chunks[-1][0] == sep:
+        chunks.pop()
+    chunks[-1] = (chunks[-1][0][:-n], chunks[-1][1][:-n])
     return chunks
 
 

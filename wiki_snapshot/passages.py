@@ -10,7 +10,8 @@ Kinds (``--passages``):
   already a dependency (the scorer's normalizer), it needs no model file, and its tokenizer's
   exceptions keep "U.S." or "Dr." inside a sentence; about 0.7 MB of text per second per core.
   (QAMPARI used NLTK's Punkt, whose data cannot be installed offline from PyPI.)
-- ``chunk{N}`` (``chunk1024``): FanOutQA's character chunker (``wiki_snapshot.chunking``).
+- ``chunk{N}`` (``chunk1024``): FanOutQA's character chunker (``wiki_snapshot.chunking``); a passage
+  is the page text its chunk was cut from (the chunk less any separator the chunker added).
 - ``page``: the whole page as one unit, as QUEST's retrievers rank entity documents.
 
 A passage is stored as (pageid, start, end, ordinal): character offsets into the page text of the
@@ -130,7 +131,9 @@ def word_spans_many(texts: list[str], max_words: int) -> list[list[tuple[int, in
 
 
 def chunk_spans(text: str, size: int) -> list[tuple[int, int]]:
-    """FanOutQA's chunks as offsets: each chunk is a substring, found in order."""
+    """FanOutQA's chunks as offsets: each chunk found in order as a substring of the page; a page
+    where one is not (a chunk holding a separator the chunker added, see ``wiki_snapshot.chunking``)
+    takes its spans from ``chunk_text_sources``: each chunk's first to last character of the page."""
     from wiki_snapshot.chunking import chunk_text
 
     spans, pos = [], 0
@@ -138,10 +141,24 @@ def chunk_spans(text: str, size: int) -> list[tuple[int, int]]:
         if not chunk.strip():
             continue
         at = text.find(chunk, pos)
-        if at < 0:  # cannot happen: chunks are substrings in order; fail loudly rather than misalign
-            raise SnapshotError(f"chunk not found in its page text at offset {pos}")
+        if at < 0:
+            return _source_spans(text, size)
         spans.append((at, at + len(chunk)))
         pos = at + len(chunk)
+    return spans
+
+
+def _source_spans(text: str, size: int) -> list[tuple[int, int]]:
+    # only for the pages the substring search cannot place, so that every page placed before keeps
+    # its passages (and their ids) byte for byte
+    from wiki_snapshot.chunking import chunk_text_sources
+
+    spans = []
+    for chunk, src in chunk_text_sources(text, size):
+        real = [i for i in src if i >= 0]
+        if not chunk.strip() or not real or not text[real[0] : real[-1] + 1].strip():
+            continue
+        spans.append((real[0], real[-1] + 1))
     return spans
 
 
