@@ -100,4 +100,12 @@ class NoEvidencePackedError(SampleFailure):
 
 
 # What the CLI reports as bad input (one line, exit 2): the harness's errors and its snapshot library's.
+class StrategyStoppedRun(HarnessError):
+    """A strategy reached past its sample where no sample could hold it (``sys.exit`` from a thread,
+    a task that outlived its sample), or held the event loop past --sample-timeout plus --freeze-grace:
+    the run stops, one line naming it (harness.execution.guard, harness.execution.watchdog)."""
+
+    exit_code = 5
+
+
 USER_ERRORS = (HarnessError, SnapshotError)
