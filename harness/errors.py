@@ -99,6 +99,14 @@ class NoEvidencePackedError(SampleFailure):
     error_type = "no_evidence_packed"
 
 
+class StrategyStoppedRun(HarnessError):
+    """A strategy reached past its sample where no sample could hold it (``sys.exit`` from a thread,
+    a task that outlived its sample), or held the event loop past --sample-timeout plus --freeze-grace:
+    the run stops, one line naming it (harness.execution.guard, harness.execution.watchdog)."""
+
+    exit_code = 5
+
+
 # What the CLI reports as bad input (one line, exit 2): the harness's errors and its snapshot library's,
 # and a search service (--search-url) gone while nothing is being answered (inside a sample it is that
 # sample's failure, search_unavailable: harness.execution.attempt)

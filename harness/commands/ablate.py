@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -74,13 +73,10 @@ def command(args) -> int:
     )
     out = Path(flat.pop("out", None) or default_out)
 
-    async def main() -> dict[str, Any]:
-        task = asyncio.current_task()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
-        return await run_ablation(flat, sizes, out)
+    from harness.execution.guard import run_guarded
 
-    try:
-        ablation = asyncio.run(main())
+    try:  # a kill (SIGTERM) unwinds like Ctrl-C; a strategy cancelling the run's tasks does not
+        ablation = run_guarded(lambda: run_ablation(flat, sizes, out))
     except (KeyboardInterrupt, asyncio.CancelledError):
         print("interrupted: run the same command again to resume", file=sys.stderr)
         return 130

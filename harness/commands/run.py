@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
 from typing import Any
 
@@ -31,7 +30,8 @@ def add_parser(sub) -> None:
             "sample finished; 1 some failed (scored over the answered ones; rerun to retry); 4 none was answered "
             "(every one failed or was never asked: no scores, n/a, never 0; or every finished one ended without "
             "an answer, e.g. at max_steps: scored as wrong, the metrics' rule); 2 bad input or a stop such as a "
-            "rejected API key; 3 a process the run needs died; 130 interrupted."
+            "rejected API key; 3 a process the run needs died; 5 the strategy ended or froze the run from outside "
+            "its samples (one line names it); 130 interrupted."
         ),
         argument_default=argparse.SUPPRESS,
     )
@@ -311,6 +311,12 @@ def add_run_options(p) -> None:
         "aiohttp where installed; recorded, not hashed",
     )
     g.add_argument("--sample-timeout", type=float, help="seconds per sample (default 600, the paper's)")
+    g.add_argument(
+        "--freeze-grace",
+        type=float,
+        help="a strategy blocking the event loop past --sample-timeout plus this many seconds ends the run "
+        "(exit 5; the samples finished are kept; default 60)",
+    )
     g.add_argument("--max-attempts", type=int, help="tries per request on 429/5xx/timeouts/malformed replies (default 6)")
     g.add_argument("--retry-max-wait", type=float, help="longest back-off between tries, seconds (default 120)")
     g.add_argument("--startup-timeout", type=float, help="seconds to wait for a launched server (default 300)")
@@ -441,15 +447,12 @@ def command(args: argparse.Namespace) -> int:
     if address is not None:
         raise ConfigError(f"--launcher ray={address}: a cluster's address is for --shards K, not for one --shard")
 
-    async def main() -> RunResults:
-        task = asyncio.current_task()
-        loop = asyncio.get_running_loop()
-        # A kill (SIGTERM) unwinds like Ctrl-C: servers stopped, results.json written.
-        loop.add_signal_handler(signal.SIGTERM, task.cancel)
-        return await run_async(config)
+    from harness.execution.guard import run_guarded
 
     try:
-        record = asyncio.run(main())
+        # A kill (SIGTERM) unwinds like Ctrl-C: servers stopped, results.json written; a strategy
+        # cancelling the run's tasks does not (harness.execution.guard)
+        record = run_guarded(lambda: run_async(config))
     except (KeyboardInterrupt, asyncio.CancelledError):
         print("interrupted: run the same command again to resume", file=sys.stderr)
         return 130

@@ -22,6 +22,7 @@ from harness.execution.cost import Budget, BudgetExhausted, Pricing
 from harness.execution.summary import now_iso
 from harness.models.base import WAIT_CLOCK, GenerationParams, ModelBackend, WaitClock
 from harness.models.cache import ResponseCache
+from harness.execution.guard import LoopGuard, StrategyEscape
 from harness.execution.watchdog import SAMPLE, LoopWatch
 from harness.records import ERROR_LOG, answer_stored_once, to_json, work_key
 from harness.redact import redact
@@ -53,7 +54,17 @@ async def within_own_time(coro, timeout: float, clock: WaitClock, watch: LoopWat
     """``coro``'s result, or TimeoutError once it has run ``timeout`` seconds of its own: time its
     requests spent queued for a turn (counted on ``clock``) extends the deadline, and so do stalls of
     the event loop that other samples caused (``watch``). A sample that caused a stall itself and
-    is past its deadline once the loop is free is LoopBlocked, even if it has answered meanwhile."""
+    is past its deadline once the loop is free is LoopBlocked, even if it has answered meanwhile. A
+    strategy that reaches past its sample (harness.execution.guard: sys.exit in a task it started,
+    a cancel of a task not its own, loop.stop) is StrategyEscape, its task cancelled."""
+    guard = LoopGuard.current() if sample is not None else None
+    if guard is None:
+        return await _within_own_time(coro, timeout, clock, watch, sample, None)
+    with guard.sample(sample) as escaped:
+        return await _within_own_time(coro, timeout, clock, watch, sample, escaped)
+
+
+async def _within_own_time(coro, timeout, clock, watch, sample, escaped: asyncio.Future | None):
     token, owner = WAIT_CLOCK.set(clock), SAMPLE.set(sample)
     try:
         task = asyncio.ensure_future(_exits_caught(coro))  # copies the context: the sample's requests see ``clock``
@@ -80,7 +91,13 @@ async def within_own_time(coro, timeout: float, clock: WaitClock, watch: LoopWat
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
                 raise blocked() or asyncio.TimeoutError()
-            done, _ = await asyncio.wait({task}, timeout=left)
+            waited = {task} if escaped is None else {task, escaped}
+            done, _ = await asyncio.wait(waited, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            done.discard(escaped)
+            if escaped is not None and escaped.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                raise escaped.exception()
             if done:
                 late = blocked() if own_s() > timeout else None
                 if late is not None:
@@ -231,6 +248,8 @@ class SampleAttempts:
             raise  # a broken backend (bad key, server gone) fails every sample: stop the run
         except PluginExit as exc:
             error_type, error = "plugin_error", f"{self.who}: {exc} in solve (a strategy cannot end the run)"
+        except StrategyEscape as exc:
+            error_type, error = "plugin_error", f"{self.who}: {exc}"
         except Exception as exc:  # a bug or malformed response must not sink the whole run
             error_type, error = "exception", f"{type(exc).__name__}: {exc}{_raised_at(exc)}"
             self._log_traceback(sample)

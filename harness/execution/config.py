@@ -53,6 +53,7 @@ NOT_HASHED = frozenset(
         "cache",
         "cache_path",
         "sample_timeout",
+        "freeze_grace",
         "snapshot",
         # --search mediawiki: the API and the date enter the key through the backend's content hash (as a
         # snapshot's does); the rate limit never changes an answer
@@ -144,6 +145,13 @@ class RunConfig(BaseModel):
     out: str | None = None
     max_connections: int = Field(4, ge=1, le=10_000)
     sample_timeout: float = Field(600.0, gt=0, le=WEEK_S, description="seconds per sample (paper: 600)")
+    freeze_grace: float = Field(
+        60.0,
+        gt=0,
+        le=WEEK_S,
+        description="a strategy holding the event loop (a blocking call) past --sample-timeout plus this many "
+        "seconds ends the run, exit status 5 (it never returns control: no sample can go on)",
+    )
     current_date: str = Field("11-20-2023", description="'Current date' in the FanOutQA prompts")
     prompt_template: str | None = Field(None, description="template name in prompts/ or a file path")
     # Opt-in instructions added to the prompt whose reply is the answer (harness.strategy.answer_instructions):

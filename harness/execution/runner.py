@@ -30,6 +30,7 @@ from harness.execution.scoring import run_metrics, score_records, stopped_reason
 from harness.execution.shard_env import shard_env_line
 from harness.scoring.metrics import resolve_metrics
 from harness.execution.summary import build_results, now_iso, search_space_info, snapshot_hash, snapshot_text_search
+from harness.execution.guard import LoopGuard, leftover_tasks
 from harness.execution.watchdog import LoopWatch
 from harness.models import create_backend
 from harness.models.batch import REQUEST_ORIGIN
@@ -615,8 +616,14 @@ class Run:
         limiter = AdaptiveLimit(self.config.max_connections)
         self.backend.limiter = limiter
         progress = Progress(len(todo), enabled=self.show_progress)
-        # a strategy blocking the loop is named on stderr, and its stall charged to its own sample
-        watch = LoopWatch(min(self.WATCHDOG_AFTER_S, self.config.sample_timeout))
+        # a strategy blocking the loop is named on stderr, and its stall charged to its own sample; one
+        # that never returns ends the run (exit 5)
+        timeout, grace = self.config.sample_timeout, self.config.freeze_grace
+        watch = LoopWatch(
+            min(self.WATCHDOG_AFTER_S, timeout),
+            freeze_after_s=timeout + grace,
+            freeze_limit=f"--sample-timeout {timeout:g} s plus --freeze-grace {grace:g} s",
+        )
         self.attempts = attempts = SampleAttempts(
             self.agent,
             self.backend,
@@ -630,6 +637,10 @@ class Run:
             watch=watch,
         )
         watch.who = attempts.who
+        # a strategy's sys.exit, cancel or loop.stop beyond its sample fails that sample (harness.execution.guard)
+        guard = LoopGuard.install()
+        guard.who = attempts.who
+        run_fault = guard.open_run()
         prefetched = False
 
         async def one(sample: Sample, epoch: int) -> None:
@@ -672,11 +683,21 @@ class Run:
             watch.start()
             with progress:
                 # the streaming scorer's queue bounds what waits for it: the run keeps pace
-                await self._run_tasks(one, todo, semaphore, self.scorer.room if self.scorer is not None else None)
+                await self._run_tasks(
+                    one, todo, semaphore, self.scorer.room if self.scorer is not None else None, run_fault
+                )
                 if self.scorer is not None:
                     await self.scorer.drain()  # the last values, before the last progress line
         finally:
+            # tasks the strategy started and left running end while the guard still holds them
+            leftovers = leftover_tasks({getattr(sys.modules.get(type(self.agent).__module__), "__file__", None)})
+            for task in leftovers:
+                task.cancel()
+            if leftovers:  # a task that will not end is left to the loop's close
+                await asyncio.wait(leftovers, timeout=self.LEFTOVER_WAIT_S)
             watch.stop()
+            guard.close_run()
+            guard.uninstall()
             if watch.stalls:  # the loop's stalls a strategy caused, for the record
                 self.invocation["loop_stalls"] = watch.stalls[:20]
             self.backend.limiter = None
@@ -690,24 +711,46 @@ class Run:
                 self.invocation["streamed_scores"] = self.scorer.streamed
                 if self.scorer.stopped:
                     self.invocation["streaming_stopped"] = self.scorer.stopped
+        if run_fault.done():  # an escape after the last sample ended (a leftover task's sys.exit)
+            raise run_fault.exception()
 
     @staticmethod
-    async def _run_tasks(one, todo, semaphore: asyncio.Semaphore, room=None) -> None:
+    async def _run_tasks(
+        one, todo, semaphore: asyncio.Semaphore, room=None, fault: asyncio.Future | None = None
+    ) -> None:
         """``one(sample, epoch)`` for each of ``todo`` in order, a task started only once ``semaphore``
         gives it a turn (``one`` gives it back) and ``room()`` (if given) has returned: tasks exist for
         the samples in flight, not for the whole run (100,000 waiting tasks held ~2 KB each). The
-        first error stops the rest: the tasks in flight are cancelled, and it is raised once they
-        have ended."""
+        first error (or ``fault``, once it fails: a strategy's escape no sample holds) stops the
+        rest: the tasks in flight are cancelled, and it is raised once they have ended."""
         running: set[asyncio.Task] = set()
         errors: list[BaseException] = []
+        wake: asyncio.Future | None = None  # set once the tasks in flight have all ended, or on the first error
+
+        def poke() -> None:
+            if wake is not None and not wake.done():
+                wake.set_result(None)
+
+        def failed(exc: BaseException) -> None:
+            if not errors:
+                errors.append(exc)
+                if semaphore.locked():
+                    semaphore.release()  # wakes the feeder below, waiting for a turn
+            poke()
 
         def ended(task: asyncio.Task) -> None:
             running.discard(task)
-            if not task.cancelled() and task.exception() is not None and not errors:
-                errors.append(task.exception())
-                if semaphore.locked():
-                    semaphore.release()  # wakes the feeder below, waiting for a turn
+            if not task.cancelled() and task.exception() is not None:
+                failed(task.exception())
+            elif not running:
+                poke()
 
+        def faulted(future: asyncio.Future) -> None:
+            if not future.cancelled():
+                failed(future.exception())
+
+        if fault is not None:
+            fault.add_done_callback(faulted)
         try:
             for sample, epoch in todo:
                 if room is not None:
@@ -719,8 +762,11 @@ class Run:
                 running.add(task)
                 task.add_done_callback(ended)
             while running and not errors:
-                await asyncio.wait(set(running), return_when=asyncio.FIRST_EXCEPTION)
+                wake = asyncio.get_running_loop().create_future()
+                await wake
         finally:
+            if fault is not None:
+                fault.remove_done_callback(faulted)
             for task in running:
                 task.cancel()
             if running:
@@ -746,6 +792,7 @@ class Run:
             return record
         return {k: v for k, v in record.items() if k not in ROW_FIELDS_IN_FILES_ONLY}
 
+    LEFTOVER_WAIT_S = 5.0  # a strategy's task left running at the end: this long to end once cancelled
     WATCHDOG_AFTER_S = 10.0  # the loop still this long: the watchdog names what holds it (at most --sample-timeout)
     STREAM_FROM = 64  # samples to do: below, starting the scoring worker costs more than it saves
 

@@ -6,7 +6,12 @@ it does. A ticker on the loop notes each tick; a thread notices when the ticks s
   stderr names the sample whose task holds it, the strategy, and the line it is blocked at;
 - each stall is charged to that sample: the others' clocks do not count it (``own_s``), so they are
   not timed out for it, while the blocking sample's own time includes it and it is a ``timeout``
-  failure once the loop is free, if that took it past ``--sample-timeout``.
+  failure once the loop is free, if that took it past ``--sample-timeout``;
+- a sample that holds the loop past ``--sample-timeout`` plus ``--freeze-grace`` in one stall (a
+  call that never returns) ends the process: one line names the strategy, the sample and its line,
+  exit status 5. Every row written is already whole in its file (``JsonlAppender`` writes and
+  flushes a line at a time, and the loop thread, stuck in the strategy, writes none meanwhile), so
+  the same command, rerun, resumes as after a kill.
 
 Tasks a sample starts (``asyncio.gather`` inside ``solve``) are its own too: a task factory notes
 the sample current (``SAMPLE``) where each task is created.
@@ -15,13 +20,16 @@ the sample current (``SAMPLE``) where each task is created.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import sysconfig
 import threading
 import time
 import weakref
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Callable
+
+from harness.errors import StrategyStoppedRun
 
 # Set by SampleAttempts around one sample; the tasks it starts inherit it.
 SAMPLE: ContextVar[str | None] = ContextVar("harness_sample", default=None)
@@ -32,8 +40,20 @@ _LIBRARY_DIRS = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "
 
 
 class LoopWatch:
-    def __init__(self, after_s: float, who: str = "", stream: Any = None, tick_s: float = TICK_S):
+    def __init__(
+        self,
+        after_s: float,
+        who: str = "",
+        stream: Any = None,
+        tick_s: float = TICK_S,
+        freeze_after_s: float | None = None,
+        freeze_limit: str = "",
+        on_freeze: Callable[[str], None] | None = None,
+    ):
         self.after_s = after_s
+        # one stall of a sample this long: the run ends (``freeze_limit`` says which options made it)
+        self.freeze_after_s, self.freeze_limit = freeze_after_s, freeze_limit
+        self.on_freeze = on_freeze or _end_process
         self.who = who  # "agent NAME": the strategy, for the line
         self.stream = stream
         self.tick_s = tick_s
@@ -126,6 +146,15 @@ class LoopWatch:
                 seen[1] = where
                 said, self._said = self._said, self._said or idle >= self.after_s
             looked = now
+            if owner is not None and self.freeze_after_s is not None and idle >= self.freeze_after_s:
+                self._stop.set()
+                self.on_freeze(
+                    f"error: {self.who or 'the strategy'} froze the run: sample {owner} has held the event loop "
+                    f"{idle:.0f} s at {where}, past {self.freeze_limit or f'{self.freeze_after_s:g} s'}; no sample "
+                    f"can go on, so the run stops here (exit {StrategyStoppedRun.exit_code}): the samples already "
+                    "finished are kept; rerun the same command to resume once the strategy awaits instead of blocking"
+                )
+                return
             if idle >= self.after_s and not said:
                 whose = f"sample {owner}" + (f" ({self.who})" if self.who else "") if owner else "the harness"
                 print(
@@ -141,6 +170,17 @@ class LoopWatch:
         owner = self._owners.get(task) if task is not None else None
         frame = sys._current_frames().get(self._thread_id)
         return owner, _where(frame)
+
+
+def _end_process(line: str) -> None:
+    """The loop thread is stuck in the strategy and never unwinds: the line, then the process ends
+    at once (as a kill would: children die with it, harness.lifeline; rows are whole lines)."""
+    from harness.redact import redact
+
+    try:  # straight to the file descriptor: the stuck thread may hold sys.stderr's lock
+        os.write(2, (redact(line) + "\n").encode("utf-8", "backslashreplace"))
+    finally:
+        os._exit(StrategyStoppedRun.exit_code)
 
 
 def _where(frame) -> str:
