@@ -156,7 +156,10 @@ def write_atomic(path: str | Path, write: Callable[[Any], None]) -> None:
 def check_output_path(path: str | Path, option: str, directory: bool = False) -> Path:
     """Refuse, before any work, an output that cannot be written: a folder where a file goes (or the
     reverse), a device, FIFO or socket (only regular files are written), or a place below a file or
-    in a folder this user cannot write. A symlink is judged by what it points at."""
+    in a folder this user cannot write. A symlink is judged by what it points at. A file's name
+    ending in "/" names a folder (``Path`` would drop the slash and write the file)."""
+    if not directory and str(path).endswith(("/", os.sep)):
+        raise HarnessError(f"{option} {path}: ends in '/', so names a folder; name the file to write")
     path = Path(path)
     try:
         target, st = _output_target(path)
@@ -370,37 +373,56 @@ def repair_jsonl_tail(path: Path) -> None:
 
 
 def iter_jsonl(
-    path: str | Path, *, strict: bool = True, option: str = "", max_bytes: int = MAX_DATA_BYTES
+    path: str | Path,
+    *,
+    strict: bool = True,
+    torn_tail: bool = False,
+    option: str = "",
+    max_bytes: int = MAX_DATA_BYTES,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield (line number, record). With ``strict`` a bad line is a one-line HarnessError naming it.
-    The file is checked as ``open_input`` checks it (a regular file within ``max_bytes``)."""
+    """Yield (line number, record). With ``strict`` a bad line (not UTF-8, not JSON, not an object) is
+    a one-line HarnessError naming ``file:line``; without, it is skipped. ``torn_tail`` (a run's own
+    rows): a bad last line without its newline is skipped all the same, as a kill mid-append leaves
+    one (the run's writer cuts it off when it opens the file again); a bad line anywhere else is no
+    kill's doing and is refused. The file is checked as ``open_input`` checks it (a regular file
+    within ``max_bytes``)."""
     path = Path(path)
-    raw = open_input(path, option, max_bytes=max_bytes)
-    with io.TextIOWrapper(raw, encoding="utf-8", errors="strict" if strict else "replace") as f:
+    with open_input(path, option, max_bytes=max_bytes) as f:
         lineno = 0
         while True:
             try:
-                line = f.readline()
-            except UnicodeDecodeError:
-                raise HarnessError(f"{path}:{lineno + 1}: not UTF-8 text") from None
+                raw = f.readline()
             except OSError as exc:
                 raise HarnessError(f"{path}: cannot read ({exc.strerror or exc})") from None
-            if not line:
+            if not raw:
                 break
             lineno += 1
-            if not line.strip():
-                continue
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                if strict:
-                    raise HarnessError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+                line = raw.decode("utf-8", "strict" if strict else "replace")
+            except UnicodeDecodeError:
+                problem = "not UTF-8 text"
+            else:
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    problem = f"not valid JSON ({exc.msg})"
+                except RecursionError:
+                    problem = "not valid JSON (nested too deep to read)"
+                else:
+                    if isinstance(record, dict):
+                        yield lineno, record
+                        continue
+                    problem = "expected a JSON object"
+            if not strict or (torn_tail and not raw.endswith(b"\n")):
                 continue
-            if not isinstance(record, dict):
-                if strict:
-                    raise HarnessError(f"{path}:{lineno}: expected a JSON object")
-                continue
-            yield lineno, record
+            if torn_tail:
+                problem += (
+                    "; not a last line cut short by a kill (those are skipped): this line is damaged, "
+                    "remove or repair it and run the command again"
+                )
+            raise HarnessError(f"{path}:{lineno}: {problem}")
 
 
 def work_key(sample_id: str, epoch: int = 1) -> str:
@@ -524,7 +546,7 @@ def load_finished(
     if not path.exists():
         return finished
     repair_jsonl_tail(path)
-    for _, record in iter_jsonl(path, strict=False):
+    for _, record in iter_jsonl(path, torn_tail=True):
         if record.get("status") == "ok" and isinstance(record.get("id"), str):
             key = work_key(record["id"], record_epoch(record))
             if key not in finished:

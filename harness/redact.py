@@ -3,12 +3,13 @@ writes goes through :func:`redact` (files: :func:`redact_data`).
 
 What counts as a secret: the values of the key variables the backends read (and any environment
 variable named like a key or token), credentials of a URL (``--base-url``, ``OPENAI_BASE_URL``: its
-user and password, a key in its query), keys the harness makes itself (a launched vLLM server's),
-and anything shaped like one (``Bearer ...``, ``Basic ...``, ``sk-...``, a URL's ``user:pass@`` or
-``?api_key=``), because a server's error body may echo a header the harness never saw as text.
-Known secrets are masked however short, in clear and in the forms a request carries them
-(URL-encoded, base64 of ``user:pass``, JSON-escaped); short ones (under 6 characters) only as a
-whole word, so that masking "abc" leaves "abcdef" alone.
+user and password, a key in its query or its fragment), keys the harness makes itself (a launched
+vLLM server's), and anything shaped like one (``Bearer ...``, ``Basic ...``, ``sk-...``, a URL's
+``user:pass@``, ``?api_key=`` or ``#token=``), because a server's error body may echo a header the
+harness never saw as text. Known secrets are masked however short, in clear and in the forms a
+request or an echo carries them (URL-encoded, base64 of ``user:pass``, JSON-escaped, base64 of the
+key wherever it sits in what was encoded); short ones (under 6 characters) only as a whole word, so
+that masking "abc" leaves "abcdef" alone.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ _SHAPES = re.compile(
 )
 _BASIC = re.compile(r"(?i:basic)\s+([A-Za-z0-9+/]{4,}={0,2})")  # masked when it decodes to user:pass
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
-_URL_QUERY_CREDENTIAL = re.compile(r"(?i)([?&][A-Za-z0-9_.-]*" + _CREDENTIAL_WORDS + r"=)[^&#\s\"']+")
+# in a query or a fragment (``#token=...``: never sent, but written wherever the URL is)
+_URL_QUERY_CREDENTIAL = re.compile(r"(?i)([?&#][A-Za-z0-9_.-]*" + _CREDENTIAL_WORDS + r"=)[^&#\s\"']+")
 
 _lock = threading.Lock()
 _registered: set[str] = set()
@@ -60,9 +62,34 @@ def _is_secret(value: str | None) -> bool:
 
 
 def _encoded_forms(value: str) -> set[str]:
-    """``value`` as it may appear in a URL, a form or a JSON text."""
+    """``value`` as it may appear in a URL, a form, a JSON text or base64 (``_base64_forms``)."""
     forms = {value, quote(value, safe=""), quote(value), quote_plus(value)}
-    return forms | {json.dumps(value, ensure_ascii=as_ascii)[1:-1] for as_ascii in (True, False)}
+    forms |= {json.dumps(value, ensure_ascii=as_ascii)[1:-1] for as_ascii in (True, False)}
+    return forms | _base64_forms(value)
+
+
+_URLSAFE = str.maketrans("+/", "-_")
+_MIN_BASE64 = 8  # shorter runs of base64 would mask ordinary words
+
+
+def _base64_core(data: bytes, shift: int) -> str:
+    """The base64 characters that ``data`` alone decides when it starts ``shift`` bytes (0, 1, 2)
+    into a 3-byte group of whatever was encoded: the same wherever such an encoding holds it."""
+    encoded = base64.b64encode(b"\0" * shift + data).decode()
+    return encoded[-(-8 * shift // 6) : 8 * (shift + len(data)) // 6]
+
+
+def _base64_forms(value: str) -> set[str]:
+    """``value`` as any base64 text holding it shows it (a server echoing the Authorization header
+    base64-encoded, a JSON body with the header inside, encoded whole): at each of the three byte
+    alignments, in the standard and the URL-safe alphabet. ``Bearer value`` too, for a key too short
+    for its own characters to be told from ordinary text (a longer key's core is inside that form)."""
+    data = value.encode("utf-8", "surrogatepass")
+    cores = {_base64_core(data, shift) for shift in range(3)}
+    if min(map(len, cores)) < _MIN_BASE64:
+        cores = {_base64_core(b"Bearer " + data, shift) for shift in range(3)}
+    forms = cores | {core.translate(_URLSAFE) for core in cores}
+    return {form for form in forms if len(form) >= _MIN_BASE64}
 
 
 def register_secret(value: str | None) -> None:
@@ -231,7 +258,7 @@ def _credential_params(query: str) -> list[tuple[str, str]]:
 def url_secrets(url: str | None) -> set[str]:
     """The credentials ``url`` carries, in every form a request or a log line shows them: user and
     password (raw and decoded), the base64 ``user:pass`` of the Basic auth an HTTP client makes of
-    them, the values of key parameters of its query."""
+    them, the values of key parameters of its query and its fragment, the fragment itself."""
     try:
         parts = urlsplit(url or "")
     except ValueError:
@@ -245,9 +272,11 @@ def url_secrets(url: str | None) -> set[str]:
                 values |= _encoded_forms(raw) | _encoded_forms(unquote(raw))
         pair = f"{unquote(user)}:{unquote(password)}".encode()
         values.add(base64.b64encode(pair).decode())
-    for _, raw in _credential_params(parts.query):
+    for _, raw in _credential_params(parts.query) + _credential_params(parts.fragment):
         if _is_secret(raw):
             values |= _encoded_forms(raw) | _encoded_forms(unquote_plus(raw))
+    if len(parts.fragment) >= _SHORT:  # "#sk-..." holds no name=value to tell a key by
+        values |= _encoded_forms(parts.fragment)
     return {v for v in values if _is_secret(v)}
 
 
@@ -264,6 +293,10 @@ def url_credential_problem(url: str | None) -> str | None:
     names = [unquote_plus(name) for name, _ in _credential_params(parts.query)]
     if names:
         return f"a key in its query ({', '.join(names)})"
+    if "#" in (url or ""):
+        # never sent to a server (so no key it holds would reach one), but recorded with the URL,
+        # and the request paths an SDK appends would land inside it
+        return "a fragment (#...: a URL's fragment is never sent to the server)"
     return None
 
 
@@ -283,14 +316,15 @@ def _strip_one(url: str) -> str:
     if _credential_params(query):
         kept = [p for p in query.split("&") if p and not _CREDENTIAL_PARAM.search(unquote_plus(p.partition("=")[0]))]
         query = "&".join(kept)
-    if netloc == parts.netloc and query == parts.query:
+    # a fragment is never sent to a server: nothing of it is recorded (it may hold a "#token=")
+    if netloc == parts.netloc and query == parts.query and "#" not in url:
         return url
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
 def strip_credentials(url: str | None) -> str | None:
-    """``http://user:pass@host/v1?api_key=K&x=1`` -> ``http://host/v1?x=1``: what is recorded, hashed
-    and printed. A comma list of URLs (several servers) is stripped URL by URL."""
+    """``http://user:pass@host/v1?api_key=K&x=1#token=T`` -> ``http://host/v1?x=1``: what is recorded,
+    hashed and printed. A comma list of URLs (several servers) is stripped URL by URL."""
     if not url:
         return url
     if "," in url:

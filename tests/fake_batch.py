@@ -270,7 +270,8 @@ def _vllm_serve(args: list[str]) -> int:
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     model, port = args[1], int(args[args.index("--port") + 1])
-    key = args[args.index("--api-key") + 1] if "--api-key" in args else None
+    # as vLLM: ``args.api_key or [envs.VLLM_API_KEY]`` (vllm/entrypoints/openai/api_server.py build_app)
+    key = args[args.index("--api-key") + 1] if "--api-key" in args else os.environ.get("VLLM_API_KEY") or None
 
     class Handler(BaseHTTPRequestHandler):
         def _send(self, status: int, payload: Any) -> None:

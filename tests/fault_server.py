@@ -15,7 +15,9 @@ waits long, the whole takes ages), ``gzip-bomb`` (``Content-Encoding: gzip``, ``
 whitespace then a good answer, inflating ~1000x), ``oversize`` (``huge`` chunked, with no
 Content-Length to refuse it by), ``html-200`` (a proxy's HTML page with status 200),
 ``null-message`` (``message: null``; Anthropic: ``content: null``), ``list-content`` and
-``number-content`` (``content`` a list of parts / a number; Anthropic: a string / a number).
+``number-content`` (``content`` a list of parts / a number; Anthropic: a string / a number),
+``deep-json`` (200 whose body is a JSON list nested 200,000 levels deep), ``absurd-usage`` (a good
+answer reporting 10^30 prompt and completion tokens).
 
 Requests to ``.../messages`` are answered in Anthropic's shape, the others in OpenAI's;
 ``.../count_tokens`` is answered without taking a fault. Every answer reports ``usage``: prompt and
@@ -239,6 +241,14 @@ class FaultServer(LoopbackServer):
             h._send(200, page, content_type="text/html; charset=utf-8")
         elif fault in ("null-message", "list-content", "number-content"):
             h._send(200, self._malformed(body, fault))
+        elif fault == "deep-json":
+            h._send(200, b"[" * 200_000 + b"]" * 200_000)
+        elif fault == "absurd-usage":
+            data = json.loads(self.completion(body, self.answer))
+            usage = data["usage"]
+            for key in ("input_tokens", "output_tokens") if body.get("_anthropic") else ("prompt_tokens", "completion_tokens"):
+                usage[key] = 10**30
+            h._send(200, json.dumps(data).encode())
         elif fault == "401-echo":
             auth = h.headers.get("Authorization", "") or h.headers.get("x-api-key", "")
             error(401, f"Incorrect API key provided: {auth}. You can find your API key at https://example.test")

@@ -120,6 +120,22 @@ def test_describe_and_cache_identity(server):
 
 
 @pytest.mark.slow
+def test_the_server_key_is_in_its_environment_never_its_command_line(server):
+    """Any local user reads a process's command line (ps, /proc/PID/cmdline); only its owner reads
+    /proc/PID/environ. The real llama-cpp-python server takes the key from API_KEY and enforces it."""
+    import httpx
+
+    key, pid = server.api_key(), server.launcher.pid
+    cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+    assert key.encode() not in cmdline and b"api_key" not in cmdline
+    assert key not in server.launcher.shown_command()
+    assert f"API_KEY={key}".encode() in open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+    models = server.launcher.url + "/v1/models"
+    assert httpx.get(models, trust_env=False).status_code == 401  # the key from the environment is in force
+    assert httpx.get(models, headers={"Authorization": f"Bearer {key}"}, trust_env=False).status_code == 200
+
+
+@pytest.mark.slow
 def test_override_overflow_and_close():
     backend = create_backend("llamacpp-server/smollm2", BackendOptions(context_size=256, max_attempts=3))
     assert backend.context_size() == 256

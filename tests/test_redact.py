@@ -101,3 +101,50 @@ def test_files_stay_valid_json_when_a_short_key_looks_like_a_value(monkeypatch, 
     write_json_atomic(tmp_path / "r.json", {"limit": 1, "error": "key 1 refused", "1": "x"})
     assert json.loads((tmp_path / "r.json").read_text()) == {"limit": 1, "error": f"key {MASK} refused", MASK: "x"}
     assert redact_data({"k": ['say "1"']}) == {"k": [f'say "{MASK}"']}
+
+
+def test_a_key_base64_encoded_is_masked_at_every_alignment_with_and_without_bearer(monkeypatch, tmp_path):
+    key = "sk-proj-B64EchoedKey0123456789abcdef"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    shown = []
+    for prefix in ("", "Bearer ", "x", "xy", "Authorization: Bearer ", '{"authorization": "Bearer '):
+        for encode in (base64.b64encode, base64.urlsafe_b64encode):
+            for suffix in ("", '"}', "!"):
+                encoded = encode((prefix + key + suffix).encode()).decode()
+                text = redact(f"the server said: {encoded}")
+                assert MASK in text and encoded not in text, (prefix, text)
+                shown.append(text)
+                # what is left of the encoding decodes to no part of the key longer than 3 characters
+                rest = text.rsplit(" ", 1)[1].replace(MASK, " ").split()
+                for piece in rest:
+                    for cut in range(4):
+                        try:
+                            decoded = base64.b64decode(piece[cut:] + "==", altchars=b"-_").decode("latin-1")
+                        except ValueError:
+                            continue
+                        assert not any(key[i : i + 4] in decoded for i in range(len(key) - 3)), (piece, decoded)
+    # in files, through the same masking (values, keys' JSON forms)
+    echoed = base64.b64encode(f"Bearer {key}".encode()).decode()
+    write_json_atomic(tmp_path / "a.json", {"answer": f"you sent {echoed}"})
+    assert echoed not in (tmp_path / "a.json").read_text() and MASK in (tmp_path / "a.json").read_text()
+
+
+def test_a_short_key_base64_encoded_is_masked_in_its_bearer_form_only(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "k3Y")
+    for prefix in (b"", b"Authorization: ", b"x-"):
+        echoed = base64.b64encode(prefix + b"Bearer k3Y").decode()
+        shown = redact(echoed)
+        head = shown.split(MASK)[0]
+        assert MASK in shown and b"Bearer" not in base64.b64decode(head + "=" * (-len(head) % 4) or ""), shown
+    ordinary = base64.b64encode(b"an ordinary line of text, k3Y apart").decode()
+    assert redact(ordinary) == ordinary  # the key's own 4 base64 characters are too short to mask alone
+
+
+def test_a_fragment_is_refused_stripped_and_masked():
+    assert "a fragment" in url_credential_problem("http://h:8/v1#token=T0k3n")
+    assert "a fragment" in url_credential_problem("http://h:8/v1#")
+    assert strip_credentials("http://u:p@h:8/v1?x=1&api_key=K#token=T0k3n") == "http://h:8/v1?x=1"
+    assert strip_credentials("http://h:8/v1#sk-bare") == "http://h:8/v1"
+    assert redact("see http://h/v1#token=T0k3n&x=1") == f"see http://h/v1#token={MASK}&x=1"
+    register_url_credentials("http://h:8/v1#sk-fragment-only-key")  # no name=value: the whole fragment
+    assert redact("echo sk-fragment-only-key") == f"echo {MASK}"

@@ -61,14 +61,16 @@ def _run(*extra: str, out: Path | None = None, model: str = "openai/m") -> list[
 
 
 @pytest.mark.parametrize("source", ["flag", "env"])
-@pytest.mark.parametrize("credential", ["userinfo", "query"])
+@pytest.mark.parametrize("credential", ["userinfo", "query", "fragment"])
 def test_a_url_with_a_credential_is_refused_and_never_shown(tmp_path, source, credential):
     with FakeServer(_echo_auth) as server:
         host = server.url.split("//", 1)[1]
         if credential == "userinfo":
             url, secrets = f"http://{USER}:{PASSWORD_IN_URL}@{host}/v1", _forms(PASSWORD, PASSWORD_IN_URL, USER)
-        else:
+        elif credential == "query":
             url, secrets = f"{server.url}/v1?x=1&api_key={QUERY_KEY}", [QUERY_KEY]
+        else:  # never sent to a server, but it was written to config, results and the leaderboard
+            url, secrets = f"{server.url}/v1#token={QUERY_KEY}", [QUERY_KEY]
         flag = ("--base-url", url) if source == "flag" else ()
         env = {"OPENAI_API_KEY": "sk-the-real-key-0123456789", "HARNESS_CACHE_DIR": str(tmp_path / "cache")}
         if source == "env":
@@ -77,7 +79,7 @@ def test_a_url_with_a_credential_is_refused_and_never_shown(tmp_path, source, cr
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.strip().splitlines()  # one line, no traceback, no log line before it
     where = "--base-url" if source == "flag" else "OPENAI_BASE_URL"
-    problem = "user or password" if credential == "userinfo" else "a key in its query (api_key)"
+    problem = {"userinfo": "user or password", "query": "a key in its query (api_key)", "fragment": "a fragment"}[credential]
     assert line.startswith("error: ") and where in line and problem in line and "OPENAI_API_KEY" in line
     assert f"'{server.url}/v1" in line  # the URL is named, stripped of its credential
     assert server.requests == []  # refused before anything is sent: no Basic auth in place of the key
@@ -101,6 +103,35 @@ def test_the_server_gets_the_key_and_a_short_key_echoed_back_is_masked_everywher
     shown = proc.stdout + proc.stderr + board.stdout + board.stderr + _all_files(tmp_path)
     assert SHORT_KEY not in shown
     assert "HTTP Request" in proc.stderr  # -v did log the requests
+
+
+def _echo_auth_base64(method, path, headers, body):
+    """A server that answers with the Authorization header it received, base64-encoded (as some
+    gateways' debug echoes do), in both alphabets and at another alignment."""
+    if not path.endswith("/chat/completions"):
+        return 200, {}, {"object": "list", "data": [{"id": "m", "max_model_len": 4096}]}
+    auth = headers.get("authorization", "").encode()
+    said = " ".join(encode(prefix + auth).decode() for prefix in (b"", b"h:") for encode in
+                    (base64.b64encode, base64.urlsafe_b64encode))  # fmt: skip
+    return 200, {}, _answer(f"you sent {said}")
+
+
+def test_a_key_echoed_base64_encoded_is_masked_everywhere(tmp_path):
+    key = "sk-proj-Base64Echo+/Key0123456789abcdefgh"
+    env = {"OPENAI_API_KEY": key, "HARNESS_CACHE_DIR": str(tmp_path / "cache")}
+    with FakeServer(_echo_auth_base64) as server:
+        proc = run_harness(*_run("--base-url", f"{server.url}/v1", "-v", out=tmp_path / "runs" / "a"), env=env)
+        assert proc.returncode == 0, proc.stderr
+        board = run_harness("leaderboard", str(tmp_path / "runs"), "--out", str(tmp_path / "board.json"), env=env)
+    assert board.returncode == 0, board.stderr
+    sent = f"Bearer {key}".encode()
+    forms = [encode(prefix + sent).decode() for prefix in (b"", b"h:") for encode in
+             (base64.b64encode, base64.urlsafe_b64encode)]  # fmt: skip
+    samples = (tmp_path / "runs" / "a" / "samples.jsonl").read_text()
+    assert samples.count(MASK) >= 4  # the echo reached the file, masked
+    shown = proc.stdout + proc.stderr + board.stdout + board.stderr + _all_files(tmp_path)
+    for form in forms:
+        assert form not in shown and form[8:40] not in shown, form
 
 
 def test_two_endpoints_are_two_runs_and_the_second_server_answers(tmp_path, monkeypatch):

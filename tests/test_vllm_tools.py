@@ -44,7 +44,7 @@ def launch(model: str, native: bool = False, **options):
 def added(backend) -> list[str]:
     """What the launch command holds after the engine seed: the parser flags, then --server-arg's."""
     argv = backend.command(8000, "/usr/bin/vllm")
-    head = ["/usr/bin/vllm", "serve", backend.model, "--host", "127.0.0.1", "--port", "8000", "--api-key", backend._key]
+    head = ["/usr/bin/vllm", "serve", backend.model, "--host", "127.0.0.1", "--port", "8000"]  # the key in VLLM_API_KEY
     assert argv[: len(head)] == head
     rest = argv[len(head) :]
     if backend.options.context_size:
@@ -202,6 +202,36 @@ def test_a_launched_server_gets_the_flags_and_answers_tool_calls(stand_in, tmp_p
     (argv,) = [json.loads(x) for x in stand_in.read_text().splitlines()]
     assert argv[:2] == ["serve", "Qwen/Qwen3-0.6B"]
     assert argv[-5:] == [*TOOLS, "hermes", "--reasoning-parser", "qwen3"]
+
+
+@pytest.mark.slow  # launches the stand-in server
+def test_a_launched_server_gets_its_key_in_the_environment_never_on_its_command_line(stand_in, tmp_path):
+    """vLLM takes ``args.api_key or [envs.VLLM_API_KEY]`` (vllm/entrypoints/openai/api_server.py
+    build_app), as the stand-in does: the key stays out of ps and /proc/PID/cmdline."""
+    import httpx
+
+    backend = launch("Qwen/Qwen3-0.6B")
+    backend.log_dir = tmp_path / "logs"
+
+    async def go():
+        await backend.start()
+        try:
+            pid, key = backend.launcher.pid, backend.api_key()
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+            environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            models = backend.launcher.url + "/v1/models"
+            unauthorized = httpx.get(models, trust_env=False).status_code
+            answer = await backend.generate(ASK, GenerationParams(max_tokens=16))
+            return key, cmdline, environ, unauthorized, answer
+        finally:
+            await backend.close()
+
+    key, cmdline, environ, unauthorized, answer = asyncio.run(go())
+    assert len(key) == 32 and key.encode() not in cmdline and b"--api-key" not in cmdline
+    assert f"VLLM_API_KEY={key}".encode() in environ
+    assert unauthorized == 401 and answer.content  # the key from the environment is in force
+    (argv,) = [json.loads(x) for x in stand_in.read_text().splitlines()]
+    assert key not in json.dumps(argv)
 
 
 @pytest.mark.slow

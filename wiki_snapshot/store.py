@@ -58,6 +58,17 @@ TITLE_ROWS = SIMILAR_TITLES["rows"]
 TITLE_SCORED = SIMILAR_TITLES["scored"]
 TITLE_DF_CAP = 5000  # counting a word's titles stops here (the count only orders words, rarest first)
 REQUIRED_TABLES = ("pages", "redirects", "metadata")
+# the columns the reader asks of each table (of the optional ones, where the table is there): a file
+# with the tables' names but other columns is refused when opened, not in every sample's first lookup
+READ_COLUMNS = {
+    "metadata": ("key", "value"),
+    "pages": ("pageid", "revid", "title", "text", "timestamp", "title_key"),
+    "redirects": ("title", "target", "fragment", "title_key"),
+    "title_index": ("id", "title", "pageid"),
+    "pages_fts": ("title", "text"),
+    "titles_fts": ("title",),
+    "titles_trigram": ("title",),
+}
 
 # Words too common to help a bm25 OR-query (kept when the query has nothing else).
 _STOPWORDS = frozenset(
@@ -616,6 +627,16 @@ def remove_dead_leftovers(directory: Path, pattern: re.Pattern) -> list[str]:
 
 
 # reader ------------------------------------------------------------------------------------
+def _missing_columns(con: sqlite3.Connection, tables: set[str]) -> list[str]:
+    """``TABLE.COLUMN`` for each column the reader asks of a table the file holds that it lacks."""
+    lacking = []
+    for table, columns in READ_COLUMNS.items():
+        if table in tables:
+            have = {row[1] for row in con.execute(f"PRAGMA table_info({table})")}
+            lacking += [f"{table}.{column}" for column in columns if column not in have]
+    return lacking
+
+
 class Snapshot:
     """A read-only snapshot. Thread-safe (one connection, one lock)."""
 
@@ -651,6 +672,14 @@ class Snapshot:
         if missing:
             con.close()
             raise SnapshotError(f"{p}: not a wiki snapshot (missing table(s): {', '.join(missing)})")
+        try:
+            lacking = _missing_columns(con, tables)
+        except sqlite3.DatabaseError as exc:
+            con.close()
+            raise SnapshotError(f"{p}: not a wiki snapshot (its tables cannot be read: {exc})") from None
+        if lacking:
+            con.close()
+            raise SnapshotError(f"{p}: not a wiki snapshot (missing column(s): {', '.join(lacking)})")
         try:
             meta = {}
             for key, value in con.execute("SELECT key, value FROM metadata"):

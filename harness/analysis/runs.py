@@ -153,7 +153,7 @@ def load_rows(run_dir: str | Path) -> SampleRows:
         if row is not None:
             out.finished[key] = row
     if (run_dir / FAILURES_FILE).exists():
-        for _, record in iter_jsonl(run_dir / FAILURES_FILE, strict=False):
+        for _, record in iter_jsonl(run_dir / FAILURES_FILE, torn_tail=True):
             row = _row(record)
             if row is None:
                 continue

@@ -92,7 +92,7 @@ def _rows(path: Path) -> list[dict[str, Any]]:
     never repaired in place."""
     if not path.exists():
         return []
-    return [r for _, r in iter_jsonl(path, strict=False) if isinstance(r.get("id"), str)]
+    return [r for _, r in iter_jsonl(path, torn_tail=True) if isinstance(r.get("id"), str)]
 
 
 def read_shard(path: Path) -> Shard:

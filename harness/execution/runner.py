@@ -822,7 +822,7 @@ class Run:
         for name in (SAMPLES_FILE, FAILURES_FILE):
             path = self.run_dir / name
             if path.exists():
-                for _, record in iter_jsonl(path, strict=False):
+                for _, record in iter_jsonl(path, torn_tail=True):
                     yield record
 
     # results ---------------------------------------------------------------------

@@ -319,7 +319,7 @@ def _unfinished_of(
     failures = {}
     path = run_dir / FAILURES_FILE
     if path.exists():
-        for _, row in iter_jsonl(path, strict=False):
+        for _, row in iter_jsonl(path, torn_tail=True):
             if row.get("status") == "error" and isinstance(row.get("id"), str):
                 key = work_key(row["id"], record_epoch(row))
                 if key not in finished:

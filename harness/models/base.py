@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_serializer
 
 from harness.errors import ModelError, TransientModelError
+from harness.models.usage_bounds import check_usage
 from harness.redact import register_url_credentials, split_urls, strip_credentials, url_credential_problem
 from harness.registry import Registry
 from harness.text import counted_as_sent, sendable
@@ -313,6 +314,9 @@ class ModelBackend(ABC):
     # the reasoning knobs (GenerationParams fields) this backend sends; one it does not send is refused
     # before anything runs (check_params), never ignored
     reasoning_knobs: ClassVar[frozenset[str]] = frozenset()
+    # whether a reply's usage is held to what its request could use (harness.models.usage_bounds);
+    # off only where the usage is made up by hand (the scripted backend's scripts)
+    checks_usage: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -386,22 +390,43 @@ class ModelBackend(ABC):
             attempts += 1
             limiter = self.limiter
             if limiter is None:
-                return await self._generate(messages, params, tools, tool_choice)
-            # the slot is held for the request only: a Retry-After wait happens outside it
-            async with waiting_for_turn(limiter.slot()) as slot:
-                try:
-                    response = await self._generate(messages, params, tools, tool_choice)
-                except TransientModelError as exc:
-                    if exc.status == 429:
-                        limiter.throttled(slot)
-                    raise
-                limiter.succeeded()
-                return response
+                response = await self._generate(messages, params, tools, tool_choice)
+            else:
+                # the slot is held for the request only: a Retry-After wait happens outside it
+                async with waiting_for_turn(limiter.slot()) as slot:
+                    try:
+                        response = await self._generate(messages, params, tools, tool_choice)
+                    except TransientModelError as exc:
+                        if exc.status == 429:
+                            limiter.throttled(slot)
+                        raise
+                    limiter.succeeded()
+            self.check_usage(response, params, messages, tools)
+            return response
 
         response = await retrying(once, self.options.max_attempts, self.options.retry_max_wait)
         response.latency_s = time.monotonic() - start
         response.attempts = attempts
         return response
+
+    def check_usage(self, response: ModelResponse, params: GenerationParams, messages: Any, tools: Any) -> None:
+        """Refuse (``TransientModelError``: a malformed reply, retried, never priced) a reply reporting
+        usage its request could not have used (``harness.models.usage_bounds``)."""
+        if self.checks_usage:
+            where = f"{getattr(self, 'prefix', type(self).__name__)}/{self.model}"
+            check_usage(response, params.max_tokens, messages, tools, self.usage_context, where)
+
+    def usage_context(self) -> int | None:
+        """The most tokens one request of this model can hold, for judging a reply's usage: the larger
+        of its working context (``--context-size``, the server's) and its documented maximum; looked up
+        once it is known (a model file's header is read once, not per reply)."""
+        known = self.__dict__.get("_usage_context")
+        if known is None:
+            sizes = [size for size in (self.context_size(), self.max_context_size()) if size]
+            known = max(sizes) if sizes else None
+            if known is not None:
+                self._usage_context = known
+        return known
 
     def _sendable(self, messages: list[dict[str, Any]], tools: Any) -> tuple[list[dict[str, Any]], Any]:
         """``messages`` and ``tools`` as sent: a lone surrogate (a "\\ud800" escape in an earlier reply

@@ -107,6 +107,8 @@ class Request:
     hash: str
     future: asyncio.Future
     tries: int = 0
+    # refuses a result whose usage its request could not have used (ModelBackend.check_usage)
+    check: Callable[[ModelResponse], None] | None = None
 
 
 @dataclass(eq=False)
@@ -376,6 +378,7 @@ class Batcher:
 
         body = build()
         req = Request(origin, build, body, request_hash(body), asyncio.get_running_loop().create_future())
+        req.check = lambda response: self.backend.check_usage(response, params, messages, tools)
         started = time.monotonic()
         claim = self.store.claim(origin, req.hash)
         if claim is not None:
@@ -563,6 +566,8 @@ class Batcher:
         if result.get("status") == 200:
             try:
                 response = self.provider.parse(result.get("body"), where)
+                if req.check is not None:
+                    req.check(response)
             except TransientModelError as exc:
                 self._failed(req, exc)
                 return

@@ -36,6 +36,7 @@ from harness.models.http_reply import (
     ReplyRejected,
     ReplyTooLarge,
     capped_event_hooks,
+    loads_reply,
     mib,
     reply_json,
     within_deadline,
@@ -387,7 +388,7 @@ class HttpBatchAPI:
             raise TransientModelError(f"connection to {where} failed: {_one_line(exc or type(exc).__name__)}") from exc
         if resp.status_code >= 300:
             try:
-                payload = resp.json()
+                payload = loads_reply(resp.content)
             except ValueError:
                 payload = resp.text
             raise status_error(resp.status_code, _error_text(payload), f"{where} ({method} {urlsplit(url).path})")
@@ -448,8 +449,8 @@ def _parsed(line: bytes | LongLine, where: str) -> Any:
     if not line.strip():
         return None
     try:
-        return json.loads(line.decode("utf-8"))
-    except ValueError:  # UnicodeDecodeError included
+        return loads_reply(line.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError and nesting past any reply's depth included
         return None
 
 
@@ -470,7 +471,7 @@ async def _error_head(resp: Any, limit: int = 64 * 1024) -> str:
             break
     text = bytes(head[:limit]).decode("utf-8", "replace")
     try:
-        return _error_text(json.loads(text))
+        return _error_text(loads_reply(text))
     except ValueError:
         return _error_text(text)
 

@@ -316,12 +316,48 @@ def reply_json(http_response: Any, where: str) -> Any:
     return body_json(http_response.status_code, http_response.headers, http_response.content, where)
 
 
+# The deepest nesting a server's JSON may have. A chat reply is ~6 levels deep, a tool's arguments a
+# few more; what the harness keeps of a reply is written to records and read back by pydantic, whose
+# parser stops at 200 levels (the response cache), and Python's json stops near 1,000 (RecursionError).
+MAX_REPLY_DEPTH = 100
+
+
+def loads_reply(content: bytes | str) -> Any:
+    """A server's JSON text parsed, or ValueError where it is not JSON or is nested deeper than
+    ``MAX_REPLY_DEPTH`` (json.loads raises RecursionError past ~1,000 levels, no ValueError; a
+    reply a few hundred deep parses, but no record of it could be written and read back)."""
+    try:
+        value = json.loads(content)
+    except RecursionError:
+        raise ValueError(f"nested deeper than {MAX_REPLY_DEPTH} levels") from None
+    if nested_deeper(value, content, MAX_REPLY_DEPTH):
+        raise ValueError(f"nested deeper than {MAX_REPLY_DEPTH} levels")
+    return value
+
+
+def nested_deeper(value: Any, text: bytes | str, limit: int) -> bool:
+    """Whether ``value`` (parsed from ``text``) nests lists and objects more than ``limit`` deep. A
+    text with at most ``limit`` brackets cannot (counted in C: nearly every reply); the others are
+    walked without recursion."""
+    opening = (b"[", b"{") if isinstance(text, bytes) else ("[", "{")
+    if text.count(opening[0]) + text.count(opening[1]) <= limit:
+        return False
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
 def body_json(status: int, headers: Any, content: bytes, where: str) -> Any:
     """``reply_json`` of a reply's status, headers and body bytes."""
     content_type = headers.get("content-type", "").split(";")[0].strip().lower()
     try:
-        return json.loads(content)
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        return loads_reply(content)
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, too deep
         if content_type and "json" not in content_type:
             raise TransientModelError(f"{where}: reply {status} is {content_type}, not JSON") from None
         detail = " ".join(str(exc).split())[:200]
@@ -343,6 +379,9 @@ __all__ = [
     "capped_event_hooks",
     "capped_sdk_http_client",
     "json_kind",
+    "loads_reply",
+    "MAX_REPLY_DEPTH",
+    "nested_deeper",
     "reply_json",
     "resolve_http_client",
     "within_deadline",

@@ -28,6 +28,7 @@ from typing import Any, Callable, Mapping, Sequence
 import httpx
 
 from harness.errors import ModelError, ProcessDiedError, describe_exit
+from harness.models.http_reply import loads_reply
 from harness.redact import strip_credentials
 
 log = logging.getLogger(__name__)
@@ -419,8 +420,8 @@ async def attach(
     if resp.status_code != 200:
         raise ModelError(f"cannot reach {what} at {url}: GET {shown} answered HTTP {resp.status_code}")
     try:
-        return resp.json()
-    except ValueError:
+        return loads_reply(resp.content)
+    except ValueError:  # not JSON, or nested past any reply's depth
         raise ModelError(f"cannot reach {what} at {url}: GET {shown} did not return JSON") from None
 
 

@@ -29,9 +29,11 @@ import httpx
 from harness.errors import ModelError
 from harness.models.base import available_cores, register_backend
 from harness.models.gguf import gguf_trained_context
+from harness.models.http_reply import loads_reply
 from harness.models.launcher import ServerLauncher
 from harness.models.llama_child import repack_identity, reported_weight_repack
 from harness.models.openai_compat import OpenAICompatibleBackend
+from harness.redact import register_secret
 
 FALLBACK_N_CTX = 4096
 SERVER_SLOTS = 1  # llama_cpp.server serializes requests (one global lock, no n_parallel option)
@@ -78,6 +80,7 @@ class LlamaCppServerBackend(OpenAICompatibleBackend):
         self.base_url = None  # set once launched
         self.launcher: ServerLauncher | None = None
         self._api_key = secrets.token_hex(16)  # keeps other local users off our server
+        register_secret(self._api_key)  # masked as vLLM's is, should the server ever echo it
         self._n_ctx: int | None = None
         self._tokenize_overhead: int | None = None
         self._weight_repack: dict[str, Any] | None = None  # as the server's process decided it
@@ -119,7 +122,6 @@ class LlamaCppServerBackend(OpenAICompatibleBackend):
             "--host", "127.0.0.1",
             "--port", str(port),
             "--n_ctx", str(self.n_ctx()),
-            "--api_key", self._api_key,
         ]  # fmt: skip
         threads = str(self.n_threads())
         argv += ["--n_threads", threads, "--n_threads_batch", threads]
@@ -155,6 +157,11 @@ class LlamaCppServerBackend(OpenAICompatibleBackend):
             startup_timeout=self.options.startup_timeout,
             headers={"Authorization": f"Bearer {self._api_key}"},
             unset_env=("HOST", "PORT", "CONFIG_FILE", "API_KEY", "MODEL"),
+            # the key in the server's environment, not its argv: any local user reads a command line
+            # (ps, /proc/PID/cmdline), only its owner /proc/PID/environ. llama-cpp-python's server reads
+            # it there: ServerSettings.api_key, a pydantic-settings BaseSettings field with no prefix
+            # (abetlen/llama-cpp-python llama_cpp/server/settings.py, commit 3dcbc1da; 0.3.36 installed)
+            env={"API_KEY": self._api_key},
             grace_period=10.0,
             redact=(self._api_key,),
         )
@@ -185,7 +192,7 @@ class LlamaCppServerBackend(OpenAICompatibleBackend):
                 trust_env=False,
             )
             resp.raise_for_status()
-            return list(resp.json()["tokens"])
+            return list(loads_reply(resp.content)["tokens"])
         except (httpx.HTTPError, KeyError, ValueError) as exc:
             if isinstance(exc, httpx.TransportError):
                 died = self.launcher.exit_error_within(self.server_process_name())

@@ -62,6 +62,7 @@ from harness.models.http_reply import (
     caused_by,
     env_proxy,
     json_kind,
+    loads_reply,
     read_capped,
     reply_json,
     resolve_http_client,
@@ -260,8 +261,8 @@ class StatusReply(Exception):
         text = content.decode("utf-8", errors="replace").strip()
         message, body = f"Error code: {status}", text
         try:
-            body = json.loads(text)
-        except ValueError:
+            body = loads_reply(text)
+        except ValueError:  # not JSON, or nested past any reply's depth
             pass
         else:
             error = body.get("error", body) if isinstance(body, Mapping) else None
@@ -365,7 +366,7 @@ async def discover_context_size(
     async def get_json(client: Any, target: str) -> Any:
         try:
             resp = await client.get(target)
-            return resp.json() if resp.status_code == 200 else None
+            return loads_reply(resp.content) if resp.status_code == 200 else None
         except (httpx.HTTPError, ValueError, TransientModelError):
             return None
 

@@ -139,6 +139,7 @@ class ScriptedBackend(ModelBackend):
 
     prefix = "scripted"
     bills_per_token = False  # no provider: free unless a price table prices it
+    checks_usage = False  # a script's usage is the test's own figures, not a server's claim
 
     def __init__(self, model: str, options: BackendOptions):
         super().__init__(model, options)

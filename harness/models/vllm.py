@@ -32,6 +32,7 @@ import yaml
 from harness.errors import ContextOverflowError, ModelError
 from harness.models.base import register_backend
 from harness.models.facts import ModelFacts, default_table, facts_for
+from harness.models.http_reply import loads_reply
 from harness.models.launcher import ServerLauncher, api_base, attach, server_root
 from harness.models.openai_compat import OpenAICompatibleBackend
 from harness.redact import register_secret, strip_credentials
@@ -208,7 +209,8 @@ class VLLMBackend(OpenAICompatibleBackend):
         return self._served_id or self.model
 
     def command(self, port: int, executable: str) -> list[str]:
-        argv = [executable, "serve", self.model, "--host", "127.0.0.1", "--port", str(port), "--api-key", self._key]
+        # no --api-key: the key goes in VLLM_API_KEY (start), where no other local user can read it
+        argv = [executable, "serve", self.model, "--host", "127.0.0.1", "--port", str(port)]
         if self.options.context_size:
             argv += ["--max-model-len", str(self.options.context_size)]
         if "--seed" not in self.options.server_args:
@@ -254,6 +256,11 @@ class VLLMBackend(OpenAICompatibleBackend):
                 startup_timeout=self.options.startup_timeout,
                 headers=self._headers(),
                 unset_env=("VLLM_API_KEY", "VLLM_PORT", "VLLM_HOST_IP"),
+                # the key in the environment, not argv (ps, /proc/PID/cmdline show argv to any local
+                # user): vLLM takes ``args.api_key or [envs.VLLM_API_KEY]`` (vllm-project/vllm
+                # vllm/entrypoints/openai/api_server.py build_app, commit 0001948b; vllm/envs.py
+                # "VLLM_API_KEY", commit 001f69f8)
+                env={"VLLM_API_KEY": self._key} if self._key else None,
                 grace_period=30.0,  # vLLM frees GPU memory on SIGTERM; give it time
                 redact=(self._key or "",),
             )
@@ -301,7 +308,7 @@ class VLLMBackend(OpenAICompatibleBackend):
         try:
             async with httpx.AsyncClient(timeout=5.0, headers=self._headers(), trust_env=False) as client:
                 resp = await client.get(server_root(url) + "/version")
-            return resp.json().get("version") if resp.status_code == 200 else None
+            return loads_reply(resp.content).get("version") if resp.status_code == 200 else None
         except (httpx.HTTPError, ValueError, AttributeError):
             return None
 
@@ -330,7 +337,7 @@ class VLLMBackend(OpenAICompatibleBackend):
                 trust_env=False,
             )
             resp.raise_for_status()
-            data = resp.json()
+            data = loads_reply(resp.content)
             return int(data["count"]) if "count" in data else len(data["tokens"])
         except (httpx.HTTPError, KeyError, ValueError, TypeError) as exc:
             raise ModelError(f"cannot tokenize with the vLLM server at {strip_credentials(url)}: {exc}") from None
