@@ -139,6 +139,8 @@ class BatchStore:
         self.path = self.run_dir / BATCHES_FILE
         self.batches: dict[str, Batch] = {}
         self.used: dict[str, int] = {}  # custom_id -> the invocation whose sample got it
+        # custom_ids whose reply reported usage its request could not have used: never billed as unused
+        self.refused: set[str] = set()
         self.index: dict[tuple[str | None, int, str], list[tuple[str, str]]] = {}
         self.claimed: set[str] = set()  # this invocation's: each recorded request answers once
         self._out: JsonlAppender | None = None  # opened at the first event: a run that never sends writes nothing
@@ -153,6 +155,9 @@ class BatchStore:
         kind, key = event.get("event"), event.get("key")
         if kind == "used":
             self.used[event.get("custom_id")] = event.get("invocation")
+            return
+        if kind == "refused":
+            self.refused.add(event.get("custom_id"))
             return
         if kind == "prepared" and isinstance(event.get("requests"), dict):
             batch = Batch(key, event.get("provider", ""), event.get("invocation"), event["requests"])
@@ -226,6 +231,11 @@ class BatchStore:
     def abandon(self, batch: Batch, reason: str) -> None:
         batch.state, batch.reason = "abandoned", reason
         self._write({"event": "abandoned", "key": batch.key, "reason": reason, "at": _now()})
+
+    def refuse(self, cid: str, reason: str) -> None:
+        """A result refused as malformed (absurd usage): sent again, and never priced as a billed answer."""
+        self.refused.add(cid)
+        self._write({"event": "refused", "custom_id": cid, "reason": reason}, sync=False)
 
     def use(self, cid: str) -> None:
         """A result handed to a sample (flushed; a kill loses nothing flushed)."""
@@ -567,7 +577,11 @@ class Batcher:
             try:
                 response = self.provider.parse(result.get("body"), where)
                 if req.check is not None:
-                    req.check(response)
+                    try:
+                        req.check(response)
+                    except TransientModelError as exc:
+                        self.store.refuse(cid, str(exc))
+                        raise
             except TransientModelError as exc:
                 self._failed(req, exc)
                 return
@@ -608,7 +622,7 @@ class Batcher:
                 continue
             for cid in batch.requests:
                 result = self.store.result(batch, cid)
-                if cid in self.store.used or not result or result.get("status") != 200:
+                if cid in self.store.used or cid in self.store.refused or not result or result.get("status") != 200:
                     continue
                 try:
                     yield self.provider.parse(result.get("body"), "").usage
