@@ -79,8 +79,8 @@ async def within_own_time(coro, timeout: float, clock: WaitClock, watch: LoopWat
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
                 raise blocked() or asyncio.TimeoutError()
-            done, _ = await asyncio.wait({task}, timeout=left)
-            if done:
+            await asyncio.wait({task}, timeout=left)  # its sets not kept: they would hold the task (below)
+            if task.done():
                 late = blocked() if own_s() > timeout else None
                 if late is not None:
                     raise late
@@ -92,6 +92,9 @@ async def within_own_time(coro, timeout: float, clock: WaitClock, watch: LoopWat
     finally:
         if task.done():
             coro.close()  # a no-op once run; one cancelled before it started is not "never awaited"
+        # what the task raised holds this frame (its traceback) and the task holds it: without this,
+        # a cycle kept every failed sample's frames (a refused reply's, issue 45) until a full collection
+        task = None
 
 
 def _json_problem(value: Any) -> str | None:
