@@ -498,9 +498,10 @@ class HeldRows:
 
     def take(self, keys: list[str]) -> list[dict[str, Any]]:
         """The rows of ``keys`` (those held), in that order, each let go as it is decoded: the end of
-        a run never holds a row twice. Decoded a thousand at a time, in one JSON text: the decoder
-        shares the key strings of the rows it reads at once (one call per row made each row's keys
-        anew, ~0.8 KB a row of score values). The spool is closed once no row is left in it."""
+        a run never holds a row twice. Decoded a thousand at a time (fewer where they pass 8 MiB), in
+        one JSON text: the decoder shares the key strings of the rows it reads at once (one call per
+        row made each row's keys anew, ~0.8 KB a row of score values). The spool is closed once no
+        row is left in it."""
         held = [k for k in keys if k in self._at]
         rows: list[dict[str, Any]] = []
         shared: dict[str, str] = {}
@@ -517,9 +518,17 @@ class HeldRows:
 
         if held:
             self._file.flush()
-        for at in range(0, len(held), 1000):
-            packed = b"[" + b",".join(self._read(self._at.pop(k)) for k in held[at : at + 1000]) + b"]"
+        at = 0
+        while at < len(held):
+            batch, size = [], 0
+            while at < len(held) and len(batch) < 1000 and (not batch or size < self.BATCH_BYTES):
+                batch.append(self._read(self._at.pop(held[at])))
+                size += len(batch[-1])
+                at += 1
+            packed = b"[" + b",".join(batch) + b"]"
+            del batch
             chunk = json.loads(packed, parse_float=shared_float)
+            del packed
             for row in chunk:  # values most rows repeat: one string, not one a row
                 for field in self.REPEATED:
                     value = row.get(field)
@@ -531,6 +540,9 @@ class HeldRows:
         return rows
 
     REPEATED = ("status", "outcome", "scored_with")
+    # a batch's text, held thrice while it is decoded (bytes, text, values): rows of answers near
+    # --max-response-bytes (16 MiB) were decoded a thousand at a time, 48 MiB each at once (issue 45)
+    BATCH_BYTES = 8 * 2**20
 
 
 def load_finished(

@@ -92,13 +92,13 @@ async def _within_own_time(coro, timeout, clock, watch, sample, escaped: asyncio
                 await asyncio.gather(task, return_exceptions=True)
                 raise blocked() or asyncio.TimeoutError()
             waited = {task} if escaped is None else {task, escaped}
-            done, _ = await asyncio.wait(waited, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-            done.discard(escaped)
+            await asyncio.wait(waited, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            waited = None  # its sets not kept: they would hold the task (below)
             if escaped is not None and escaped.done():
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
                 raise escaped.exception()
-            if done:
+            if task.done():
                 late = blocked() if own_s() > timeout else None
                 if late is not None:
                     raise late
@@ -110,6 +110,9 @@ async def _within_own_time(coro, timeout, clock, watch, sample, escaped: asyncio
     finally:
         if task.done():
             coro.close()  # a no-op once run; one cancelled before it started is not "never awaited"
+        # what the task raised holds this frame (its traceback) and the task holds it: without this,
+        # a cycle kept every failed sample's frames (a refused reply's, issue 45) until a full collection
+        task = None
 
 
 def _json_problem(value: Any) -> str | None:

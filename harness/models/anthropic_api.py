@@ -66,6 +66,7 @@ from harness.models.http_reply import (
     capped_sdk_http_client,
     caused_by,
     json_kind,
+    rejected_reply,
     reply_json,
     resolve_http_client,
     within_deadline,
@@ -714,11 +715,10 @@ class AnthropicBackend(ModelBackend):
                 client.messages.with_raw_response.create(**kwargs), self.options.request_timeout, where
             )
         except ReplyRejected as exc:  # the body was over the cap or unreadable
-            raise type(exc)(f"{where}: {exc}") from exc
+            raise rejected_reply(exc, where) from None
         except anthropic.APIError as exc:
-            unreadable = caused_by(exc, ReplyRejected)  # older SDKs wrap what the body stream raised
-            if unreadable is not None:
-                raise type(unreadable)(f"{where}: {unreadable}") from unreadable
+            if caused_by(exc, ReplyRejected) is not None:  # older SDKs wrap what the body stream raised
+                raise rejected_reply(exc, where) from None
             raise map_api_error(exc, anthropic, where, self.model) from exc
         # parsed here, not by the SDK: its lenient models turn a malformed reply into an empty answer
         return from_anthropic_message(reply_json(raw.http_response, where), where)

@@ -63,7 +63,9 @@ from harness.models.http_reply import (
     env_proxy,
     json_kind,
     loads_reply,
+    json_text,
     read_capped,
+    rejected_reply,
     reply_json,
     resolve_http_client,
     within_deadline,
@@ -711,7 +713,9 @@ class OpenAICompatibleBackend(ModelBackend):
         if not 200 <= status < 300:
             reply = StatusReply(status, reply_headers, content)
             raise map_status_error(reply, status, reply_headers, label, self.model) from reply
-        return self.parse_reply(kwargs, body_json(status, reply_headers, content, label), label)
+        text = json_text(content)
+        del content  # not held while the text is parsed: an answer near the cap is 16 MiB less in flight
+        return self.parse_reply(kwargs, body_json(status, reply_headers, text, label), label)
 
     def _direct_target(self, base_url: str | None, path: str = "/chat/completions") -> tuple[str, dict[str, Any]]:
         """(URL of ``path``, aiohttp keywords: headers, proxy) for a server (``base_url``, default
@@ -732,7 +736,7 @@ class OpenAICompatibleBackend(ModelBackend):
             async with self._sessions.get().post(url, data=body, **sent) as reply:
                 return reply.status, reply.headers, await read_capped(reply, self.options.max_response_bytes)
         except ReplyRejected as exc:
-            raise _said_by(exc, label) from exc
+            raise rejected_reply(exc, label) from None
         except asyncio.TimeoutError as exc:  # a connect or read past --request-timeout (aiohttp's own)
             raise TransientModelError(f"request to {label} timed out", status=None) from exc
         except aiohttp.ClientError as exc:  # refused, dropped, cut short
@@ -745,22 +749,16 @@ class OpenAICompatibleBackend(ModelBackend):
         try:
             raw = await create(**kwargs)
         except ReplyRejected as exc:
-            raise _said_by(exc, label) from exc
+            raise rejected_reply(exc, label) from None
         except openai.APIError as exc:
-            rejected = caused_by(exc, ReplyRejected)  # openai < 3 wraps what the body stream raised
-            if rejected is not None:
-                raise _said_by(rejected, label) from rejected
+            if caused_by(exc, ReplyRejected) is not None:  # openai < 3 wraps what the body stream raised
+                raise rejected_reply(exc, label) from None
             raise map_api_error(exc, openai, label, self.model) from exc
         return raw.http_response
 
 
 # the SDK hands back the HTTP response, unparsed (what with_raw_response asks for)
 _RAW_REPLY = {"headers": {"X-Stainless-Raw-Response": "true"}}
-
-
-def _said_by(exc: TransientModelError, label: str) -> TransientModelError:
-    """``exc`` (raised while reading a body, which knows no server) naming the server."""
-    return type(exc)(f"{label}: {exc}")
 
 
 def _server_fault(exc: BaseException) -> bool:
