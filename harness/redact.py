@@ -280,6 +280,17 @@ def url_secrets(url: str | None) -> set[str]:
     return {v for v in values if _is_secret(v)}
 
 
+def http_url_parts(url: str | None):
+    """``url`` taken apart (``urllib.parse.SplitResult``) where it is an http(s) URL with a host and
+    a numeric port if any; None otherwise (the shape every endpoint option must have)."""
+    try:
+        parts = urlsplit(url or "")
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        return None
+    return parts if parts.scheme in ("http", "https") and parts.hostname else None
+
+
 def url_credential_problem(url: str | None) -> str | None:
     """What credential ``url`` carries, said in a few words (None: none). The harness refuses such
     a URL: an HTTP client sends a user:password as Basic auth in place of the API key, and a key in

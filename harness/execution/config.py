@@ -314,17 +314,10 @@ class RunConfig(BaseModel):
     def _search_url(cls, value: str | None) -> str | None:
         if value is None:
             return value
-        from urllib.parse import urlsplit
-
-        from harness.redact import register_url_credentials, strip_credentials
+        from harness.redact import http_url_parts, register_url_credentials, strip_credentials
 
         register_url_credentials(value)  # masked wherever it is said
-        try:
-            parts = urlsplit(value)
-            parts.port  # noqa: B018 - raises on a port that is not a number
-        except ValueError:
-            parts = None
-        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        if http_url_parts(value) is None:
             raise ValueError(f"must be an http(s) URL like http://127.0.0.1:8765, not {strip_credentials(value)!r}")
         return value
 

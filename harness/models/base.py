@@ -17,13 +17,18 @@ from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from typing import Any, AsyncIterator, ClassVar, Literal
 
-from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator, model_serializer
 
 from harness.errors import ModelError, TransientModelError
 from harness.models.usage_bounds import check_usage
-from harness.redact import register_url_credentials, split_urls, strip_credentials, url_credential_problem
+from harness.redact import (
+    http_url_parts,
+    register_url_credentials,
+    split_urls,
+    strip_credentials,
+    url_credential_problem,
+)
 from harness.registry import Registry
 from harness.text import counted_as_sent, sendable
 
@@ -173,12 +178,7 @@ class BackendOptions(BaseModel):
         urls = split_urls(value)
         seen: set[str] = set()
         for url in urls:
-            try:
-                parts = urlsplit(url)
-                parts.port  # noqa: B018 - raises on a port that is not a number
-            except ValueError:
-                parts = None
-            if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+            if http_url_parts(url) is None:
                 shown = f"{strip_credentials(url)!r}" if url else "an empty entry"
                 where = " in the list" if len(urls) > 1 else ""
                 raise ValueError(f"must be an http(s) URL like http://host:8000/v1, not {shown}{where}")
