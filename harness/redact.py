@@ -3,7 +3,8 @@ writes goes through :func:`redact` (files: :func:`redact_data`).
 
 What counts as a secret: the values of the key variables the backends read (and any environment
 variable named like a key or token), credentials of a URL (``--base-url``, ``OPENAI_BASE_URL``: its
-user and password, a key in its query or its fragment), keys the harness makes itself (a launched
+password, or its user name where it has no password (a token given as the user), a key in its query or
+its fragment), keys the harness makes itself (a launched
 vLLM server's), and anything shaped like one (``Bearer ...``, ``Basic ...``, ``sk-...``, a URL's
 ``user:pass@``, ``?api_key=`` or ``#token=``), because a server's error body may echo a header the
 harness never saw as text. Known secrets are masked however short, in clear and in the forms a
@@ -55,6 +56,10 @@ _URL_QUERY_CREDENTIAL = re.compile(r"(?i)([?&#][A-Za-z0-9_.-]*" + _CREDENTIAL_WO
 
 _lock = threading.Lock()
 _registered: set[str] = set()
+_generation = 0  # bumped whenever _registered changes: the maskers below are cached per generation
+# A transcript message's role is one of these words: never masked, because a masked role changes what
+# the transcript says and the word reveals nothing (a secret equal to "user" is masked everywhere else).
+_MESSAGE_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 
 
 def _is_secret(value: str | None) -> bool:
@@ -94,9 +99,26 @@ def _base64_forms(value: str) -> set[str]:
 
 def register_secret(value: str | None) -> None:
     """Mask ``value`` wherever it appears from now on (keys and passwords the process holds)."""
+    global _generation
     if _is_secret(value):
         with _lock:
             _registered.update(_encoded_forms(value))
+            _generation += 1
+
+
+def registered_secrets() -> frozenset[str]:
+    """What is registered now (with :func:`restore_registered`: a test leaves the process as it found it)."""
+    with _lock:
+        return frozenset(_registered)
+
+
+def restore_registered(secrets: frozenset[str]) -> None:
+    global _generation
+    with _lock:
+        if _registered != secrets:
+            _registered.clear()
+            _registered.update(secrets)
+            _generation += 1
 
 
 def _env_snapshot() -> tuple:
@@ -142,7 +164,7 @@ _masker_cache: tuple[tuple, tuple[list[str], re.Pattern | None], tuple[str, ...]
 
 def _masker_and_forms() -> tuple[tuple[list[str], re.Pattern | None], tuple[str, ...]]:
     global _masker_cache
-    key = (len(_registered), _env_snapshot())  # secrets are only ever added to _registered
+    key = (_generation, _env_snapshot())
     cached = _masker_cache
     if cached is not None and cached[0] == key:
         return cached[1], cached[2]
@@ -187,7 +209,10 @@ def redact_data(data: Any) -> Any:
         if isinstance(value, str):
             return _mask_known(value, long, short)
         if isinstance(value, dict):
-            items = [(walk(k) if isinstance(k, str) else k, walk(v)) for k, v in value.items()]
+            items = [
+                (walk(k) if isinstance(k, str) else k, v if k == "role" and isinstance(v, str) and v in _MESSAGE_ROLES else walk(v))
+                for k, v in value.items()
+            ]
             if all(new[0] is old[0] and new[1] is old[1] for new, old in zip(items, value.items())):
                 return value
             return dict(items)
@@ -267,7 +292,9 @@ def url_secrets(url: str | None) -> set[str]:
     if "@" in parts.netloc:
         userinfo = parts.netloc.rpartition("@")[0]
         user, _, password = userinfo.partition(":")
-        for raw in (user, password):
+        # beside a password the user name is an identity, not a credential (masking "user" everywhere
+        # would rewrite every transcript); alone, it is a token given as the user
+        for raw in (password,) if _is_secret(password) else (user,):
             if _is_secret(raw):
                 values |= _encoded_forms(raw) | _encoded_forms(unquote(raw))
         pair = f"{unquote(user)}:{unquote(password)}".encode()

@@ -19,6 +19,17 @@ def isolated_cache(tmp_path, monkeypatch):
         monkeypatch.delenv(key, raising=False)
 
 
+@pytest.fixture(autouse=True)
+def registered_secrets_restored():
+    """Secrets a test registers (a URL's password, a launched server's key) are process-wide: forgotten
+    after the test, so a later in-process run does not mask them (in rows another test compares)."""
+    from harness.redact import registered_secrets, restore_registered
+
+    before = registered_secrets()
+    yield
+    restore_registered(before)
+
+
 def harness_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "harness", *args]
 

@@ -14,6 +14,8 @@ from harness.redact import (
     redact_data,
     register_secret,
     register_url_credentials,
+    registered_secrets,
+    restore_registered,
     strip_credentials,
     url_credential_problem,
 )
@@ -84,6 +86,30 @@ def test_url_credentials_are_masked_in_every_form_a_request_carries_them():
     assert redact(f"got Basic {other}") == f"got Basic {MASK}"
     assert redact("Basic settings kept") == "Basic settings kept"
     assert redact("see http://bo:b-pw@host/v1?sig=abc&x=1") == f"see http://{MASK}@host/v1?sig={MASK}&x=1"
+
+
+def test_a_user_name_beside_a_password_is_no_secret_and_roles_are_never_masked():
+    """``http://user:pw@host``: only the password (and the Basic pair) is a secret; masking the user
+    name rewrote every transcript's ``"role": "user"`` (a whole run's rows, found by the slow tier)."""
+    register_url_credentials("http://user:pw-9d2k@h:8/v1")
+    assert redact("the user said pw-9d2k") == f"the user said {MASK}"
+    message = {"role": "user", "content": "the user said pw-9d2k"}
+    assert redact_data(message) == {"role": "user", "content": f"the user said {MASK}"}
+    # a token given as the user name (no password) is the credential
+    register_url_credentials("http://tok3n-only@h:8/v1")
+    assert redact("sent tok3n-only") == f"sent {MASK}"
+    # a secret that is a role word is masked everywhere but in a role
+    register_secret("assistant")
+    shown = redact_data([{"role": "assistant", "content": "assistant"}, {"name": "assistant"}])
+    assert shown == [{"role": "assistant", "content": MASK}, {"name": MASK}]
+
+
+def test_registered_secrets_are_restored_whole(monkeypatch):
+    before = registered_secrets()
+    register_secret("zq-once-9f")
+    assert redact("zq-once-9f") == MASK
+    restore_registered(before)
+    assert redact("zq-once-9f") == "zq-once-9f"  # the cached masker is not reused
 
 
 def test_strip_credentials_drops_key_parameters_and_keeps_the_rest():

@@ -352,6 +352,9 @@ def test_credentials_in_the_url_are_used_never_written(physics, served, tmp_path
             text = path.read_text(errors="replace")
             assert secret not in text and "abc123tok" not in text, path
     assert json.loads((tmp_path / "run" / "results.json").read_text())["config"]["search_url"] == served.url + "/"
+    # the URL's user name is no secret: the transcript keeps its roles (it once read "[REDACTED]")
+    row = json.loads((tmp_path / "run" / "samples.jsonl").read_text().splitlines()[0])
+    assert {m["role"] for m in row["messages"]} >= {"user", "assistant"}
 
 
 @pytest.mark.slow  # two shards and a merge (about 4 s)
