@@ -80,7 +80,7 @@ def main() -> int:
     args = ap.parse_args()
     queries = make_queries(args.snapshot, args.n)
     sys.path.insert(0, args.code or str(ROOT))
-    from wiki_snapshot import Snapshot
+    from harness.wiki_snapshot import Snapshot
 
     try:  # a miss is filled up with full-text results: FTS5's, as scale.py times it
         s = Snapshot.open(args.snapshot, fulltext=False)

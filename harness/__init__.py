@@ -1,6 +1,9 @@
 """Evaluation harness for many-answer, many-document QA over Wikipedia."""
 
+from harness import _namespace
 from harness._version import __version__
+
+_namespace.install()  # harness.agents, .tools, .prompts, .wiki_snapshot (and their old names, deprecated)
 
 __all__ = ["__version__", "read_results", "run", "runs_df", "samples_df", "score"]
 

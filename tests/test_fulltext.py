@@ -17,9 +17,9 @@ from conftest import run_harness
 from harness.execution.config import build_config
 from harness.execution.runner import Run
 from harness.models.scripted import register_script, unregister_script
-from wiki_snapshot.builders import build_snapshot
-from wiki_snapshot.fulltext import build_fulltext, sidecar_path
-from wiki_snapshot.store import Snapshot
+from harness.wiki_snapshot.builders import build_snapshot
+from harness.wiki_snapshot.fulltext import build_fulltext, sidecar_path
+from harness.wiki_snapshot.store import Snapshot
 
 
 def build_sidecar(path):

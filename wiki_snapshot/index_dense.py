@@ -28,10 +28,10 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.parallel import NpyAppender
-from wiki_snapshot.retriever import UNREADABLE, Hit, Retriever, first_line, live_progress, top_k
-from wiki_snapshot.text import plain_text
+from harness.wiki_snapshot.errors import SnapshotError
+from harness.wiki_snapshot.parallel import NpyAppender
+from harness.wiki_snapshot.retriever import UNREADABLE, Hit, Retriever, first_line, live_progress, top_k
+from harness.wiki_snapshot.text import plain_text
 
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 # model name -> (module carrying it, its PyPI distribution)

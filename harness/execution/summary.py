@@ -70,7 +70,7 @@ def search_space_info(snapshot, samples: list) -> dict[str, Any] | None:
     if snapshot is None:
         return None
     from harness.execution.record import SearchSpaceRecord
-    from wiki_snapshot.space import EVIDENCE_ONLY_SCOPES, scope_of
+    from harness.wiki_snapshot.space import EVIDENCE_ONLY_SCOPES, scope_of
 
     meta = snapshot.metadata
     backend = meta.get("format")
