@@ -37,7 +37,7 @@ def read_results(path):
 
 def runs_df(*paths):
     """The runs under ``paths`` as a pandas DataFrame, one row per run (needs pandas:
-    ``pip install 'harness[analysis]'``). See ``harness.api.runs_df``."""
+    ``pip install 'manyanswer-harness[analysis]'``). See ``harness.api.runs_df``."""
     from harness.api import runs_df as _runs_df
 
     return _runs_df(*paths)

@@ -4,3 +4,12 @@
 recording it import only this (the package itself imports the API, which imports them)."""
 
 __version__ = "0.1.0"
+
+# The distribution's name on PyPI (pyproject's ``name``; the import package and the command are
+# ``harness``, a name another PyPI project holds): every install hint names it.
+DISTRIBUTION = "manyanswer-harness"
+
+
+def pip_install(extra: str) -> str:
+    """The command that installs an optional extra, as every message says it."""
+    return f"pip install '{DISTRIBUTION}[{extra}]'"

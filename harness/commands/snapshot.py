@@ -11,6 +11,7 @@ from typing import Any
 from harness.argtypes import number
 from harness.commands._common import run_subcommand, sigterm_interrupts
 from harness.errors import HarnessError
+from harness._version import pip_install
 
 KINDS = ("dump", "zim", "fanoutqa-cache", "records", "api")
 # Whose evidence gives fanoutqa-cache its titles (without --titles) and api its pages (without --from).
@@ -95,7 +96,7 @@ def add_parser(sub) -> None:
             "titles and texts, title matches boosted 5x as FTS5's are. Opening the snapshot then answers full-text "
             "search from it (metadata text_search tantivy-bm25, part of a run's key) while its content_sha256 "
             "matches the snapshot's. FTS5 scores every posting, so its search p95 grows linearly (1.2 s at 1M "
-            "pages); tantivy's stays in milliseconds. Needs tantivy (pip install tantivy); a rebuild replaces "
+            f"pages); tantivy's stays in milliseconds. Needs tantivy ({pip_install('fulltext')}); a rebuild replaces "
             "the folder, an interrupted build leaves none."
         ),
     )

@@ -15,6 +15,7 @@ from harness.wiki_snapshot.builders import BUILDERS, Builder, Redirect, html_to_
 from harness.wiki_snapshot.errors import SnapshotError
 from harness.wiki_snapshot.parallel import batched, default_workers, ordered_map
 from harness.wiki_snapshot.store import Page, stable_pageid
+from harness._version import pip_install
 
 _META_KEYS = ("Title", "Name", "Description", "Language", "Date", "Creator", "Publisher", "Source", "Flavour")
 
@@ -23,7 +24,7 @@ def _import_libzim():
     try:
         from libzim.reader import Archive
     except ImportError:
-        raise SnapshotError("reading ZIM archives needs the libzim package: pip install libzim") from None
+        raise SnapshotError(f"reading ZIM archives needs the libzim package: {pip_install('zim')}") from None
     return Archive
 
 
