@@ -449,6 +449,11 @@ def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         if len(sys.argv) > 5:  # another checkout's wiki_snapshot (a before/after comparison)
             sys.path.insert(0, sys.argv[5])
+            if not (Path(sys.argv[5]) / "harness" / "_namespace.py").is_file():  # from before one namespace
+                import harness
+                import wiki_snapshot
+
+                sys.modules["harness.wiki_snapshot"] = harness.wiki_snapshot = wiki_snapshot
         query_child(*sys.argv[2:5])
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
