@@ -102,6 +102,29 @@ def test_the_four_folders_are_this_trees_harness_subpackages(tmp_path):
     assert out["top"] == [] and out["judge"] > 0
 
 
+def test_a_tree_on_pythonpath_wins_over_another_trees_editable_install(tmp_path):
+    """setuptools' editable finder (appended to sys.meta_path by its .pth) maps harness.agents to the
+    installed tree's folder; the tree on PYTHONPATH still gets its own (as in its finder's source)."""
+    other = tmp_path / "other"
+    (other / "agents").mkdir(parents=True)
+    (other / "agents" / "__init__.py").write_text("", encoding="utf-8")
+    code = f"""
+import importlib.machinery, sys
+
+class Editable:
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if fullname == "harness.agents":
+            return importlib.machinery.PathFinder.find_spec("agents", [{str(other)!r}])
+        return None
+
+sys.meta_path.append(Editable)
+import harness.agents
+print(harness.agents.__file__)
+"""
+    assert python(code, tmp_path).stdout.strip() == str(ROOT / "agents" / "__init__.py")
+
+
 OLD_PLUGIN = '''
 from agents.single_prompt import ClosedBook
 from tools import TOOLS
@@ -159,6 +182,9 @@ print(json.dumps({
     assert out["where"] == [str(tmp_path / "old_style.py")]  # the line is the plugin's import
     record = json.loads((tmp_path / "run" / "results.json").read_text(encoding="utf-8"))
     assert record["agent"]["plugin"]["file"].endswith("old_style.py")
+    from harness._version import __version__
+
+    assert record["harness"]["version"] == __version__  # every results.json says which harness wrote it
 
 
 def test_a_users_own_top_level_tools_wins_over_the_alias(tmp_path):
