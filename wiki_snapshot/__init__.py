@@ -2,7 +2,8 @@
 and provenance metadata, plus builders from dumps, ZIM archives, FanOutQA's page cache, JSON
 records and the MediaWiki API (``harness snapshot build``).
 
-A library: it imports nothing from ``harness`` (the import-graph test checks), and its names are
+A library, ``harness.wiki_snapshot`` (the folder ``wiki_snapshot/`` of the repository): it imports
+nothing else of the harness but ``harness._version`` (the import-graph test checks), and its names are
 imported on first use so ``harness.wiki_snapshot.errors`` stays cheap to import."""
 
 from __future__ import annotations
