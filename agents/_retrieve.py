@@ -13,8 +13,8 @@ import asyncio
 import re
 from typing import Any, ClassVar
 
-from agents._knobs import RetrievalKnobs
-from agents._search import evidence_recall, summarize_records
+from harness.agents._knobs import RetrievalKnobs
+from harness.agents._search import evidence_recall, summarize_records
 from harness.datasets.conversation import first_line, format_history
 from harness.errors import ConfigError
 from harness.strategy import Agent, AgentContext
@@ -60,8 +60,8 @@ class RetrievalAgent(Agent):
                 raise ConfigError(
                     f"agent {self.name} searches a passage index: pass --snapshot SNAP.db (or --search-url URL)"
                 )
-            from wiki_snapshot.retrieval import check_fresh, read_meta
-            from wiki_snapshot.store import Snapshot
+            from harness.wiki_snapshot.retrieval import check_fresh, read_meta
+            from harness.wiki_snapshot.store import Snapshot
 
             directory, meta = read_meta(self.config.snapshot, self.knobs.retriever, self.passages)
             with Snapshot.open(self.config.snapshot) as snapshot:
@@ -72,8 +72,8 @@ class RetrievalAgent(Agent):
     def _served_meta(self) -> dict[str, Any]:
         """``--search-url``: the index's metadata as the service has it (checked fresh there)."""
         from harness.redact import strip_credentials
-        from wiki_snapshot.errors import SnapshotError
-        from wiki_snapshot.remote import RemoteWiki
+        from harness.wiki_snapshot.errors import SnapshotError
+        from harness.wiki_snapshot.remote import RemoteWiki
 
         url, attempts = self.config.search_url, self.config.search_max_attempts
         try:
@@ -113,7 +113,7 @@ class RetrievalAgent(Agent):
         if served is not None:
             self.retriever = served(self.knobs.retriever, self.passages)
             return
-        from wiki_snapshot.retrieval import open_retriever
+        from harness.wiki_snapshot.retrieval import open_retriever
 
         self.retriever = open_retriever(snapshot, self.knobs.retriever, self.passages)
 

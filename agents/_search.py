@@ -7,11 +7,11 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from agents._knobs import SearchToolKnobs
+from harness.agents._knobs import SearchToolKnobs
 
 
 def build_search_tool(knobs: SearchToolKnobs, model, snapshot):
-    from tools.search import SearchConfig, SearchTool
+    from harness.tools.search import SearchConfig, SearchTool
 
     search_config = SearchConfig(
         style=knobs.search_style,

@@ -7,7 +7,7 @@ searches it asks for; none means the reply is the answer), ``send_results`` (how
 ``adopt_text_calls`` / ``text_call_correction`` (tool calls written as text), and, for native tool
 calling, ``request_tools`` / ``tool_choice`` and ``loop_extra`` fields.
 
-A reply that asks for no search but holds a tool call written as text (``agents._text_calls``:
+A reply that asks for no search but holds a tool call written as text (``harness.agents._text_calls``:
 bare JSON, a ```json fence, ``<tool_call>`` tags) is never the answer: readable calls are run as the
 calls they are (counted in ``text_tool_calls``, the replies kept in ``text_tool_call_replies``);
 call-shaped text that cannot be read is counted in ``malformed_tool_calls`` and the model is asked
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from agents._knobs import SearchKnobs
-from agents._search import ContextGuard, SearchSession, build_search_tool, clean, summarize_records
-from agents._text_calls import read_text_tool_calls
+from harness.agents._knobs import SearchKnobs
+from harness.agents._search import ContextGuard, SearchSession, build_search_tool, clean, summarize_records
+from harness.agents._text_calls import read_text_tool_calls
 from harness.errors import ContextOverflowError
 from harness.models.base import ModelResponse
 from harness.strategy import Agent, AgentContext, SampleResult

@@ -10,8 +10,8 @@ model sees the current question alone. The answer is the reply's first non-empty
 
 from __future__ import annotations
 
-from agents._knobs import HistoryKnobs
-from agents.single_prompt import SinglePrompt
+from harness.agents._knobs import HistoryKnobs
+from harness.agents.single_prompt import SinglePrompt
 from harness.datasets.conversation import first_line, format_history
 
 

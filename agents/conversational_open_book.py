@@ -5,9 +5,9 @@ and every recorded outcome are those of ``open-book-native``; the answer is the 
 
 from __future__ import annotations
 
-from agents._knobs import HistoryKnobs, SearchKnobs
-from agents.conversational import history_block
-from agents.open_book_native import OpenBookNative
+from harness.agents._knobs import HistoryKnobs, SearchKnobs
+from harness.agents.conversational import history_block
+from harness.agents.open_book_native import OpenBookNative
 from harness.datasets.conversation import first_line
 
 

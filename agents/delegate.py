@@ -32,13 +32,13 @@ from typing import Any
 
 from pydantic import ValidationInfo, field_validator
 
-from agents._knobs import SearchKnobs
-from agents._search import ContextGuard, SearchSession, build_search_tool, clean, evidence_recall, summarize_records
-from agents._text_calls import read_text_tool_calls
+from harness.agents._knobs import SearchKnobs
+from harness.agents._search import ContextGuard, SearchSession, build_search_tool, clean, evidence_recall, summarize_records
+from harness.agents._text_calls import read_text_tool_calls
 from harness.errors import ConfigError, ContextOverflowError
 from harness.models.base import ModelResponse, ToolCall, Usage
 from harness.strategy import Agent, AgentContext, SampleResult, knob
-from tools.registry import function_schema
+from harness.tools.registry import function_schema
 
 DELEGATE = "delegate"
 SEARCH = "search"

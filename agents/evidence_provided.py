@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from agents._knobs import RankingKnobs, ReserveKnobs
-from agents._search import summarize_records
+from harness.agents._knobs import RankingKnobs, ReserveKnobs
+from harness.agents._search import summarize_records
 from harness.errors import ConfigError, MissingEvidenceError, NoEvidencePackedError
 from harness.strategy import Agent, AgentContext, SampleResult, budget_tokens
 
@@ -55,7 +55,7 @@ def evidence_pages(snapshot, pages: list[dict[str, Any]]) -> list[tuple[str, str
 
 def ranked_chunks(knobs: RankingKnobs, docs: list[tuple[str, str]], question: str) -> list[tuple[str, str]]:
     from harness.scoring.normalize import tokenize_fanoutqa
-    from wiki_snapshot.ranking import rank_documents
+    from harness.wiki_snapshot.ranking import rank_documents
 
     return rank_documents(
         docs,

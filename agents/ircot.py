@@ -19,9 +19,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agents._knobs import RetrievalKnobs, passage_knob
-from agents._retrieve import RetrievalAgent
-from agents._search import ContextGuard
+from harness.agents._knobs import RetrievalKnobs, passage_knob
+from harness.agents._retrieve import RetrievalAgent
+from harness.agents._search import ContextGuard
 from harness.errors import ContextOverflowError, NoEvidencePackedError
 from harness.strategy import AgentContext, SampleResult, knob
 
@@ -42,7 +42,7 @@ def _fold(text: str) -> str:
 
 def sentences(text: str) -> list[str]:
     """Sentences of one line of text (spaCy's rule-based sentencizer, as the passage splitter uses)."""
-    from wiki_snapshot.passages import sentencizer
+    from harness.wiki_snapshot.passages import sentencizer
 
     return [s.text.strip() for s in sentencizer()(text).sents if s.text.strip()]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 
-from agents._tool_loop import ToolLoop
+from harness.agents._tool_loop import ToolLoop
 from harness.models.base import ToolCall
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 
-from agents._knobs import SearchKnobs
-from agents._tool_loop import ToolLoop
+from harness.agents._knobs import SearchKnobs
+from harness.agents._tool_loop import ToolLoop
 from harness.strategy import knob
 
 SEARCH = re.compile(r"<search>(.+?)</search>")

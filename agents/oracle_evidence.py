@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agents.evidence_provided import EvidenceProvided
+from harness.agents.evidence_provided import EvidenceProvided
 from harness.errors import ConfigError
 
 

@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from agents._knobs import SearchToolKnobs
-from agents._search import ContextGuard, SearchSession, build_search_tool, clean, evidence_recall, summarize_records
+from harness.agents._knobs import SearchToolKnobs
+from harness.agents._search import ContextGuard, SearchSession, build_search_tool, clean, evidence_recall, summarize_records
 from harness.errors import ContextOverflowError
 from harness.strategy import Agent, AgentContext, SampleResult, knob
 

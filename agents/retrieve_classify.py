@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 
-from agents._knobs import RetrievalKnobs, passage_knob, retrieval_k_knob
-from agents._retrieve import RetrievalAgent
+from harness.agents._knobs import RetrievalKnobs, passage_knob, retrieval_k_knob
+from harness.agents._retrieve import RetrievalAgent
 from harness.strategy import AgentContext, SampleResult, knob
 
 _YES_NO = re.compile(r"^\W*(yes|no)\b", re.IGNORECASE)

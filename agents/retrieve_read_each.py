@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 
-from agents._knobs import ReserveKnobs, RetrievalKnobs, passage_knob, retrieval_k_knob
-from agents._retrieve import RetrievalAgent
-from agents.evidence_provided import pack
+from harness.agents._knobs import ReserveKnobs, RetrievalKnobs, passage_knob, retrieval_k_knob
+from harness.agents._retrieve import RetrievalAgent
+from harness.agents.evidence_provided import pack
 from harness.strategy import budget_tokens
 from harness.strategy import AgentContext, SampleResult
 

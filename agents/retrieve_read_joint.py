@@ -7,9 +7,9 @@ passages, hence K = 15 by default; FiD's "read the top passages jointly")."""
 
 from __future__ import annotations
 
-from agents._knobs import ReserveKnobs, RetrievalKnobs, passage_knob, retrieval_k_knob
-from agents._retrieve import RetrievalAgent
-from agents.evidence_provided import check_budget, no_evidence_message, pack
+from harness.agents._knobs import ReserveKnobs, RetrievalKnobs, passage_knob, retrieval_k_knob
+from harness.agents._retrieve import RetrievalAgent
+from harness.agents.evidence_provided import check_budget, no_evidence_message, pack
 from harness.errors import NoEvidencePackedError
 from harness.strategy import budget_tokens
 from harness.strategy import AgentContext, SampleResult

@@ -32,11 +32,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.datasets import load_dataset  # noqa: E402
-from wiki_snapshot import build_snapshot  # noqa: E402
-from wiki_snapshot.index_dense import ANN_FILE, DenseRetriever, build_ann, resolve_ann  # noqa: E402
-from wiki_snapshot.retrieval import build_index, index_dir  # noqa: E402
-from wiki_snapshot.retriever import top_k  # noqa: E402
-from wiki_snapshot.store import Snapshot  # noqa: E402
+from harness.wiki_snapshot import build_snapshot  # noqa: E402
+from harness.wiki_snapshot.index_dense import ANN_FILE, DenseRetriever, build_ann, resolve_ann  # noqa: E402
+from harness.wiki_snapshot.retrieval import build_index, index_dir  # noqa: E402
+from harness.wiki_snapshot.retriever import top_k  # noqa: E402
+from harness.wiki_snapshot.store import Snapshot  # noqa: E402
 
 HOTPOT = ROOT / "tests" / "fixtures" / "hotpot_dev_distractor_first100.json"
 WIKI_PASSAGES = 23.9e6

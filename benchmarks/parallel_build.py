@@ -25,9 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from wiki_snapshot import build_snapshot  # noqa: E402
-from wiki_snapshot.parallel import default_workers  # noqa: E402
-from wiki_snapshot.retrieval import build_index, index_dir  # noqa: E402
+from harness.wiki_snapshot import build_snapshot  # noqa: E402
+from harness.wiki_snapshot.parallel import default_workers  # noqa: E402
+from harness.wiki_snapshot.retrieval import build_index, index_dir  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"
 DUMP_NAME = "enwiki-sample-pages-articles.xml.bz2"

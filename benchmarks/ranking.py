@@ -1,4 +1,4 @@
-"""BM25+ chunk ranking: wiki_snapshot.ranking vs FanOutQA's reference (rank_bm25), speed and parity.
+"""BM25+ chunk ranking: harness.wiki_snapshot.ranking vs FanOutQA's reference (rank_bm25), speed and parity.
 
     python benchmarks/ranking.py [--repeat 3] [--chunk-size 1024]
 
@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.scoring.normalize import tokenize_fanoutqa
-from wiki_snapshot.chunking import chunk_text
-from wiki_snapshot.ranking import BM25PlusRanker
+from harness.wiki_snapshot.chunking import chunk_text
+from harness.wiki_snapshot.ranking import BM25PlusRanker
 
 ARTICLES = ROOT / "tests" / "fixtures" / "wikipedia_en_science_physics_10.json"
 HOTPOT = (

@@ -36,11 +36,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.datasets import load_dataset
-from wiki_snapshot import build_snapshot
-from wiki_snapshot.index_bm25 import DEFAULTS, tokenize
-from wiki_snapshot.passages import sentencizer
-from wiki_snapshot.retrieval import collect_passages, top_k
-from wiki_snapshot.store import Snapshot
+from harness.wiki_snapshot import build_snapshot
+from harness.wiki_snapshot.index_bm25 import DEFAULTS, tokenize
+from harness.wiki_snapshot.passages import sentencizer
+from harness.wiki_snapshot.retrieval import collect_passages, top_k
+from harness.wiki_snapshot.store import Snapshot
 
 FIXTURES = ROOT / "tests" / "fixtures"
 CORPORA = {
@@ -126,7 +126,7 @@ def bench_bm25(name, texts, questions, repeat):
 
 
 def bench_dense(texts, questions, n_dense):
-    from wiki_snapshot.index_dense import encode, load_encoder
+    from harness.wiki_snapshot.index_dense import encode, load_encoder
 
     model = load_encoder(None)
     encode(model, texts[:32])  # warm-up

@@ -170,7 +170,7 @@ def query_child(backend: str, path: str, queries_file: str) -> None:
     res: dict = {}
     t = time.perf_counter()
     if backend in ("fts5", "fulltext"):  # full-text search only: FTS5, or the tantivy sidecar beside it
-        from wiki_snapshot import Snapshot
+        from harness.wiki_snapshot import Snapshot
 
         s = Snapshot.open(path, fulltext=backend == "fulltext")
         res["text_search"] = s.metadata["text_search"]
@@ -187,7 +187,7 @@ def query_child(backend: str, path: str, queries_file: str) -> None:
     elif backend == "titles":  # similar_titles alone: its FTS5 candidate queries and difflib scoring
         import resource
 
-        from wiki_snapshot import Snapshot
+        from harness.wiki_snapshot import Snapshot
 
         try:  # a miss falls back to full-text search: FTS5's, also where a sidecar lies beside it
             s = Snapshot.open(path, fulltext=False)
@@ -198,7 +198,7 @@ def query_child(backend: str, path: str, queries_file: str) -> None:
         res["similar_titles"] = _time_all(lambda q: s.similar_titles(q, 10), qs)
         res["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     elif backend == "sqlite":
-        from wiki_snapshot import Snapshot
+        from harness.wiki_snapshot import Snapshot
 
         try:  # the snapshot's own FTS5 search, also where a tantivy sidecar lies beside it
             s = Snapshot.open(path, fulltext=False)
@@ -214,7 +214,7 @@ def query_child(backend: str, path: str, queries_file: str) -> None:
     elif backend == "zim":
         zimwiki = None
         try:
-            from wiki_snapshot.backends import open_wiki
+            from harness.wiki_snapshot.backends import open_wiki
 
             zimwiki = open_wiki(path)
             res["via"] = type(zimwiki).__module__ + "." + type(zimwiki).__name__
@@ -264,8 +264,8 @@ def query_child(backend: str, path: str, queries_file: str) -> None:
             res["similar_titles"] = _time_all(similar, qs)
             res["search"] = _time_all(search, qs)
     elif backend == "bm25":
-        from wiki_snapshot import Snapshot
-        from wiki_snapshot.retrieval import open_retriever
+        from harness.wiki_snapshot import Snapshot
+        from harness.wiki_snapshot.retrieval import open_retriever
 
         s = Snapshot.open(path)
         r = open_retriever(s, "bm25", "words100")
@@ -449,6 +449,11 @@ def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         if len(sys.argv) > 5:  # another checkout's wiki_snapshot (a before/after comparison)
             sys.path.insert(0, sys.argv[5])
+            if not (Path(sys.argv[5]) / "harness" / "_namespace.py").is_file():  # from before one namespace
+                import harness
+                import wiki_snapshot
+
+                sys.modules["harness.wiki_snapshot"] = harness.wiki_snapshot = wiki_snapshot
         query_child(*sys.argv[2:5])
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -87,7 +87,7 @@ def client_process(url: str, op: str, items: list[str], threads: int, offset: in
                    out) -> None:  # fmt: skip
     """One process of the N clients: ``threads`` clients, each with its own connection, calling from
     the moment every client is connected (``ready``, a barrier) until ``stop`` is set."""
-    from wiki_snapshot.remote import RemoteWiki
+    from harness.wiki_snapshot.remote import RemoteWiki
 
     lat: list[list[float]] = [[] for _ in range(threads)]
 
@@ -165,13 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--passages", default="chunk1024", help="the bm25 index's passages (built if missing)")
     args = ap.parse_args(argv)
 
-    from wiki_snapshot.retrieval import build_index, index_dir, open_retriever
-    from wiki_snapshot.store import Snapshot
+    from harness.wiki_snapshot.retrieval import build_index, index_dir, open_retriever
+    from harness.wiki_snapshot.store import Snapshot
 
     tmp = Path(tempfile.mkdtemp(prefix="search-service-"))
     snapshot = Path(args.snapshot) if args.snapshot else tmp / "hotpot.db"
     if not args.snapshot:
-        from wiki_snapshot.builders import build_snapshot
+        from harness.wiki_snapshot.builders import build_snapshot
 
         build_snapshot(str(HOTPOT), snapshot, progress=None)
     if not (index_dir(snapshot, "bm25", args.passages) / "meta.json").is_file():
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
 
     proc, url = start_service(snapshot, args.threads, tmp / "serve.log")
     try:
-        from wiki_snapshot.remote import RemoteWiki
+        from harness.wiki_snapshot.remote import RemoteWiki
 
         with RemoteWiki.connect(url) as wiki:
             retriever = wiki.open_retriever("bm25", args.passages)

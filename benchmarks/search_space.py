@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.datasets import load_dataset  # noqa: E402
-from tools.search import SearchConfig, SearchTool  # noqa: E402
-from wiki_snapshot import open_wiki  # noqa: E402
+from harness.tools.search import SearchConfig, SearchTool  # noqa: E402
+from harness.wiki_snapshot import open_wiki  # noqa: E402
 
 
 def _query_kinds(question: str, gold: list[str]) -> dict[str, list[str]]:

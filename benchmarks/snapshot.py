@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from wiki_snapshot import Snapshot, build_snapshot  # noqa: E402
-from wiki_snapshot.builders.mediawiki_dump import MediaWikiDumpBuilder, wikitext_to_text  # noqa: E402
+from harness.wiki_snapshot import Snapshot, build_snapshot  # noqa: E402
+from harness.wiki_snapshot.builders.mediawiki_dump import MediaWikiDumpBuilder, wikitext_to_text  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"
 DUMP = FIXTURES / "enwiki-sample-pages-articles.xml.bz2"

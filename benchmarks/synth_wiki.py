@@ -104,7 +104,7 @@ def _split_sentences(text: str) -> list[str]:
 
 
 def load_pools(*, hotpot_text: bool = True) -> Pools:
-    from wiki_snapshot.builders.mediawiki_dump import MediaWikiDumpBuilder, wikitext_to_text
+    from harness.wiki_snapshot.builders.mediawiki_dump import MediaWikiDumpBuilder, wikitext_to_text
 
     sentences: list[str] = []
     titles: list[str] = []
@@ -413,7 +413,7 @@ def main() -> int:
         print(f"{out}: {len(hot):,} HotpotQA pages + {stats['pages'] - len(hot):,} synthetic pages, "
               f"{stats['redirects']:,} redirects ({out.stat().st_size / 1e6:,.0f} MB)")  # fmt: skip
         if args.snapshot:
-            from wiki_snapshot import build_snapshot
+            from harness.wiki_snapshot import build_snapshot
 
             summary = build_snapshot(str(out), args.snapshot, kind="records", overwrite=True, progress=None)
             print(f"{args.snapshot}: {summary['pages']:,} pages in {summary['seconds']:,.0f} s")

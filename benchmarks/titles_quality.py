@@ -76,11 +76,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("snapshot")
     ap.add_argument("--n", type=int, default=300)
-    ap.add_argument("--code", help="import wiki_snapshot from this checkout instead")
+    ap.add_argument("--code", help="import the snapshot library from this checkout instead")
     args = ap.parse_args()
     queries = make_queries(args.snapshot, args.n)
     sys.path.insert(0, args.code or str(ROOT))
-    from wiki_snapshot import Snapshot
+    try:
+        from harness.wiki_snapshot import Snapshot
+    except ImportError:  # --code: a checkout from before one namespace, with a top-level wiki_snapshot
+        from wiki_snapshot import Snapshot
 
     try:  # a miss is filled up with full-text results: FTS5's, as scale.py times it
         s = Snapshot.open(args.snapshot, fulltext=False)

@@ -1,6 +1,9 @@
 """Evaluation harness for many-answer, many-document QA over Wikipedia."""
 
+from harness import _namespace
 from harness._version import __version__
+
+_namespace.install()  # harness.agents, .tools, .prompts, .wiki_snapshot (and their old names, deprecated)
 
 __all__ = ["__version__", "read_results", "run", "runs_df", "samples_df", "score"]
 
@@ -34,7 +37,7 @@ def read_results(path):
 
 def runs_df(*paths):
     """The runs under ``paths`` as a pandas DataFrame, one row per run (needs pandas:
-    ``pip install 'harness[analysis]'``). See ``harness.api.runs_df``."""
+    ``pip install 'manyanswer-harness[analysis]'``). See ``harness.api.runs_df``."""
     from harness.api import runs_df as _runs_df
 
     return _runs_df(*paths)

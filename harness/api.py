@@ -229,7 +229,7 @@ def runs_df(*paths: Any):
     """The runs under ``paths`` (run folders, or folders holding runs; links followed, each real run
     once) as a pandas DataFrame, one row per run: identity, status, ``n`` answered, failures, the
     headline and every metric value with its interval (``KEY.ci_lo``, ``KEY.ci_hi``), tokens, cost.
-    Needs pandas (``pip install 'harness[analysis]'``). See ``harness.analysis.frames.runs_df``."""
+    Needs pandas (``pip install 'manyanswer-harness[analysis]'``). See ``harness.analysis.frames.runs_df``."""
     from harness.analysis.frames import runs_df as _runs_df
 
     return _runs_df(*paths)

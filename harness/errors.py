@@ -1,6 +1,6 @@
 """User-facing errors: the CLI prints their message on one line and exits with code 2."""
 
-from wiki_snapshot.errors import SearchServiceUnavailable, SnapshotError
+from harness.wiki_snapshot.errors import SearchServiceUnavailable, SnapshotError
 
 
 class HarnessError(Exception):

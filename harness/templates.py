@@ -18,7 +18,7 @@ def load_template(name_or_path: str) -> tuple[str, str, str]:
         data = read_input(path, "--prompt-template", ConfigError, MAX_SMALL_BYTES)
         where = str(path.resolve())
     else:
-        resource = resources.files("prompts") / f"{name_or_path}.txt"
+        resource = resources.files("harness.prompts") / f"{name_or_path}.txt"
         if not resource.is_file():
             raise ConfigError(f"--prompt-template {name_or_path!r}: not found (a name in prompts/ or a .txt file)")
         data = resource.read_bytes()
@@ -36,7 +36,7 @@ def packaged_text(relative: str) -> str:
     """A text shipped under ``prompts/`` by its path there, e.g. ``"fanoutqa/judge_system.txt"``: the
     benchmark texts the harness fills itself (the judge's prompt, the search tool's replies), read
     as UTF-8, byte for byte (no newline added or stripped)."""
-    node = resources.files("prompts")
+    node = resources.files("harness.prompts")
     for part in relative.split("/"):
         node = node / part
     return node.read_bytes().decode("utf-8")

@@ -23,7 +23,7 @@ has no bytes for it, so writing such a string raises ``UnicodeEncodeError``. Wha
   (``counted_as_sent``, put on every backend's ``count_tokens`` by ``ModelBackend.__init_subclass__``),
   so a budget fits what is sent and no count fails a sample.
 - Wiki lookups (search queries, titles, a snapshot's pages and redirects): U+FFFD
-  (``wiki_snapshot.text``, which each wiki backend, retriever and snapshot writer applies itself; a
+  (``harness.wiki_snapshot.text``, which each wiki backend, retriever and snapshot writer applies itself; a
   snapshot counts them in its metadata, ``replaced_surrogates``; the search tool in each search it
   records). JSON a wiki writer keeps (metadata, caches) escapes them like the run's files.
 - Hashes take the string's ``surrogatepass`` bytes (``hash_bytes``): never written, the same as UTF-8
@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 # the primitives live in the library (it imports nothing from harness); one copy, used by both
-from wiki_snapshot.text import (
+from harness.wiki_snapshot.text import (
     JSON_ERRORS,
     REPLACEMENT,
     encodable,

@@ -592,7 +592,7 @@ def test_a_question_that_is_not_text_is_refused_at_load(dataset, bad, world, tmp
 def test_a_second_snapshot_build_of_the_same_file_is_refused(world, tmp_path, capsys):
     """Two builds of one --out both reported success and the later silently won: while a build holds
     the file, another is refused with one line (and writes nothing); once it is done, the next runs."""
-    from wiki_snapshot.store import Page, SnapshotWriter
+    from harness.wiki_snapshot.store import Page, SnapshotWriter
 
     out = tmp_path / "S.db"
     first = SnapshotWriter(out, source="first", options={})
@@ -605,7 +605,7 @@ def test_a_second_snapshot_build_of_the_same_file_is_refused(world, tmp_path, ca
         assert f"pid {os.getpid()}" in err, err
     unreadable.unlink()
     first.finish()
-    from wiki_snapshot.store import Snapshot
+    from harness.wiki_snapshot.store import Snapshot
 
     with Snapshot.open(out) as snap:
         assert snap.metadata["source"] == "first" and len(snap) == 1

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wiki_snapshot.index_bm25 import METHODS, BM25Build, tokenize_unit
+from harness.wiki_snapshot.index_bm25 import METHODS, BM25Build, tokenize_unit
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from wiki_snapshot.index_bm25 import METHODS, BM25Build, Scratch, query_top_k, tokenize, tokenize_unit
-from wiki_snapshot.retriever import top_k
+from harness.wiki_snapshot.index_bm25 import METHODS, BM25Build, Scratch, query_top_k, tokenize, tokenize_unit
+from harness.wiki_snapshot.retriever import top_k
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HOTPOT = json.loads((FIXTURES / "hotpot_dev_distractor_first100.json").read_text())

@@ -11,7 +11,7 @@ import json
 import pytest
 from conftest import assert_ran, run_harness
 
-from agents.delegate import BAD_ARGUMENTS, REFUSED, Delegate
+from harness.agents.delegate import BAD_ARGUMENTS, REFUSED, Delegate
 from harness.cli import main
 from harness.errors import ConfigError
 from harness.models.scripted import register_script, unregister_script

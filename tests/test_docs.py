@@ -155,3 +155,4 @@ def test_ci_builds_the_site_then_runs_the_readme_test_command():
     readme_tests = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(encoding="utf-8"), re.S)[1]
     assert ci[-1] == readme_tests.strip()  # the README's line, byte for byte, as the final step
     assert "'.[docs]'" in ci[-2] and "mkdocs build --strict" in ci[-2]
+    assert ".ci/wheel_check.sh" in ci[:-2]  # the built wheel, installed outside the clone, before both

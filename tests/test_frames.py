@@ -101,7 +101,7 @@ def test_without_pandas_one_line_naming_the_extra(runs, monkeypatch):
     for fn in (harness.runs_df, harness.samples_df):
         with pytest.raises(HarnessError) as info:
             fn(runs)
-        assert str(info.value) == "the data frames need pandas, which is not installed: pip install 'harness[analysis]'"
+        assert str(info.value) == "the data frames need pandas, which is not installed: pip install 'manyanswer-harness[analysis]'"
     monkeypatch.delitem(sys.modules, "pandas")
     with pytest.raises(HarnessError, match="give at least one run folder"):
         harness.runs_df()

@@ -17,9 +17,9 @@ from conftest import run_harness
 from harness.execution.config import build_config
 from harness.execution.runner import Run
 from harness.models.scripted import register_script, unregister_script
-from wiki_snapshot.builders import build_snapshot
-from wiki_snapshot.fulltext import build_fulltext, sidecar_path
-from wiki_snapshot.store import Snapshot
+from harness.wiki_snapshot.builders import build_snapshot
+from harness.wiki_snapshot.fulltext import build_fulltext, sidecar_path
+from harness.wiki_snapshot.store import Snapshot
 
 
 def build_sidecar(path):
@@ -198,7 +198,7 @@ def test_cli_builds_and_reports_one_line_errors(built, tmp_path):
         ((str(tmp_path / "missing.db"),), None, "snapshot not found"),
         ((str(shim),), None, "is a folder: give the snapshot file"),
         ((str(zim),), None, "has its own full-text index"),
-        ((str(snap_path),), {"PYTHONPATH": f"{shim}:{Path(__file__).parents[1]}"}, "pip install tantivy"),
+        ((str(snap_path),), {"PYTHONPATH": f"{shim}:{Path(__file__).parents[1]}"}, "pip install 'manyanswer-harness[fulltext]'"),
     ]:
         proc = run_harness("snapshot", "fulltext", *argv, env=env)
         lines = [line for line in proc.stderr.splitlines() if line.strip()]

@@ -2,8 +2,8 @@
 
 import pytest
 
-from agents._search import ContextGuard, SearchSession, evidence_recall
-from agents.evidence_provided import format_document, pack
+from harness.agents._search import ContextGuard, SearchSession, evidence_recall
+from harness.agents.evidence_provided import format_document, pack
 from harness.datasets import load_dataset
 from harness.scoring.hotpotqa_metrics import exact_match_score, f1_score, normalize_answer
 from harness.scoring.metrics import score_answers

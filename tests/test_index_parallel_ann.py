@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from conftest import run_harness
 
-import wiki_snapshot.retrieval as retrieval
-from wiki_snapshot import build_snapshot
-from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.retrieval import build_index, collect_passages, index_dir, open_retriever
-from wiki_snapshot.store import Snapshot
+import harness.wiki_snapshot.retrieval as retrieval
+from harness.wiki_snapshot import build_snapshot
+from harness.wiki_snapshot.errors import SnapshotError
+from harness.wiki_snapshot.retrieval import build_index, collect_passages, index_dir, open_retriever
+from harness.wiki_snapshot.store import Snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HOTPOT = FIXTURES / "hotpot_dev_distractor_first100.json"
@@ -56,7 +56,7 @@ def test_bm25_index_is_the_same_for_1_and_2_workers(tmp_path):
     # the streamed build ranks as bm25s's own in-memory build (tokenize + index) of the same passages
     import bm25s
 
-    from wiki_snapshot.index_bm25 import tokenize
+    from harness.wiki_snapshot.index_bm25 import tokenize
 
     with Snapshot.open(snap) as s:
         table, texts, _ = collect_passages(s, "words100")
@@ -179,7 +179,7 @@ def test_stale_ann_index_is_refused(ann_snapshot, tmp_path):
 
 @pytest.mark.slow
 def test_ivfpq_on_too_few_passages_is_one_line(ann_snapshot, tmp_path):
-    from wiki_snapshot.index_dense import build_ann, resolve_ann
+    from harness.wiki_snapshot.index_dense import build_ann, resolve_ann
 
     work = tmp_path / "d"
     work.mkdir()
@@ -219,7 +219,7 @@ def test_ivfpq_over_fetch_recovers_exact_recall(ann_snapshot, tmp_path):
     """IVF-PQ fetches ``refine`` x K candidates and keeps the K best by exact score: recall@10
     against exact search rises (real MiniLM embeddings of the HotpotQA passages, each repeated with
     small noise to pass the 256 passages PQ training needs)."""
-    from wiki_snapshot.index_dense import DenseRetriever, build_ann, resolve_ann
+    from harness.wiki_snapshot.index_dense import DenseRetriever, build_ann, resolve_ann
 
     exact_dir = ann_snapshot.parent / "exact-1-worker"
     real = np.load(exact_dir / "embeddings.npy")

@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 from conftest import assert_ran, run_harness
 
-from agents.ircot import answer_in, next_sentence
+from harness.agents.ircot import answer_in, next_sentence
 from harness.cli import main
 from harness.models.scripted import register_script, unregister_script
 

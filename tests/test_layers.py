@@ -1,10 +1,14 @@
 """One-way layers and no import circle, checked over the import graph (every import statement, module level or inside a
 function, read with ast; nothing is imported).
 
-    wiki_snapshot   a library: imports nothing of ours
+    The folders agents/ tools/ prompts/ wiki_snapshot/ are the modules harness.agents ... (pyproject's
+    package-dir; harness/_namespace.py in a clone); our code imports them by those names only.
+
+    version         harness._version: the version string, imported by any layer
+    wiki_snapshot   a library: imports nothing of ours but the version
     prompts         data: imports nothing of ours
     harness core    may use wiki_snapshot; never agents/, tools/ or the commands. Inside it, from the bottom:
-        base        errors, redact, registry, records (run files), templates, argtypes, _version
+        base        errors, redact, registry, records (run files), templates, argtypes, _namespace
         models      harness.models (backends, the answer cache)       | each on base only
         datasets    harness.datasets (loaders, conversation history)  |
         strategy    harness.strategy: the strategy interface (models, datasets)
@@ -27,7 +31,9 @@ from pathlib import Path
 
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("harness", "agents", "tools", "wiki_snapshot", "prompts")
+PACKAGES = ("harness", "agents", "tools", "wiki_snapshot", "prompts")  # the repository's folders
+MAPPED = PACKAGES[1:]  # each is harness.NAME
+OLD_NAMES = set(MAPPED)  # their top-level names before one namespace: never in our code
 TOP = ("harness.commands", "harness.cli", "harness.__main__")
 
 
@@ -35,6 +41,8 @@ def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
+    if parts[0] in MAPPED:
+        parts.insert(0, "harness")
     return ".".join(parts)
 
 
@@ -52,6 +60,11 @@ CORE_LAYERS = {  # harness sub-package or module -> its layer (any other harness
 def layer(module: str) -> str:
     if module == "harness":
         return "api"  # the package's __init__ re-exports the API
+    if module == "harness._version":
+        return "version"
+    parts = module.split(".")
+    if parts[0] == "harness" and len(parts) > 1 and parts[1] in MAPPED:
+        return parts[1]
     if module.startswith("harness."):
         if any(module == t or module.startswith(t + ".") for t in TOP):
             return "commands"
@@ -59,14 +72,15 @@ def layer(module: str) -> str:
             if module == prefix or module.startswith(prefix + "."):
                 return name
         return "base"
-    return module.split(".")[0]
+    return "old name" if parts[0] in OLD_NAMES else parts[0]
 
 
 CORE = ("base", "models", "datasets", "strategy", "scoring", "execution", "analysis", "api")
 _BELOW_EXECUTION = {"base", "models", "datasets", "strategy", "scoring", "wiki_snapshot"}
 # layer -> the layers it may import
 ALLOWED = {
-    "wiki_snapshot": {"wiki_snapshot"},
+    "version": set(),
+    "wiki_snapshot": {"wiki_snapshot", "version"},
     "prompts": set(),
     "base": {"base", "wiki_snapshot"},
     "models": {"base", "models", "wiki_snapshot"},
@@ -80,6 +94,9 @@ ALLOWED = {
     "agents": {"agents", "tools", *CORE, "wiki_snapshot"},
     "commands": {"commands", *CORE, "agents", "tools", "wiki_snapshot", "prompts"},
 }
+for _allowed in ALLOWED.values():
+    if _allowed:
+        _allowed.add("version")
 
 
 def our_imports(path: Path) -> list[tuple[int, str]]:
@@ -94,7 +111,7 @@ def our_imports(path: Path) -> list[tuple[int, str]]:
             raise AssertionError(f"{path}:{node.lineno}: relative import; use the absolute module name")
         else:
             continue
-        found.extend((node.lineno, n) for n in names if n.split(".")[0] in PACKAGES)
+        found.extend((node.lineno, n) for n in names if n.split(".")[0] in PACKAGES)  # an old name is ours too
     return found
 
 
@@ -207,13 +224,18 @@ def test_every_import_follows_the_layers():
 def test_the_checker_catches_violations(tmp_path):
     """The rules are live: a core module importing a strategy, and wiki_snapshot importing the core."""
     core = tmp_path / "probe_core.py"
-    core.write_text("import json\n\ndef f():\n    from agents.single_prompt import ClosedBook\n", encoding="utf-8")
+    core.write_text("import json\n\ndef f():\n    from harness.agents.single_prompt import ClosedBook\n", encoding="utf-8")
     lib = tmp_path / "probe_lib.py"
-    lib.write_text("from harness.errors import HarnessError\n", encoding="utf-8")
-    found = find_violations([("harness.probe", core), ("wiki_snapshot.probe", lib), ("harness.commands.probe", core)])
+    lib.write_text("from harness.errors import HarnessError\nfrom harness._version import __version__\n", encoding="utf-8")
+    old = tmp_path / "probe_old.py"
+    old.write_text("from tools import TOOLS\n", encoding="utf-8")  # the deprecated top-level name
+    found = find_violations(
+        [("harness.probe", core), ("harness.wiki_snapshot.probe", lib), ("harness.commands.probe", core), ("harness.agents.probe", old)]
+    )
     assert found == [
-        "harness.probe:4 (base) imports agents.single_prompt (agents)",
-        "wiki_snapshot.probe:1 (wiki_snapshot) imports harness.errors (base)",
+        "harness.probe:4 (base) imports harness.agents.single_prompt (agents)",
+        "harness.wiki_snapshot.probe:1 (wiki_snapshot) imports harness.errors (base)",
+        "harness.agents.probe:1 (agents) imports tools (old name)",
     ]
 
 
@@ -260,8 +282,8 @@ def test_core_imports_no_strategy_at_import_time():
 
     code = (
         "import sys, harness.execution.runner, harness.api, harness.scoring.metrics;"
-        "heavy = ('agents', 'tools', 'openai', 'anthropic', 'llama_cpp');"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))"
+        "heavy = ('harness.agents', 'harness.tools', 'agents', 'tools', 'openai', 'anthropic', 'llama_cpp');"
+        "print(sorted(m for m in sys.modules if m.startswith(heavy)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]"

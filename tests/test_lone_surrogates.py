@@ -319,7 +319,7 @@ PHYSICS = Path(__file__).resolve().parent / "fixtures" / "wikipedia_en_science_p
 
 @pytest.fixture
 def physics_snapshot(tmp_path):
-    from wiki_snapshot import build_snapshot
+    from harness.wiki_snapshot import build_snapshot
 
     path = tmp_path / "physics.db"
     build_snapshot(str(PHYSICS), path, progress=None)
@@ -334,10 +334,10 @@ def words(text: str) -> int:
 def test_the_search_tool_looks_up_a_query_with_u_fffd_and_records_it(physics_snapshot, fulltext):
     """SQLite's text binding raised on the surrogate (resolve_title, similar_titles: the sample failed);
     now each backend looks it up as U+FFFD and the search record counts it."""
-    from agents._search import SearchSession
-    from tools.search import SearchConfig, SearchTool
-    from wiki_snapshot import Snapshot
-    from wiki_snapshot.fulltext import build_fulltext
+    from harness.agents._search import SearchSession
+    from harness.tools.search import SearchConfig, SearchTool
+    from harness.wiki_snapshot import Snapshot
+    from harness.wiki_snapshot.fulltext import build_fulltext
 
     if fulltext:
         pytest.importorskip("tantivy")
@@ -365,8 +365,8 @@ def test_a_bm25_index_beside_a_snapshot_on_a_path_that_is_not_utf8(tmp_path):
     surrogate ranks as with U+FFFD."""
     import shutil
 
-    from wiki_snapshot import Snapshot, build_snapshot
-    from wiki_snapshot.retrieval import build_index, open_retriever
+    from harness.wiki_snapshot import Snapshot, build_snapshot
+    from harness.wiki_snapshot.retrieval import build_index, open_retriever
 
     source = tmp_path / "physics\udcff.json"
     shutil.copyfile(PHYSICS, source)
@@ -397,7 +397,7 @@ def test_a_snapshot_built_from_records_with_lone_surrogates_stores_u_fffd_and_co
     source.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="ascii")  # the escapes as JSON has them
     out = tmp_path / "snap.db"
     assert main(["snapshot", "build", "--from", str(source), "--out", str(out)]) == 0, capsys.readouterr().err
-    from wiki_snapshot import Snapshot
+    from harness.wiki_snapshot import Snapshot
 
     with Snapshot.open(out) as snap:
         assert snap.metadata["replaced_surrogates"] == 4 and len(snap) == 3
@@ -417,7 +417,7 @@ def test_a_hostile_mediawiki_reply_and_evidence_titles_build_a_snapshot(tmp_path
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     from urllib.parse import parse_qs, urlparse
 
-    from wiki_snapshot import Snapshot, build_snapshot
+    from harness.wiki_snapshot import Snapshot, build_snapshot
 
     article = json.loads(PHYSICS.read_text(encoding="utf-8"))[0]
     asked: list[dict] = []
@@ -477,7 +477,7 @@ def test_the_zim_page_cache_keeps_a_lone_surrogate_as_its_escape(tmp_path):
     """The rendered-page cache wrote "surrogatepass" bytes (not UTF-8: read back as a miss, every time)."""
     from zim_fixtures import write_zim
 
-    from wiki_snapshot.zim_archive import ZimWiki
+    from harness.wiki_snapshot.zim_archive import ZimWiki
 
     write_zim(tmp_path / "physics.zim", indexing=False, hotpot=False)
     wiki = ZimWiki.open(tmp_path / "physics.zim", cache_dir=tmp_path / "cache")

@@ -23,11 +23,11 @@ import pytest
 from harness.cli import main
 from harness.models.scripted import register_script, unregister_script
 from harness.models.tokenizers import count_tiktoken
-from tools.search import SearchConfig, SearchTool
-from wiki_snapshot import Page, Snapshot, SnapshotWriter
-from wiki_snapshot.builders import html_to_markdown
-from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.mediawiki_live import MediaWikiLive
+from harness.tools.search import SearchConfig, SearchTool
+from harness.wiki_snapshot import Page, Snapshot, SnapshotWriter
+from harness.wiki_snapshot.builders import html_to_markdown
+from harness.wiki_snapshot.errors import SnapshotError
+from harness.wiki_snapshot.mediawiki_live import MediaWikiLive
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 RECORDED = json.loads((FIXTURES / "recorded" / "mediawiki" / "pymediawiki_2017.json").read_text(encoding="utf-8"))

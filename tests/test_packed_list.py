@@ -240,7 +240,7 @@ def test_sample_defaults_and_replace():
 
 
 def test_evidence_recall_writes_a_list():
-    from agents._search import evidence_recall
+    from harness.agents._search import evidence_recall
 
     sample = load_dataset("fanoutqa:dev").samples[0]
 

@@ -281,7 +281,7 @@ def test_jsonl_records_match_read_jsonl():
 
 
 def test_collect_evidence_reads_a_packed_record():
-    from wiki_snapshot.builders import collect_evidence
+    from harness.wiki_snapshot.builders import collect_evidence
 
     sample = load_dataset("fanoutqa:dev").samples[0]
     found = collect_evidence(sample.raw)

@@ -1,4 +1,4 @@
-"""wiki_snapshot.chunking / wiki_snapshot.ranking against FanOutQA's own retriever (fanoutqa 1.1.1).
+"""harness.wiki_snapshot.chunking / harness.wiki_snapshot.ranking against FanOutQA's own retriever (fanoutqa 1.1.1).
 
 The references: ``fanoutqa.retrieval.chunk_text``, ``rank_bm25.BM25Plus`` with ``np.argsort(...)[::-1]``
 (what ``fanoutqa.retrieval.Corpus.best`` does) and ``Corpus.best`` itself, on real Wikipedia text:
@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from harness.scoring.normalize import tokenize_fanoutqa
-from wiki_snapshot.chunking import chunk_text
-from wiki_snapshot.ranking import BM25PlusRanker, rank_documents
+from harness.wiki_snapshot.chunking import chunk_text
+from harness.wiki_snapshot.ranking import BM25PlusRanker, rank_documents
 
 fretrieval = pytest.importorskip("fanoutqa.retrieval")  # needs rank_bm25 (the test extra)
 from rank_bm25 import BM25Plus

@@ -74,7 +74,7 @@ def test_refusals_are_one_line_before_ray(tmp_path, capsys, monkeypatch, extra, 
 def test_without_ray_installed_one_line_and_nothing_left(tmp_path, capsys, monkeypatch):
     no_ray(monkeypatch)
     rc, err = harness(capsys, "run", *RUN, "--out", tmp_path / "out", "--shards", "2", "--launcher", "ray")
-    assert (rc, err) == (2, ["error: --launcher ray needs Ray: pip install 'harness[ray]'"])
+    assert (rc, err) == (2, ["error: --launcher ray needs Ray: pip install 'manyanswer-harness[ray]'"])
     assert not (tmp_path / "out").exists()  # the launch's lock folder removed: nothing began
 
 

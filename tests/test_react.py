@@ -8,7 +8,7 @@ import json
 import pytest
 from conftest import assert_ran, run_harness
 
-from agents.react import correction, parse_step
+from harness.agents.react import correction, parse_step
 from harness.cli import main
 from harness.models.scripted import register_script, unregister_script
 
@@ -116,7 +116,7 @@ def test_search_search_finish(scripted, hotpot_snapshot, tmp_path):
     assert prompt.endswith(f"Question: {QUESTION}") and "Action 1: Search[Turandot]" in prompt
     assert [msgs[i]["content"] for i in (1, 3, 5)] == replies
     # each observation is the search tool's result for that step's query: the page's text
-    from wiki_snapshot.store import Snapshot
+    from harness.wiki_snapshot.store import Snapshot
 
     with Snapshot.open(hotpot_snapshot) as snap:
         for i, title in ((2, "Scott Derrickson"), (4, "Ed Wood")):

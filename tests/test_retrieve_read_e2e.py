@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import assert_ran, run_harness
 
-from agents.retrieve_classify import judge
-from agents.retrieve_read_each import parse_answers, union
+from harness.agents.retrieve_classify import judge
+from harness.agents.retrieve_read_each import parse_answers, union
 from harness.datasets import load_dataset
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -171,7 +171,7 @@ def test_classify_over_words_passages_ranks_entities_by_their_best_passage(hotpo
     judgments = s["extra"]["judgments"]
     assert len(judgments) == 2 and len({j["title"] for j in judgments}) == 2
     # each entity's document is its whole page (here: one HotpotQA paragraph), not one passage
-    from wiki_snapshot.store import Snapshot
+    from harness.wiki_snapshot.store import Snapshot
 
     with Snapshot.open(hotpot) as snap:
         for j, user in zip(judgments, s["messages"][::2]):

@@ -98,7 +98,7 @@ def test_kill_9_releases_the_lock_and_the_rerun_cleans_up_and_finishes_once(tmp_
 
 
 def test_killed_snapshot_and_index_builds_leave_nothing_for_the_next_build(tmp_path):
-    from wiki_snapshot.store import remove_dead_leftovers
+    from harness.wiki_snapshot.store import remove_dead_leftovers
 
     # a pid that is certainly dead: a child that has exited
     child = subprocess.Popen(["true"])

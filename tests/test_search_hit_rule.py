@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from harness.models.tokenizers import count_tiktoken
-from tools.search import SearchConfig, SearchTool, resolve_hit_rule
-from wiki_snapshot import Page, Snapshot, SnapshotWriter
+from harness.tools.search import SearchConfig, SearchTool, resolve_hit_rule
+from harness.wiki_snapshot import Page, Snapshot, SnapshotWriter
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 MISS = "No page with that title exists. Try searching for one of these similar articles instead:\n"
@@ -189,7 +189,7 @@ def test_auto_resolves_by_style_and_backend(snap):
 
 
 def test_search_records_say_which_rule_decided(snap):
-    from agents._search import SearchSession
+    from harness.agents._search import SearchSession
 
     session = SearchSession(SearchTool(snap, SearchConfig(), count_tiktoken, CONTEXT), "q", False)
     session.search("Einstein")

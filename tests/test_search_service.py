@@ -22,11 +22,11 @@ import pytest
 
 from harness.cli import main
 from harness.models.scripted import register_script, unregister_script
-from tools.search import SearchConfig, SearchTool
-from wiki_snapshot import Page, Snapshot, SnapshotWriter
-from wiki_snapshot.errors import SearchServiceChanged, SearchServiceUnavailable, SnapshotError
-from wiki_snapshot.remote import RemoteWiki
-from wiki_snapshot.retrieval import build_index, open_retriever
+from harness.tools.search import SearchConfig, SearchTool
+from harness.wiki_snapshot import Page, Snapshot, SnapshotWriter
+from harness.wiki_snapshot.errors import SearchServiceChanged, SearchServiceUnavailable, SnapshotError
+from harness.wiki_snapshot.remote import RemoteWiki
+from harness.wiki_snapshot.retrieval import build_index, open_retriever
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 ARTICLES = json.loads((FIXTURES / "wikipedia_en_science_physics_10.json").read_text(encoding="utf-8"))

@@ -18,10 +18,10 @@ from harness.datasets import load_dataset
 from harness.execution.config import RunConfig, build_config
 from harness.execution.paths import portable_text
 from harness.models.scripted import register_script, unregister_script
-from wiki_snapshot.builders import build_snapshot
-from wiki_snapshot.builders.fanoutqa_cache import FanOutQACacheBuilder
-from wiki_snapshot.builders.mediawiki_api import MediaWikiAPIBuilder
-from wiki_snapshot.store import Snapshot
+from harness.wiki_snapshot.builders import build_snapshot
+from harness.wiki_snapshot.builders.fanoutqa_cache import FanOutQACacheBuilder
+from harness.wiki_snapshot.builders.mediawiki_api import MediaWikiAPIBuilder
+from harness.wiki_snapshot.store import Snapshot
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HOTPOT = FIXTURES / "hotpot_dev_distractor_first100.json"
@@ -310,7 +310,7 @@ def test_labels_of_a_whole_wikipedia_archive_and_of_the_live_api():
 
     class Archive(Backend):
         def resolve_title(self, title):
-            from wiki_snapshot.store import Page
+            from harness.wiki_snapshot.store import Page
 
             i = pages.get(title.casefold())
             return None if i is None else Page(pageid=i, revid=None, title=title, text="", timestamp=None)

@@ -1,8 +1,8 @@
-"""tools.search.SearchTool: FanOutQA's open-book search over a snapshot, on real Wikipedia text.
+"""harness.tools.search.SearchTool: FanOutQA's open-book search over a snapshot, on real Wikipedia text.
 
 The snapshot here is a small in-memory stand-in with the two methods the tool uses, filled with
 the 10 full articles of tests/fixtures/wikipedia_en_science_physics_10.json and HotpotQA
-paragraphs; one test uses a real ``wiki_snapshot.Snapshot`` file. Tokens are counted with a real
+paragraphs; one test uses a real ``harness.wiki_snapshot.Snapshot`` file. Tokens are counted with a real
 tokenizer (tiktoken o200k_base, offline).
 """
 
@@ -17,10 +17,10 @@ import pytest
 
 from harness.models.tokenizers import count_tiktoken
 from harness.scoring.normalize import tokenize_fanoutqa
-from tools import TOOLS, tool_schema
-from tools.search import SearchConfig, SearchResult, SearchTool, rank_chunks
-from wiki_snapshot.chunking import chunk_text
-from wiki_snapshot.ranking import BM25PlusRanker
+from harness.tools import TOOLS, tool_schema
+from harness.tools.search import SearchConfig, SearchResult, SearchTool, rank_chunks
+from harness.wiki_snapshot.chunking import chunk_text
+from harness.wiki_snapshot.ranking import BM25PlusRanker
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -239,7 +239,7 @@ def test_budget_fraction(snapshot):
 
 
 def test_index_built_once_per_page(snapshot, monkeypatch):
-    import tools.search as search_mod
+    import harness.tools.search as search_mod
 
     calls = []
     real = search_mod.tokenize_fanoutqa
@@ -309,7 +309,7 @@ def test_rank_chunks_is_corpus_order(articles):
 
 # a real snapshot file ----------------------------------------------------------------------------
 def test_with_real_snapshot(tmp_path, articles):
-    from wiki_snapshot import Page, Snapshot, SnapshotWriter
+    from harness.wiki_snapshot import Page, Snapshot, SnapshotWriter
 
     path = tmp_path / "physics.sqlite"
     with SnapshotWriter(path, source="tests/fixtures/wikipedia_en_science_physics_10.json", options={}) as writer:

@@ -25,9 +25,9 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from conftest import harness_cmd, run_harness
 
-from wiki_snapshot import Page, Snapshot, SnapshotWriter, build_snapshot, stable_pageid
-from wiki_snapshot.builders import detect_kind, html_to_markdown
-from wiki_snapshot.errors import SnapshotError
+from harness.wiki_snapshot import Page, Snapshot, SnapshotWriter, build_snapshot, stable_pageid
+from harness.wiki_snapshot.builders import detect_kind, html_to_markdown
+from harness.wiki_snapshot.errors import SnapshotError
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DUMP = FIXTURES / "enwiki-sample-pages-articles.xml.bz2"
@@ -237,7 +237,7 @@ def _edits(word: str) -> set[str]:
 
 def test_one_edit_expression_finds_every_single_edit(dump_pages):
     # the pieces _one_edit searches must survive any one edit of a word of 7 letters or more
-    from wiki_snapshot.store import _one_edit, _words
+    from harness.wiki_snapshot.store import _one_edit, _words
 
     con = sqlite3.connect(":memory:")
     con.execute("CREATE VIRTUAL TABLE t USING fts5(title, tokenize='trigram')")
@@ -255,7 +255,7 @@ def _similar_titles_unpruned(snap, query: str, k: int) -> list[str]:
     """similar_titles' ranking computed the slow way: every candidate scored in full with difflib."""
     import difflib
 
-    from wiki_snapshot.store import _STOPWORDS, _dedupe, _words, normalize_title, split_fragment
+    from harness.wiki_snapshot.store import _STOPWORDS, _dedupe, _words, normalize_title, split_fragment
 
     q = (split_fragment(query)[0] or normalize_title(query))[:300]
     qkey = q.casefold()
@@ -338,12 +338,12 @@ def test_hotpotqa_records(tmp_path, monkeypatch):
         # A title whose words are all in a title listed before it ("Ed Wood", "Ed Wood (film)"): the
         # word queries read rows in index order, not by rank, so however few they read, the title
         # itself comes first (titles that start with the query are looked up in the title B-tree).
-        from wiki_snapshot.store import _words
+        from harness.wiki_snapshot.store import _words
 
         titles = sorted(first, key=stable_pageid)
         shadowed = [t for i, t in enumerate(titles) if any(set(_words(t)) <= set(_words(a)) for a in titles[:i])]
         assert len(shadowed) >= 20
-        monkeypatch.setattr("wiki_snapshot.store.TITLE_ROWS", 1)
+        monkeypatch.setattr("harness.wiki_snapshot.store.TITLE_ROWS", 1)
         for t in shadowed:
             assert s.similar_titles(t.lower(), k=3)[0] == t, t
 
@@ -414,7 +414,7 @@ def test_fanoutqa_cache_with_titles_file(tmp_path):
 def test_fanoutqa_cache_titles_from_dataset_evidence(tmp_path):
     from harness.commands.snapshot import dataset_evidence
     from harness.datasets import load_dataset
-    from wiki_snapshot.builders import collect_evidence
+    from harness.wiki_snapshot.builders import collect_evidence
 
     evidence = []
     for sample in load_dataset("fanoutqa:dev").samples[:2]:

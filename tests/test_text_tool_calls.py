@@ -11,7 +11,7 @@ import json
 import pytest
 from conftest import assert_ran, packaged_llama_server, run_harness
 
-from agents._text_calls import read_text_tool_calls
+from harness.agents._text_calls import read_text_tool_calls
 from harness.cli import main
 from harness.models.scripted import register_script, unregister_script
 

@@ -1,4 +1,4 @@
-"""A ZIM archive read in place (wiki_snapshot.zim_archive.ZimWiki) over real ZIM files written with
+"""A ZIM archive read in place (harness.wiki_snapshot.zim_archive.ZimWiki) over real ZIM files written with
 libzim's writer (full-text indexing on, and one archive with it off) from the real Wikipedia text in
 tests/fixtures (tests/zim_fixtures.py)."""
 
@@ -17,12 +17,12 @@ pytest.importorskip("libzim.writer", reason="libzim is not installed (pip instal
 from harness.cli import main  # noqa: E402
 from zim_fixtures import DATE, REDIRECTS, fixture_articles, write_zim  # noqa: E402
 
-import wiki_snapshot.builders as builders  # noqa: E402
-from wiki_snapshot import SnapshotError, open_wiki  # noqa: E402
-from wiki_snapshot.builders import build_snapshot, html_to_markdown  # noqa: E402
-from wiki_snapshot.space import WikiBackend, scope_of  # noqa: E402
-from wiki_snapshot.store import Snapshot, stable_pageid  # noqa: E402
-from wiki_snapshot.zim_archive import ZimWiki  # noqa: E402
+import harness.wiki_snapshot.builders as builders  # noqa: E402
+from harness.wiki_snapshot import SnapshotError, open_wiki  # noqa: E402
+from harness.wiki_snapshot.builders import build_snapshot, html_to_markdown  # noqa: E402
+from harness.wiki_snapshot.space import WikiBackend, scope_of  # noqa: E402
+from harness.wiki_snapshot.store import Snapshot, stable_pageid  # noqa: E402
+from harness.wiki_snapshot.zim_archive import ZimWiki  # noqa: E402
 
 
 QUESTIONS = 30  # HotpotQA questions whose paragraphs science.zim holds (all 100: the slow test)

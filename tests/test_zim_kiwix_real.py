@@ -12,10 +12,10 @@ import pytest
 
 pytest.importorskip("libzim.reader", reason="libzim is not installed (pip install libzim)")
 
-from wiki_snapshot import open_wiki  # noqa: E402
-from wiki_snapshot.builders import build_snapshot  # noqa: E402
-from wiki_snapshot.store import Snapshot  # noqa: E402
-from wiki_snapshot.zim_archive import ZimWiki  # noqa: E402
+from harness.wiki_snapshot import open_wiki  # noqa: E402
+from harness.wiki_snapshot.builders import build_snapshot  # noqa: E402
+from harness.wiki_snapshot.store import Snapshot  # noqa: E402
+from harness.wiki_snapshot.zim_archive import ZimWiki  # noqa: E402
 
 KIWIX = Path(__file__).parent / "fixtures" / "kiwix"
 LAYOUTS = {
@@ -91,7 +91,7 @@ def test_both_layouts_hold_the_same_text(tmp_path):
 
 
 def test_the_search_tool_falls_back_to_titles_over_it(wiki):
-    from tools.search import SearchConfig, SearchTool
+    from harness.tools.search import SearchConfig, SearchTool
 
     tool = SearchTool(wiki, SearchConfig(), count_tokens=lambda s: len(s) // 4, context_size=8192)
     assert tool.hit_rule == "title"  # no full-text index: redel's rule cannot be applied

@@ -5,7 +5,7 @@ object) and is registered with ``@register_tool``. ``tool_schema(name)`` gives t
 ``{"type": "function", "function": {...}}`` entry that goes into a chat request's ``tools``.
 """
 
-from tools.registry import TOOLS, function_schema, register_tool, tool_schema
-from tools import search as _search  # noqa: F401, E402  (registers "search")
+from harness.tools.registry import TOOLS, function_schema, register_tool, tool_schema
+from harness.tools import search as _search  # noqa: F401, E402  (registers "search")
 
 __all__ = ["TOOLS", "function_schema", "register_tool", "tool_schema"]

@@ -19,7 +19,7 @@ hit is the *hit rule* (``SearchConfig.hit_rule``):
 
 A miss returns similar titles. A hit returns the whole page if it fits the token budget
 (half the model's context by default), otherwise the page's 1024-character chunks ranked by
-BM25+ against the question being answered (``wiki_snapshot.ranking``: the same order as
+BM25+ against the question being answered (``harness.wiki_snapshot.ranking``: the same order as
 ``fanoutqa.retrieval.Corpus``), packed best first until the next fragment would pass the budget.
 Tokens are counted with the model's own counter on the whole text the model would see, after
 every fragment, as the reference does.
@@ -47,9 +47,9 @@ from typing import Any, ClassVar
 from harness.scoring.normalize import tokenize_fanoutqa
 from harness.templates import packaged_text
 from harness.text import plain_text
-from tools.registry import function_schema, register_tool
-from wiki_snapshot.chunking import chunk_text
-from wiki_snapshot.ranking import BM25PlusRanker
+from harness.tools.registry import function_schema, register_tool
+from harness.wiki_snapshot.chunking import chunk_text
+from harness.wiki_snapshot.ranking import BM25PlusRanker
 
 STYLES = ("fanoutqa", "paper-2024")
 HIT_RULES = ("auto", "search-results", "title")

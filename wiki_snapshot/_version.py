@@ -1,13 +1,8 @@
-"""The installed harness distribution's version, recorded in snapshot and index metadata.
-
-Read from the package metadata rather than ``harness.__version__``: this library imports
-nothing from ``harness``."""
+"""The harness's version, recorded in snapshot and index metadata: ``harness/_version.py``, the one
+place it is written (pyproject reads it too), and the one module of the core this library imports."""
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
+from harness._version import __version__ as HARNESS_VERSION
 
-try:
-    HARNESS_VERSION = version("harness")  # the distribution name in pyproject.toml
-except PackageNotFoundError:  # running from a source tree that was never installed
-    HARNESS_VERSION = "0+unknown"
+__all__ = ["HARNESS_VERSION"]

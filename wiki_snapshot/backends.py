@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.space import WikiBackend
+from harness.wiki_snapshot.errors import SnapshotError
+from harness.wiki_snapshot.space import WikiBackend
 
 # A ZIM file starts with this magic number (little-endian uint32 72173914), per openzim's format spec.
 ZIM_MAGIC = (72173914).to_bytes(4, "little")
@@ -26,10 +26,10 @@ def open_wiki(path: str | os.PathLike) -> WikiBackend:
     if not p.exists():
         raise SnapshotError(f"snapshot not found: {p}")
     if p.is_file() and is_zim(p):
-        from wiki_snapshot.zim_archive import ZimWiki
+        from harness.wiki_snapshot.zim_archive import ZimWiki
 
         return ZimWiki.open(p)
-    from wiki_snapshot.store import Snapshot
+    from harness.wiki_snapshot.store import Snapshot
 
     return Snapshot.open(p)
 

@@ -4,7 +4,7 @@ FTS5 ranks an OR query by scoring every posting of every query term (no top-k pr
 ``search`` grows linearly with the corpus (CPU p95 1.2 s at 1M pages, docs/performance.md);
 tantivy's BM25 with block-max WAND skips blocks that cannot reach the top k. The sidecar is built
 from the snapshot's pages (``harness snapshot fulltext SNAP.db``) and records the snapshot's
-``content_sha256`` in ``meta.json``: :meth:`wiki_snapshot.store.Snapshot.open` uses it only when that
+``content_sha256`` in ``meta.json``: :meth:`harness.wiki_snapshot.store.Snapshot.open` uses it only when that
 hash matches. tantivy is imported lazily (the ``fulltext`` extra)."""
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.text import json_bytes
+from harness.wiki_snapshot.errors import SnapshotError
+from harness.wiki_snapshot.text import json_bytes
+from harness._version import pip_install
 
 ENGINE = "tantivy"
 TEXT_SEARCH = "tantivy-bm25"
@@ -45,7 +46,7 @@ def _tantivy():
     try:
         import tantivy
     except ImportError:
-        raise SnapshotError("the full-text sidecar needs tantivy: pip install tantivy") from None
+        raise SnapshotError(f"the full-text sidecar needs tantivy: {pip_install('fulltext')}") from None
     return tantivy
 
 

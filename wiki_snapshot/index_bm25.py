@@ -31,9 +31,9 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.retriever import UNREADABLE, Hit, Retriever, first_line, live_progress, top_k, top_k_of
-from wiki_snapshot.text import json_bytes, plain_text
+from harness.wiki_snapshot.errors import SnapshotError
+from harness.wiki_snapshot.retriever import UNREADABLE, Hit, Retriever, first_line, live_progress, top_k, top_k_of
+from harness.wiki_snapshot.text import json_bytes, plain_text
 
 DEFAULTS = {"method": "lucene", "k1": 0.9, "b": 0.4, "delta": 0.5, "stemmer": "porter", "stopwords": "en"}
 METHODS = ("lucene", "robertson", "atire", "bm25l", "bm25+")
@@ -587,7 +587,7 @@ class BM25Retriever(Retriever):
         return len(indptr) - 1
 
     def query_token_ids(self, query: str) -> list[int]:
-        # a lone surrogate (a model's "\ud800") as U+FFFD, as every query (wiki_snapshot.text)
+        # a lone surrogate (a model's "\ud800") as U+FFFD, as every query (harness.wiki_snapshot.text)
         tokens = tokenize([plain_text(query)[0]], self.opts, return_ids=False)[0]
         return self.model.get_tokens_ids(tokens)
 

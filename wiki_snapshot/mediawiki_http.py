@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from wiki_snapshot._version import HARNESS_VERSION
-from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.text import json_bytes, plain_text
+from harness.wiki_snapshot._version import HARNESS_VERSION
+from harness.wiki_snapshot.errors import SnapshotError
+from harness.wiki_snapshot.text import json_bytes, plain_text
 
 log = logging.getLogger(__name__)
 

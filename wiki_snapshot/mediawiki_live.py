@@ -7,14 +7,14 @@ What FanOutQA's own code asks (zhudotexe/fanoutqa ``fanoutqa/wiki.py`` at 145cfd
 - a page's text at its revision as of a date (``DATASET_EPOCH``, 2023-11-20 for FanOutQA):
   ``action=query&prop=revisions&rvprop=ids|timestamp&rvlimit=1&rvstart=DATE&pageids=ID`` (the newest
   revision at or before DATE: ``rvdir`` defaults to ``older``), then ``action=parse&oldid=REVID&prop=text``,
-  the HTML rendered to markdown with FanOutQA's options (``wiki_snapshot.builders.html_to_markdown``).
+  the HTML rendered to markdown with FanOutQA's options (``harness.wiki_snapshot.builders.html_to_markdown``).
   A page with no revision by then reads as empty text, logged (FanOutQA's ``LazyEvidence.revid``
   raises there; its ``wiki_content`` reads a parse without text as empty, logged);
 - ``resolve_title(title)``: ``action=query&titles=TITLE&redirects=1`` (MediaWiki's title
   normalization and redirects; a ``missing`` or ``invalid`` page is None): what the paper's 2024 code
   (``DatedPage(title=query, redirect=True)``) looks up, and what the ``title`` hit rule uses.
 
-Every request goes through :class:`wiki_snapshot.mediawiki_http.MediaWikiClient`: a polite
+Every request goes through :class:`harness.wiki_snapshot.mediawiki_http.MediaWikiClient`: a polite
 User-Agent, a rate limit (default 1 request/s), retries on 429/5xx/maxlag with ``Retry-After``, and
 an on-disk cache of the raw responses, so a rerun sends nothing it sent before. :meth:`check` is
 the pre-flight (``meta=siteinfo``, cached like the rest): with no network it raises one line that
@@ -30,8 +30,8 @@ import logging
 import threading
 from typing import Any
 
-from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.mediawiki_http import DEFAULT_API_URL, MediaWikiClient, Unreachable
+from harness.wiki_snapshot.errors import SnapshotError
+from harness.wiki_snapshot.mediawiki_http import DEFAULT_API_URL, MediaWikiClient, Unreachable
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class LivePage:
 
 
 class MediaWikiLive:
-    """A :class:`wiki_snapshot.space.WikiBackend` over a live ``api.php``."""
+    """A :class:`harness.wiki_snapshot.space.WikiBackend` over a live ``api.php``."""
 
     full_text_search = True
 
@@ -107,7 +107,7 @@ class MediaWikiLive:
         retry_max_wait: float | None = None,
         timeout: float | None = None,
     ):
-        from wiki_snapshot._version import HARNESS_VERSION
+        from harness.wiki_snapshot._version import HARNESS_VERSION
 
         self.as_of = str(as_of)
         self.rvstart = as_of_timestamp(self.as_of)
@@ -273,7 +273,7 @@ class MediaWikiLive:
         return int(rev["revid"]), rev.get("timestamp")
 
     def _page_text(self, revid: int, title: str) -> str:
-        from wiki_snapshot.builders import html_to_markdown
+        from harness.wiki_snapshot.builders import html_to_markdown
 
         data = self.client.cached_get({"format": "json", "action": "parse", "oldid": int(revid), "prop": "text"})
         parse = data.get("parse") if isinstance(data, dict) else None

@@ -10,7 +10,7 @@ Kinds (``--passages``):
   already a dependency (the scorer's normalizer), it needs no model file, and its tokenizer's
   exceptions keep "U.S." or "Dr." inside a sentence; about 0.7 MB of text per second per core.
   (QAMPARI used NLTK's Punkt, whose data cannot be installed offline from PyPI.)
-- ``chunk{N}`` (``chunk1024``): FanOutQA's character chunker (``wiki_snapshot.chunking``); a passage
+- ``chunk{N}`` (``chunk1024``): FanOutQA's character chunker (``harness.wiki_snapshot.chunking``); a passage
   is the page text its chunk was cut from (the chunk less any separator the chunker added).
 - ``page``: the whole page as one unit, as QUEST's retrievers rank entity documents.
 
@@ -28,7 +28,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from wiki_snapshot.errors import SnapshotError
+from harness.wiki_snapshot.errors import SnapshotError
 
 KIND_PATTERN = re.compile(r"^(?:words(?P<words>\d+)|chunk(?P<chunk>\d+)|page)$")
 PASSAGE_DTYPE = np.dtype([("pageid", "<i8"), ("start", "<i4"), ("end", "<i4"), ("ordinal", "<i4")])
@@ -132,9 +132,9 @@ def word_spans_many(texts: list[str], max_words: int) -> list[list[tuple[int, in
 
 def chunk_spans(text: str, size: int) -> list[tuple[int, int]]:
     """FanOutQA's chunks as offsets: each chunk found in order as a substring of the page; a page
-    where one is not (a chunk holding a separator the chunker added, see ``wiki_snapshot.chunking``)
+    where one is not (a chunk holding a separator the chunker added, see ``harness.wiki_snapshot.chunking``)
     takes its spans from ``chunk_text_sources``: each chunk's first to last character of the page."""
-    from wiki_snapshot.chunking import chunk_text
+    from harness.wiki_snapshot.chunking import chunk_text
 
     spans, pos = [], 0
     for chunk in chunk_text(text, size):
@@ -151,7 +151,7 @@ def chunk_spans(text: str, size: int) -> list[tuple[int, int]]:
 def _source_spans(text: str, size: int) -> list[tuple[int, int]]:
     # only for the pages the substring search cannot place, so that every page placed before keeps
     # its passages (and their ids) byte for byte
-    from wiki_snapshot.chunking import chunk_text_sources
+    from harness.wiki_snapshot.chunking import chunk_text_sources
 
     spans = []
     for chunk, src in chunk_text_sources(text, size):

@@ -19,7 +19,7 @@ It is faster because the index is built with one C-level dictionary lookup per t
 vectorized numpy for the rest (postings, idf, K, every (term, chunk) contribution), instead of
 Python loops, and a query is a gather of the query terms' rows plus one ``np.add.accumulate``
 instead of a Python loop per (term, chunk). Callers that search a page repeatedly keep the
-ranker (tools.search.SearchTool does, per page). ``bm25s`` (method="bm25+") has the same formula,
+ranker (harness.tools.search.SearchTool does, per page). ``bm25s`` (method="bm25+") has the same formula,
 but it precomputes ``idf*tfc - idf*delta`` per posting and adds the non-occurrence sum back at
 query time, so its floats differ in the last bits and ties can flip (benchmarks/ranking.py
 counts how often); it is only a comparison point there, not a dependency.
@@ -35,7 +35,7 @@ from itertools import chain, count
 
 import numpy as np
 
-from wiki_snapshot.chunking import chunk_text
+from harness.wiki_snapshot.chunking import chunk_text
 
 K1, B, DELTA = 1.5, 0.75, 1.0  # rank_bm25.BM25Plus defaults
 

@@ -1,7 +1,7 @@
-"""A search service (``harness search serve``, :mod:`wiki_snapshot.service`) as a wiki backend: what
+"""A search service (``harness search serve``, :mod:`harness.wiki_snapshot.service`) as a wiki backend: what
 ``--search-url URL`` gives the strategies in place of a local snapshot file.
 
-:class:`RemoteWiki` is a :class:`wiki_snapshot.space.WikiBackend` whose every method is one request
+:class:`RemoteWiki` is a :class:`harness.wiki_snapshot.space.WikiBackend` whose every method is one request
 to the service, and :meth:`RemoteWiki.open_retriever` a passage retriever over the service's
 indexes; both return what the local snapshot returns, the same objects with the same values.
 
@@ -21,10 +21,10 @@ import time
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-from wiki_snapshot.errors import SearchServiceChanged, SearchServiceUnavailable, SnapshotError
-from wiki_snapshot.retriever import Hit
-from wiki_snapshot.service import CONTENT_HEADER, PROTOCOL
-from wiki_snapshot.store import Page
+from harness.wiki_snapshot.errors import SearchServiceChanged, SearchServiceUnavailable, SnapshotError
+from harness.wiki_snapshot.retriever import Hit
+from harness.wiki_snapshot.service import CONTENT_HEADER, PROTOCOL
+from harness.wiki_snapshot.store import Page
 
 DEFAULT_ATTEMPTS = 4
 FIRST_WAIT_S = 0.25  # then 0.5, 1, ...: a service restarting answers within a few seconds
@@ -219,7 +219,7 @@ class RemoteWiki:
 
 class RemoteRetriever:
     """A passage index searched through the service: ``search``/``search_many`` as the local
-    :class:`wiki_snapshot.retriever.Retriever`'s, the same hits."""
+    :class:`harness.wiki_snapshot.retriever.Retriever`'s, the same hits."""
 
     def __init__(self, wiki: RemoteWiki, kind: str, passages: str, meta: dict[str, Any]):
         self.wiki, self.kind, self.passages_kind, self.meta = wiki, kind, passages, meta

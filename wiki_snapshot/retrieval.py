@@ -26,12 +26,12 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from wiki_snapshot._version import HARNESS_VERSION
-from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.parallel import NpyAppender, batched, default_workers, ordered_map
-from wiki_snapshot.passages import PASSAGE_DTYPE, iter_passages, parse_kind, splitter_info
-from wiki_snapshot.retriever import PASSAGES_FILE, Retriever, build_command, live_progress
-from wiki_snapshot.text import json_bytes
+from harness.wiki_snapshot._version import HARNESS_VERSION
+from harness.wiki_snapshot.errors import SnapshotError
+from harness.wiki_snapshot.parallel import NpyAppender, batched, default_workers, ordered_map
+from harness.wiki_snapshot.passages import PASSAGE_DTYPE, iter_passages, parse_kind, splitter_info
+from harness.wiki_snapshot.retriever import PASSAGES_FILE, Retriever, build_command, live_progress
+from harness.wiki_snapshot.text import json_bytes
 
 INDEX_FORMAT = "harness-passage-index"
 INDEX_FORMAT_VERSION = 1
@@ -53,7 +53,7 @@ def index_dir(snapshot_path: str | os.PathLike, retriever: str, passages: str) -
 
 def read_meta(snapshot_path, retriever: str, passages: str) -> tuple[Path, dict[str, Any]]:
     """The index's directory and metadata; a clear error (with the command to build it) otherwise."""
-    from wiki_snapshot.store import refuse_zim
+    from harness.wiki_snapshot.store import refuse_zim
 
     refuse_zim(snapshot_path)
     directory = index_dir(snapshot_path, retriever, passages)
@@ -97,10 +97,10 @@ def open_retriever(snapshot, retriever: str, passages: str, exact: bool = False)
     directory, meta = read_meta(snapshot.path, retriever, passages)
     check_fresh(meta, snapshot, directory, retriever, passages)
     if retriever == "bm25":
-        from wiki_snapshot.index_bm25 import BM25Retriever
+        from harness.wiki_snapshot.index_bm25 import BM25Retriever
 
         return BM25Retriever(directory, meta, snapshot)
-    from wiki_snapshot.index_dense import DenseRetriever
+    from harness.wiki_snapshot.index_dense import DenseRetriever
 
     return DenseRetriever(directory, meta, snapshot, exact=exact)
 
@@ -110,7 +110,7 @@ def collect_passages(snapshot, passages: str, progress: TextIO | None = None) ->
     """Every passage of the snapshot (records, indexed texts) and the seconds it took, in memory:
     for tests and benchmarks on small snapshots (``build_index`` streams instead)."""
     if parse_kind(passages)[0] == "words":
-        from wiki_snapshot.passages import sentencizer
+        from harness.wiki_snapshot.passages import sentencizer
 
         sentencizer()  # load spaCy before the clock starts: the rate is the splitter's
     started = time.perf_counter()
@@ -130,15 +130,15 @@ UNIT_PAGES = 64  # pages per work unit: fixed, so the units (and dense encoder b
 def index_unit(retriever: str, passages: str, opts: dict[str, Any], pages: list[tuple[int, str, str]]):
     """One work unit, in a worker process: split pages into passages, then tokenize (bm25) or
     embed (dense) them. Returns (records, the retriever's payload, split seconds, work seconds)."""
-    from wiki_snapshot.passages import split_pages
+    from harness.wiki_snapshot.passages import split_pages
 
     started = time.perf_counter()
     records, texts = split_pages(pages, passages)
     split = time.perf_counter()
     if retriever == "bm25":
-        from wiki_snapshot.index_bm25 import tokenize_unit as work
+        from harness.wiki_snapshot.index_bm25 import tokenize_unit as work
     else:
-        from wiki_snapshot.index_dense import embed_unit as work
+        from harness.wiki_snapshot.index_dense import embed_unit as work
     payload = work(texts, opts)
     return records, payload, split - started, time.perf_counter() - split
 
@@ -160,7 +160,7 @@ def build_index(
     Pages are read in pageid order and cut into fixed units of ``UNIT_PAGES`` pages; ``workers``
     processes (default: every core) split, tokenize or embed them, and the results are consumed in
     unit order and streamed to disk, so the index is the same for any number of workers."""
-    from wiki_snapshot.store import Snapshot
+    from harness.wiki_snapshot.store import Snapshot
 
     final = index_dir(snapshot_path, retriever, passages)
     options = dict(options or {})
@@ -169,12 +169,12 @@ def build_index(
         raise SnapshotError("--workers must be at least 1")
     with Snapshot.open(snapshot_path) as snapshot:
         if retriever == "bm25":
-            from wiki_snapshot.index_bm25 import BM25Build as Build
+            from harness.wiki_snapshot.index_bm25 import BM25Build as Build
         else:
-            from wiki_snapshot.index_dense import DenseBuild as Build
+            from harness.wiki_snapshot.index_dense import DenseBuild as Build
         build = Build(options, snapshot)  # validates options and loads the model before any page is split
         if parse_kind(passages)[0] == "words":
-            from wiki_snapshot.passages import sentencizer
+            from harness.wiki_snapshot.passages import sentencizer
 
             sentencizer()  # loading spaCy is not indexing time (and forked workers inherit it)
         started = time.perf_counter()
@@ -249,7 +249,7 @@ def _replace_dir_atomically(final: Path, fill: Callable[[Path], dict[str, Any]])
     """Fill a temporary directory beside ``final``, then rename it into place: a reader sees the old
     index or the new one, never a half-written one; an error or Ctrl-C leaves ``final`` untouched."""
     final.parent.mkdir(parents=True, exist_ok=True)
-    from wiki_snapshot.store import remove_dead_leftovers
+    from harness.wiki_snapshot.store import remove_dead_leftovers
 
     remove_dead_leftovers(final.parent, re.compile(rf"^\.{re.escape(final.name)}\.(?:tmp|old)-(\d+)-"))
     tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"

@@ -1,5 +1,5 @@
 """The retriever interface every index implements (``Retriever``, ``Hit``), the passage table it
-reads hits from, and the helpers the indexes share. Apart from ``wiki_snapshot.retrieval`` (where
+reads hits from, and the helpers the indexes share. Apart from ``harness.wiki_snapshot.retrieval`` (where
 indexes live, how they are opened and built), which imports the indexes: so the indexes import
 this module, never that one."""
 
@@ -13,8 +13,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.passages import PASSAGE_DTYPE, passage_id
+from harness.wiki_snapshot.errors import SnapshotError
+from harness.wiki_snapshot.passages import PASSAGE_DTYPE, passage_id
 
 PASSAGES_FILE = "passages.npy"
 # what a damaged file raises while it is opened (a truncated .npy: ValueError from its header or

@@ -7,7 +7,7 @@ The shape follows Search-R1's retrieval server, which serves one index to many R
 uvicorn, ``POST /retrieve`` with ``{"queries": [...], "topk": K, "return_scores": true}`` answered
 ``{"result": [[{"document", "score"}, ...], ...]}``); ours is Starlette (FastAPI's base) under uvicorn,
 with the same batch ``/v1/retrieve`` (a hit carries its passage id, title, text, score and pageid) and
-one route per method of :class:`wiki_snapshot.space.WikiBackend`. What the tool does with a page
+one route per method of :class:`harness.wiki_snapshot.space.WikiBackend`. What the tool does with a page
 (chunking, BM25+ ranking of its chunks, fitting the model's token budget) stays in the run: it needs
 the model's own token counter, so the service sends pages and titles, never a formatted result.
 
@@ -42,8 +42,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from wiki_snapshot._version import HARNESS_VERSION
-from wiki_snapshot.errors import SnapshotError
+from harness.wiki_snapshot._version import HARNESS_VERSION
+from harness.wiki_snapshot.errors import SnapshotError
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class SearchService:
     first use (one search at a time each)."""
 
     def __init__(self, path: str | Path):
-        from wiki_snapshot.backends import open_wiki
+        from harness.wiki_snapshot.backends import open_wiki
 
         self.path = Path(path)
         self._open = open_wiki
@@ -115,7 +115,7 @@ class SearchService:
 
     # answers ----------------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
-        from wiki_snapshot.retrieval import index_root
+        from harness.wiki_snapshot.retrieval import index_root
 
         root = index_root(self.path)
         indexes = sorted(p.name for p in root.iterdir() if (p / "meta.json").is_file()) if root.is_dir() else []
@@ -132,7 +132,7 @@ class SearchService:
         }
 
     def index_meta(self, retriever: str, passages: str) -> dict[str, Any]:
-        from wiki_snapshot.retrieval import check_fresh, read_meta
+        from harness.wiki_snapshot.retrieval import check_fresh, read_meta
 
         try:
             directory, meta = read_meta(self.path, retriever, passages)
@@ -146,8 +146,8 @@ class SearchService:
         with self._lock:
             entry = self._retrievers.get(key)
         if entry is None:
-            from wiki_snapshot.retrieval import open_retriever
-            from wiki_snapshot.store import Snapshot
+            from harness.wiki_snapshot.retrieval import open_retriever
+            from harness.wiki_snapshot.store import Snapshot
 
             self.index_meta(retriever, passages)  # a 404 with the build command where there is none
             snapshot = Snapshot.open(self.path)

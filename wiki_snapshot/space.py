@@ -2,11 +2,11 @@
 
 A *wiki backend* is anything the search tool and the strategies read pages from:
 
-- :class:`wiki_snapshot.store.Snapshot`: a SQLite snapshot (``harness snapshot build``);
-- :class:`wiki_snapshot.zim_archive.ZimWiki`: a Kiwix ZIM archive read in place;
-- :class:`wiki_snapshot.mediawiki_live.MediaWikiLive`: the live MediaWiki API (the paper's search).
+- :class:`harness.wiki_snapshot.store.Snapshot`: a SQLite snapshot (``harness snapshot build``);
+- :class:`harness.wiki_snapshot.zim_archive.ZimWiki`: a Kiwix ZIM archive read in place;
+- :class:`harness.wiki_snapshot.mediawiki_live.MediaWikiLive`: the live MediaWiki API (the paper's search).
 
-:func:`wiki_snapshot.backends.open_wiki` opens a path as the right one (this module stays a leaf:
+:func:`harness.wiki_snapshot.backends.open_wiki` opens a path as the right one (this module stays a leaf:
 the builders import its scopes). A snapshot's *scope* says what it was built from:
 ``"source"`` (all a dump, archive or record file held), ``"evidence"`` (a dataset's evidence list:
 a space made of answers) or ``"dataset-contexts"`` (a dataset's own context paragraphs, such as

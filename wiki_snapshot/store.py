@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from wiki_snapshot._version import HARNESS_VERSION
-from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.text import json_text, plain_text
+from harness.wiki_snapshot._version import HARNESS_VERSION
+from harness.wiki_snapshot.errors import SnapshotError
+from harness.wiki_snapshot.text import json_text, plain_text
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class Page:
 # titles ------------------------------------------------------------------------------------
 def normalize_title(title: str) -> str:
     """MediaWiki-style title normalization: underscores are spaces, whitespace collapsed, NFC; a lone
-    surrogate (a "\\ud800" escape in a JSON source, a model's query) is U+FFFD (``wiki_snapshot.text``):
+    surrogate (a "\\ud800" escape in a JSON source, a model's query) is U+FFFD (``harness.wiki_snapshot.text``):
     no UTF-8 holds it, so SQLite, libzim and the MediaWiki API could not take the title."""
     title = unicodedata.normalize("NFC", plain_text(str(title))[0]).replace("_", " ")
     return " ".join(title.split())
@@ -186,7 +186,7 @@ def refuse_zim(path: str | os.PathLike) -> None:
     """One line for a ZIM archive given where a SQLite snapshot is needed (passage indexes,
     retrieve-read, retrieval-eval): it is read in place only as an open-book search space. Making
     those work on a ZIM would mean rendering every page, which is what ``snapshot build`` does."""
-    if _starts_with(Path(path), b"ZIM\x04"):  # a ZIM's magic number (wiki_snapshot.backends.ZIM_MAGIC)
+    if _starts_with(Path(path), b"ZIM\x04"):  # a ZIM's magic number (harness.wiki_snapshot.backends.ZIM_MAGIC)
         raise SnapshotError(
             f"{path} is a ZIM archive: it is read in place by open-book search and `harness snapshot info/search` "
             f"only; passage indexes and retrieve-read need a SQLite snapshot: harness snapshot build --from {path} "
@@ -647,7 +647,7 @@ class Snapshot:
         self._metadata = metadata
         self._fts = {"pages_fts", "titles_fts"} <= tables
         self._trigram = {"titles_trigram", "titles_trigram_vocab"} <= tables
-        self._fulltext = None  # a tantivy sidecar (wiki_snapshot.fulltext) when one matches this snapshot
+        self._fulltext = None  # a tantivy sidecar (harness.wiki_snapshot.fulltext) when one matches this snapshot
 
     @classmethod
     def open(cls, path: str | os.PathLike, fulltext: bool = True) -> "Snapshot":
@@ -701,7 +701,7 @@ class Snapshot:
             )
         snap = cls(p, con, meta, tables)
         if fulltext and snap._fts:
-            from wiki_snapshot.fulltext import open_fulltext, sidecar_path
+            from harness.wiki_snapshot.fulltext import open_fulltext, sidecar_path
 
             if sidecar_path(p).exists():
                 snap._fulltext = open_fulltext(p, meta.get("content_sha256"))

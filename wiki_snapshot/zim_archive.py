@@ -1,6 +1,6 @@
 """A Kiwix ZIM archive (e.g. ``wikipedia_en_all_nopic_2023-11.zim``, ~7M articles) read in place.
 
-:class:`ZimWiki` implements :class:`wiki_snapshot.space.WikiBackend` with libzim's own indexes and
+:class:`ZimWiki` implements :class:`harness.wiki_snapshot.space.WikiBackend` with libzim's own indexes and
 nothing scanned at open (opening reads the header, the metadata and the stored checksum, nothing
 per entry):
 
@@ -8,7 +8,7 @@ per entry):
   title and path listings); a redirect entry is followed with ``Entry.get_redirect_entry``;
 - similar titles: the archive's title suggestions (``libzim.suggestion.SuggestionSearcher``);
 - full-text search: the archive's Xapian full-text index (``libzim.search``), when it has one;
-- a page's text: its HTML rendered to markdown by :func:`wiki_snapshot.builders.html_to_markdown`,
+- a page's text: its HTML rendered to markdown by :func:`harness.wiki_snapshot.builders.html_to_markdown`,
   the function ``harness snapshot build --kind zim`` uses, so a page reads the same here as in a
   snapshot built from the same archive. The first read renders; later ones hit an in-memory LRU or
   an on-disk cache under ``$HARNESS_CACHE_DIR/zim/<archive uuid>/`` (``~/.cache/harness`` when the
@@ -42,9 +42,10 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.text import json_bytes, plain_text
-from wiki_snapshot.store import MAX_QUERY_CHARS, MAX_REDIRECT_HOPS, Page, normalize_title, split_fragment, stable_pageid
+from harness.wiki_snapshot.errors import SnapshotError
+from harness.wiki_snapshot.text import json_bytes, plain_text
+from harness.wiki_snapshot.store import MAX_QUERY_CHARS, MAX_REDIRECT_HOPS, Page, normalize_title, split_fragment, stable_pageid
+from harness._version import pip_install
 
 FORMAT = "zim"
 # ZIM metadata recorded in ``metadata["zim_metadata"]`` (openZIM's metadata conventions).
@@ -66,7 +67,7 @@ def renderer_description() -> str:
     except PackageNotFoundError:  # pragma: no cover - markdownify is a dependency
         md = "unknown"
     return (
-        f"wiki_snapshot.builders.html_to_markdown: markdownify {md} as fanoutqa.utils.markdownify "
+        f"harness.wiki_snapshot.builders.html_to_markdown: markdownify {md} as fanoutqa.utils.markdownify "
         "(heading_style=atx, links as text, images as alt, no <head>); the text `snapshot build --kind zim` stores"
     )
 
@@ -78,7 +79,7 @@ def default_cache_root() -> Path:
 
 def _clean(text: Any) -> str | None:
     """A query as a str libzim can take: each lone surrogate (which UTF-8 cannot encode) becomes one
-    U+FFFD (``wiki_snapshot.text``), NFC."""
+    U+FFFD (``harness.wiki_snapshot.text``), NFC."""
     if not isinstance(text, str):
         return None
     return unicodedata.normalize("NFC", plain_text(text)[0])
@@ -141,7 +142,7 @@ class ZimWiki:
         try:
             from libzim.reader import Archive
         except ImportError:
-            raise SnapshotError("reading ZIM archives needs the libzim package: pip install libzim") from None
+            raise SnapshotError(f"reading ZIM archives needs the libzim package: {pip_install('zim')}") from None
         try:
             archive = Archive(str(p))
         except (RuntimeError, OSError, ValueError) as exc:
@@ -394,7 +395,7 @@ class ZimWiki:
                 return text
         text = self._read_disk(path)
         if text is None:
-            from wiki_snapshot.builders import html_to_markdown
+            from harness.wiki_snapshot.builders import html_to_markdown
 
             text = html_to_markdown(bytes(item.content).decode("utf-8", "replace"))
             self.renders += 1

@@ -36,7 +36,7 @@ async def compute_ceiling(config: RunConfig, context_sizes: list[int]) -> dict[s
     from harness.execution.summary import snapshot_hash
     from harness.scoring.fanoutqa_metrics import answer_in_text
     from harness.strategy import budget_tokens, create_agent
-    from wiki_snapshot import Snapshot
+    from harness.wiki_snapshot import Snapshot
 
     if config.setting != "evidence-provided":
         raise ConfigError("the ceiling is defined for --setting evidence-provided")

@@ -5,7 +5,7 @@ Both read the runs as every other reader does: the folders searched as the leade
 them (``harness.analysis.runs``: links followed, each real run once), each run through the typed
 record (``read_results``, ``SampleRow``), a run's row the typed ``RunRow`` the leaderboard reads. A
 value that does not exist stays missing (NaN or None), never 0: a failed run's metrics, a failed or
-never-asked question's scores. pandas is an optional extra: ``pip install 'harness[analysis]'``.
+never-asked question's scores. pandas is an optional extra: ``pip install 'manyanswer-harness[analysis]'``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from harness.errors import HarnessError
 from harness.execution.record import RunResults, read_results
 from harness.records import work_key
 from harness.scoring.display import display_name
+from harness._version import pip_install
 
-INSTALL = "pip install 'harness[analysis]'"
+INSTALL = pip_install("analysis")
 
 
 def _pandas():

@@ -81,8 +81,8 @@ def command(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from wiki_snapshot.passages import parse_kind
-    from wiki_snapshot.retrieval import build_index
+    from harness.wiki_snapshot.passages import parse_kind
+    from harness.wiki_snapshot.retrieval import build_index
 
     parse_kind(args.passages)
     bm25_opts = ("method", "k1", "b", "delta", "stemmer", "stopwords")
@@ -124,8 +124,8 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from wiki_snapshot.retrieval import META_FILE, index_root
-    from wiki_snapshot.store import Snapshot
+    from harness.wiki_snapshot.retrieval import META_FILE, index_root
+    from harness.wiki_snapshot.store import Snapshot
 
     with Snapshot.open(args.snapshot) as snap:
         content = snap.metadata.get("content_sha256")
@@ -146,8 +146,8 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _search(args: argparse.Namespace) -> int:
-    from wiki_snapshot.retrieval import open_retriever
-    from wiki_snapshot.store import Snapshot
+    from harness.wiki_snapshot.retrieval import open_retriever
+    from harness.wiki_snapshot.store import Snapshot
 
     if args.k < 1:
         raise HarnessError("--k must be at least 1")

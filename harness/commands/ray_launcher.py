@@ -39,6 +39,7 @@ from harness.errors import ConfigError, HarnessError
 from harness.execution.config import RunConfig
 from harness.execution.record import RunResults
 from harness.records import CONFIG_FILE, FAILURES_FILE, SAMPLES_FILE, record_epoch, work_key
+from harness._version import pip_install
 
 SHARDS_FOLDER = "shards"  # OUT/shards/shard-IofK: the shards, kept beside the merged run
 # a task is retried this many times when its worker or node dies (Ray's own default for tasks:
@@ -371,7 +372,7 @@ def _start_ray(address: str | None):
     try:
         import ray
     except ImportError:
-        raise HarnessError("--launcher ray needs Ray: pip install 'harness[ray]'") from None
+        raise HarnessError(f"--launcher ray needs Ray: {pip_install('ray')}") from None
     import logging
 
     options: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}

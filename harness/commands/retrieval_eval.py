@@ -82,8 +82,8 @@ def command(args: argparse.Namespace) -> int:
 
     from harness._version import __version__
     from harness.execution.summary import git_commit, search_space_info
-    from wiki_snapshot.retrieval import open_retriever
-    from wiki_snapshot.store import Snapshot
+    from harness.wiki_snapshot.retrieval import open_retriever
+    from harness.wiki_snapshot.store import Snapshot
 
     from harness.execution.config import parse_metric_options
     from harness.scoring.metrics import ScoringOptions, check_clustering

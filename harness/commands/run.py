@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from harness.execution.record import RunResults, Scores
+from harness._version import pip_install
 
 # Knobs that were global flags before strategies declared their own: `--max-rounds 3` gets a hint.
 MOVED_TO_KNOBS = frozenset(
@@ -54,7 +55,7 @@ def add_parser(sub) -> None:
         help="what starts the --shards: ray, as Ray tasks on the cluster at ADDRESS (ray.init's address: "
         "HOST:PORT or auto) or, without one, on a local Ray instance; a task whose node dies is "
         "retried and its shard resumes. OUT and every path given must be on storage every node sees. Needs "
-        "pip install 'harness[ray]'; recorded (config.launcher), not hashed",
+        f"{pip_install('ray')}; recorded (config.launcher), not hashed",
     )
 
 

@@ -1,4 +1,4 @@
-"""``harness search serve``: one search service for many workers (``wiki_snapshot.service``)."""
+"""``harness search serve``: one search service for many workers (``harness.wiki_snapshot.service``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from harness.commands._common import run_subcommand
 
 
 def add_parser(sub) -> None:
-    from wiki_snapshot.service import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_THREADS
+    from harness.wiki_snapshot.service import DEFAULT_HOST, DEFAULT_PORT, DEFAULT_THREADS
 
     p = sub.add_parser(
         "search",
@@ -55,7 +55,7 @@ def command(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from wiki_snapshot.service import serve
+    from harness.wiki_snapshot.service import serve
 
     def announce(url: str) -> None:
         print(f"serving {args.snapshot} on {url} (read-only; runs use --search-url {url}; Ctrl-C stops)",

@@ -11,6 +11,7 @@ from typing import Any
 from harness.argtypes import number
 from harness.commands._common import run_subcommand, sigterm_interrupts
 from harness.errors import HarnessError
+from harness._version import pip_install
 
 KINDS = ("dump", "zim", "fanoutqa-cache", "records", "api")
 # Whose evidence gives fanoutqa-cache its titles (without --titles) and api its pages (without --from).
@@ -95,7 +96,7 @@ def add_parser(sub) -> None:
             "titles and texts, title matches boosted 5x as FTS5's are. Opening the snapshot then answers full-text "
             "search from it (metadata text_search tantivy-bm25, part of a run's key) while its content_sha256 "
             "matches the snapshot's. FTS5 scores every posting, so its search p95 grows linearly (1.2 s at 1M "
-            "pages); tantivy's stays in milliseconds. Needs tantivy (pip install tantivy); a rebuild replaces "
+            f"pages); tantivy's stays in milliseconds. Needs tantivy ({pip_install('fulltext')}); a rebuild replaces "
             "the folder, an interrupted build leaves none."
         ),
     )
@@ -111,7 +112,7 @@ def command(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from wiki_snapshot.builders import build_snapshot
+    from harness.wiki_snapshot.builders import build_snapshot
 
     if args.kind != "api" and not args.source:
         raise HarnessError("snapshot build needs --from SOURCE (or --kind api)")
@@ -132,7 +133,7 @@ def _build(args: argparse.Namespace) -> int:
             options[name] = value
     kind = args.kind
     if kind is None:
-        from wiki_snapshot.builders import detect_kind
+        from harness.wiki_snapshot.builders import detect_kind
 
         kind = detect_kind(args.source)
     allowed = {
@@ -176,7 +177,7 @@ def _build(args: argparse.Namespace) -> int:
         + f"); {summary['output_bytes'] / 1e6:.1f} MB; revision date {meta.get('revision_date')}; "
         f"sha256 {meta['content_sha256'][:12]}"
     )
-    if meta.get("scope") in ("evidence", "dataset-contexts"):  # wiki_snapshot.space.EVIDENCE_ONLY_SCOPES
+    if meta.get("scope") in ("evidence", "dataset-contexts"):  # harness.wiki_snapshot.space.EVIDENCE_ONLY_SCOPES
         what = "evidence pages" if meta["scope"] == "evidence" else "context paragraphs"
         print(
             f"note: {summary['out']} holds only the {what} of {meta.get('scope_dataset')}: an open-book or "
@@ -190,9 +191,9 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _fulltext(args: argparse.Namespace) -> int:
-    from wiki_snapshot.backends import is_zim
-    from wiki_snapshot.fulltext import build_fulltext, sidecar_path
-    from wiki_snapshot.store import Snapshot
+    from harness.wiki_snapshot.backends import is_zim
+    from harness.wiki_snapshot.fulltext import build_fulltext, sidecar_path
+    from harness.wiki_snapshot.store import Snapshot
 
     path = Path(args.snapshot)
     if path.is_dir():
@@ -219,7 +220,7 @@ def _fulltext(args: argparse.Namespace) -> int:
 
 def _open(path: str):
     """A SQLite snapshot or a ZIM archive read in place; a ZIM's notices (no full-text index) on stderr."""
-    from wiki_snapshot import open_wiki
+    from harness.wiki_snapshot import open_wiki
 
     wiki = open_wiki(path)
     for notice in getattr(wiki, "notices", ()):
@@ -228,9 +229,9 @@ def _open(path: str):
 
 
 def _info(args: argparse.Namespace) -> int:
-    from wiki_snapshot.store import Snapshot
+    from harness.wiki_snapshot.store import Snapshot
 
-    from wiki_snapshot.space import EVIDENCE_ONLY_SCOPES, scope_of
+    from harness.wiki_snapshot.space import EVIDENCE_ONLY_SCOPES, scope_of
 
     with _open(args.snapshot) as snap:
         info = snap.metadata
@@ -296,7 +297,7 @@ def dataset_evidence(specs: str) -> list[dict[str, Any]]:
     ``{pageid, revid, title[, url]}`` in the samples' raw records (decompositions, recursively, and
     test ``necessary_evidence``), deduplicated by (pageid, revid), first occurrence first."""
     from harness.datasets import load_dataset
-    from wiki_snapshot.builders import collect_evidence, unique_evidence
+    from harness.wiki_snapshot.builders import collect_evidence, unique_evidence
 
     evidence: list[dict[str, Any]] = []
     for spec in [s.strip() for s in specs.split(",") if s.strip()]:

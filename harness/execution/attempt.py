@@ -28,7 +28,7 @@ from harness.records import ERROR_LOG, answer_stored_once, to_json, work_key
 from harness.redact import redact
 from harness.strategy import Agent, AgentContext, SampleResult
 from harness.text import LOG_ERRORS
-from wiki_snapshot.errors import SearchServiceChanged, SearchServiceUnavailable
+from harness.wiki_snapshot.errors import SearchServiceChanged, SearchServiceUnavailable
 
 
 class LoopBlocked(asyncio.TimeoutError):

@@ -42,7 +42,7 @@ TIERED_NOTE = (
     "its price changes with the prompt size of each request: priced per request as replies are "
     "recorded; summed usage cannot be priced"
 )
-PER_MESSAGE_OVERHEAD = 8  # role and separator tokens of chat templates (as agents._search.ContextGuard)
+PER_MESSAGE_OVERHEAD = 8  # role and separator tokens of chat templates (as harness.agents._search.ContextGuard)
 _SNAPSHOT_SUFFIX = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|latest)$")
 CACHE_RATES = ("cached_input", "cache_write_input")
 

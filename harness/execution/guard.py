@@ -30,14 +30,15 @@ import weakref
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
+from harness._namespace import own_dir
 from harness.errors import StrategyStoppedRun
 from harness.execution.watchdog import SAMPLE, _LIBRARY_DIRS
 
 EXIT_STRATEGY = StrategyStoppedRun.exit_code  # the strategy ended, stopped or froze the run (one line names it)
 
 # the harness's own code: a cancel or stop it makes in a sample's context is never the strategy's
-_ROOT = Path(__file__).resolve().parents[2]
-_OWN_DIRS = tuple(str(_ROOT / name) + "/" for name in ("harness", "agents", "tools", "wiki_snapshot"))
+# (agents/ tools/ wiki_snapshot/ sit beside harness/ in a clone, inside it in a wheel)
+_OWN_DIRS = (str(Path(__file__).resolve().parents[1]) + "/", *(str(own_dir(n)) + "/" for n in ("agents", "tools", "wiki_snapshot")))
 _PATCHED = ("call_soon", "call_at", "call_soon_threadsafe", "stop")
 _RUNNERS = str(Path(asyncio.__file__).parent / "runners.py")  # asyncio.run's Ctrl-C handler cancels the main task
 

@@ -391,7 +391,7 @@ def _merged_search_space(shards: list[Shard], config, selected: list):
         return None
     try:
         if config.search_url:  # the shards read a search service: asked again if it still serves that snapshot
-            from wiki_snapshot.remote import RemoteWiki
+            from harness.wiki_snapshot.remote import RemoteWiki
 
             read = [s.results.snapshot.content_hash for s in shards if s.results is not None and s.results.snapshot]
             wiki = RemoteWiki.connect(config.search_url, attempts=1)
@@ -399,7 +399,7 @@ def _merged_search_space(shards: list[Shard], config, selected: list):
                 wiki.close()
                 raise ValueError("it serves another snapshot now")
         else:
-            from wiki_snapshot import open_wiki
+            from harness.wiki_snapshot import open_wiki
 
             wiki = open_wiki(recorded_path(config.snapshot, shards[0].path, shards[0].config.out))
     except Exception:  # noqa: BLE001 - moved, unreadable or not served here: said in the record

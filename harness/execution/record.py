@@ -217,7 +217,7 @@ def share_text(share: float) -> str:
 
 
 class SearchSpaceRecord(_Open):
-    """What a run's searches ran over (``wiki_snapshot.space``): the backend, its size and source,
+    """What a run's searches ran over (``harness.wiki_snapshot.space``): the backend, its size and source,
     whether it holds a dataset's evidence only, and how much of it is the selection's gold pages.
     ``label`` is the one line every output shows beside the run's numbers."""
 

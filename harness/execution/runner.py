@@ -278,7 +278,7 @@ class Run:
                     "--snapshot SNAP.db (make one with: harness snapshot build --from SOURCE --out SNAP.db)"
                 )
             return None
-        from wiki_snapshot import open_wiki
+        from harness.wiki_snapshot import open_wiki
 
         wiki = open_wiki(self.config.snapshot)
         if self.config.setting == "open-book":  # a ZIM without a full-text index says what that changes to search
@@ -290,7 +290,7 @@ class Run:
         """A searching strategy over a snapshot of a dataset's evidence (or its contexts) measures a
         search among answers: refused in one line unless --search-space evidence-only says it is
         meant; the option is refused where it is not true."""
-        from wiki_snapshot.space import EVIDENCE_ONLY_SCOPES, SCOPE_EVIDENCE, scope_of
+        from harness.wiki_snapshot.space import EVIDENCE_ONLY_SCOPES, SCOPE_EVIDENCE, scope_of
 
         config = self.config
         if self.snapshot is None:
@@ -329,8 +329,8 @@ class Run:
                 "--search mediawiki asks the live API; --search-url a search service: give one or the other"
             )
         from harness.redact import strip_credentials
-        from wiki_snapshot.errors import SnapshotError
-        from wiki_snapshot.remote import RemoteWiki
+        from harness.wiki_snapshot.errors import SnapshotError
+        from harness.wiki_snapshot.remote import RemoteWiki
 
         try:
             wiki = RemoteWiki.connect(
@@ -354,8 +354,8 @@ class Run:
             raise ConfigError(
                 f"--search mediawiki is the open-book search; --setting {config.setting} reads pages from --snapshot"
             )
-        from wiki_snapshot.errors import SnapshotError
-        from wiki_snapshot.mediawiki_live import FANOUTQA_EPOCH, MediaWikiLive
+        from harness.wiki_snapshot.errors import SnapshotError
+        from harness.wiki_snapshot.mediawiki_live import FANOUTQA_EPOCH, MediaWikiLive
 
         try:
             live = MediaWikiLive(

@@ -20,23 +20,29 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def git_commit() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-    except (OSError, subprocess.SubprocessError):
+def git_commit(package: Path | None = None) -> str | None:
+    """The commit of the clone the harness runs from, ``-dirty`` when ``git status --porcelain`` lists
+    anything: a changed tracked file or an untracked one that ``.gitignore`` does not cover (a run's
+    default ``results/`` and the cache are ignored, so running leaves it clean). None where the
+    harness package is not the top of a clone's own tree (an installed wheel, even one in a virtual
+    environment inside another project's repository, whose commit is not the harness's)."""
+    package = (package or Path(__file__).resolve().parents[1]).resolve()  # the harness/ folder
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(["git", *args], cwd=package, capture_output=True, text=True, timeout=5)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    top = git("rev-parse", "--show-toplevel")
+    if top is None or Path(top).resolve() != package.parent:
         return None
-    if out.returncode != 0:
+    head = git("rev-parse", "HEAD")
+    if head is None:
         return None
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True
-    )
-    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    status = git("status", "--porcelain")
+    return head + ("-dirty" if status is None or status else "")
 
 
 def snapshot_hash(snapshot) -> str:
@@ -70,7 +76,7 @@ def search_space_info(snapshot, samples: list) -> dict[str, Any] | None:
     if snapshot is None:
         return None
     from harness.execution.record import SearchSpaceRecord
-    from wiki_snapshot.space import EVIDENCE_ONLY_SCOPES, scope_of
+    from harness.wiki_snapshot.space import EVIDENCE_ONLY_SCOPES, scope_of
 
     meta = snapshot.metadata
     backend = meta.get("format")

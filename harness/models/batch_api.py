@@ -43,6 +43,7 @@ from harness.models.http_reply import (
 )
 from harness.redact import redact, redact_data, strip_credentials
 from harness.text import JSON_ERRORS, json_bytes
+from harness._version import pip_install
 
 log = logging.getLogger(__name__)
 
@@ -701,7 +702,7 @@ class AnthropicBatchAPI(HttpBatchAPI):
 
 VLLM_NEEDED = (
     "--batch with vllm/ runs `vllm run-batch` on this machine (it needs vLLM and a GPU): vLLM is not installed "
-    "here; pip install vllm on a machine with a GPU, or drop --batch"
+    f"here; {pip_install('vllm')} on a machine with a GPU, or drop --batch"
 )
 
 

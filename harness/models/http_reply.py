@@ -27,6 +27,7 @@ import zlib
 from typing import Any, AsyncIterator, Awaitable, Iterator, TypeVar
 
 from harness.errors import ModelError, TransientModelError
+from harness._version import pip_install
 
 T = TypeVar("T")
 
@@ -253,7 +254,7 @@ def resolve_http_client(choice: str) -> str:
     if choice == "auto":
         return "aiohttp" if aiohttp_installed() else "httpx"
     if choice == "aiohttp" and not aiohttp_installed():
-        raise ModelError("--http-client aiohttp needs the aiohttp package: pip install 'openai[aiohttp]'")
+        raise ModelError(f"--http-client aiohttp needs the aiohttp package: {pip_install('aiohttp')}")
     if choice not in HTTP_CLIENTS:
         raise ModelError(f"--http-client must be one of {', '.join(HTTP_CLIENTS)}, not {choice!r}")
     return choice

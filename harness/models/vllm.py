@@ -36,9 +36,10 @@ from harness.models.http_reply import loads_reply
 from harness.models.launcher import ServerLauncher, api_base, attach, server_root
 from harness.models.openai_compat import OpenAICompatibleBackend
 from harness.redact import register_secret, strip_credentials
+from harness._version import pip_install
 
 NOT_INSTALLED = (
-    "vLLM is not installed here: pip install vllm on a machine with a GPU, "
+    f"vLLM is not installed here: {pip_install('vllm')} on a machine with a GPU, "
     "or pass --base-url URL to attach to a running server"
 )
 

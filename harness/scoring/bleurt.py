@@ -10,7 +10,7 @@ checkpoints onto transformers: ``BleurtConfig``, ``BleurtForSequenceClassificati
 (``--bleurt-checkpoint DIR``). Without one, or without torch / transformers / bleurt-pytorch, the
 metric reports None with the reason: never 0.
 
-Install with ``pip install -e .[bleurt]`` (torch is pinned to one CPU build: an open range pulls CUDA).
+Install with ``pip install 'manyanswer-harness[bleurt]'`` (torch is pinned to one CPU build: an open range pulls CUDA).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from harness.scoring.fanoutqa_metrics import str_answer
 from harness.scoring.gold import gold_text
 from harness.scoring.kinds import unbounded
 from harness.scoring.metrics import FANOUTQA_SHAPES, ScoringOptions, _dist_version, declare
+from harness._version import pip_install
 
 BATCH_SIZE = 16  # bleurt.score.BleurtScorer's default batch size
 NO_CHECKPOINT = (
@@ -112,7 +113,7 @@ def check_installed(options: ScoringOptions) -> None:
     missing = [name for name in ("torch", "transformers", "bleurt_pytorch") if find_spec(name) is None]
     if missing:
         raise HarnessError(
-            f"metric bleurt needs torch, transformers<5 and bleurt-pytorch (pip install -e .[bleurt]); "
+            f"metric bleurt needs torch, transformers<5 and bleurt-pytorch ({pip_install('bleurt')}); "
             f"missing: {', '.join(missing)}"
         )
 
@@ -141,7 +142,7 @@ def bleurt(
         import transformers  # noqa: F401
         from bleurt_pytorch import BleurtForSequenceClassification  # noqa: F401
     except ImportError as exc:  # not installed, or a transformers too new for bleurt-pytorch
-        reason = f"BLEURT needs torch, transformers<5 and bleurt-pytorch (pip install -e .[bleurt]): {exc}"
+        reason = f"BLEURT needs torch, transformers<5 and bleurt-pytorch ({pip_install('bleurt')}): {exc}"
         return _unavailable(pool, " ".join(reason.split()))
 
     model, tokenizer = load_bleurt(options.bleurt_checkpoint)

@@ -153,7 +153,7 @@ def normalize_many(texts: Iterable[Any]) -> list[str]:
 
 def tokenize_fanoutqa(texts: Iterable[Any]) -> list[list[str]]:
     """``fanoutqa.norm.normalize(text).split(" ")`` for each text (spaCy batch, memoized): the
-    tokenizer of ``fanoutqa.retrieval.Corpus``, passed to ``wiki_snapshot.ranking``."""
+    tokenizer of ``fanoutqa.retrieval.Corpus``, passed to ``harness.wiki_snapshot.ranking``."""
     return [s.split(" ") for s in normalize_many(texts)]
 
 

@@ -2,8 +2,8 @@
 
 A builder is constructed with the source (a path, or for ``api`` an optional evidence file) and
 its options, validates them (raising :class:`SnapshotError` with one line), and then streams
-:class:`~wiki_snapshot.store.Page` and :class:`Redirect` items from :meth:`Builder.items`.
-:func:`build_snapshot` drives any builder into a :class:`~wiki_snapshot.store.SnapshotWriter`,
+:class:`~harness.wiki_snapshot.store.Page` and :class:`Redirect` items from :meth:`Builder.items`.
+:func:`build_snapshot` drives any builder into a :class:`~harness.wiki_snapshot.store.SnapshotWriter`,
 reporting pages/s to stderr.
 """
 
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Iterator, TextIO
 
-from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.space import SCOPE_SOURCE
-from wiki_snapshot.store import BuildLock, Page, SnapshotWriter
+from harness.wiki_snapshot.errors import SnapshotError
+from harness.wiki_snapshot.space import SCOPE_SOURCE
+from harness.wiki_snapshot.store import BuildLock, Page, SnapshotWriter
 
 
 class BuilderRegistry:
@@ -53,11 +53,11 @@ class BuilderRegistry:
 BUILDERS = BuilderRegistry()
 
 _BUILDER_MODULES = (
-    "wiki_snapshot.builders.mediawiki_dump",
-    "wiki_snapshot.builders.zim",
-    "wiki_snapshot.builders.fanoutqa_cache",
-    "wiki_snapshot.builders.records",
-    "wiki_snapshot.builders.mediawiki_api",
+    "harness.wiki_snapshot.builders.mediawiki_dump",
+    "harness.wiki_snapshot.builders.zim",
+    "harness.wiki_snapshot.builders.fanoutqa_cache",
+    "harness.wiki_snapshot.builders.records",
+    "harness.wiki_snapshot.builders.mediawiki_api",
 )
 
 
@@ -95,7 +95,7 @@ class Builder:
         return None
 
     def scope(self) -> tuple[str, str | None]:
-        """``(scope, dataset)`` the snapshot records (``wiki_snapshot.space``): all the source held,
+        """``(scope, dataset)`` the snapshot records (``harness.wiki_snapshot.space``): all the source held,
         unless the builder knows it fetched a dataset's evidence or contexts."""
         return SCOPE_SOURCE, None
 

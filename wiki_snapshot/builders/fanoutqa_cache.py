@@ -20,10 +20,10 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from wiki_snapshot.builders import BUILDERS, Builder, Redirect, read_small_file, unique_evidence
-from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.space import SCOPE_EVIDENCE, SCOPE_SOURCE
-from wiki_snapshot.store import Page
+from harness.wiki_snapshot.builders import BUILDERS, Builder, Redirect, read_small_file, unique_evidence
+from harness.wiki_snapshot.errors import SnapshotError
+from harness.wiki_snapshot.space import SCOPE_EVIDENCE, SCOPE_SOURCE
+from harness.wiki_snapshot.store import Page
 
 _NAME = re.compile(r"^(\d+)-dated\.md$")
 FANOUTQA_EPOCH = "2023-11-20"  # fanoutqa.utils.DATASET_EPOCH: revisions are the last before this day

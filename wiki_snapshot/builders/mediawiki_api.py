@@ -6,7 +6,7 @@ every evidence page of ``--dataset``, default ``fanoutqa:dev``):
 ``GET api.php?format=json&action=parse&oldid=REVID&prop=text``, then the HTML rendered to
 markdown with FanOutQA's markdownify options (see ``fanoutqa.wiki.wiki_content``).
 
-Polite by default (``wiki_snapshot.mediawiki_http.MediaWikiClient``, shared with the live search):
+Polite by default (``harness.wiki_snapshot.mediawiki_http.MediaWikiClient``, shared with the live search):
 a User-Agent naming the harness, at most ``rate_limit`` requests per second
 (default 1; 0 = no limit), retries with back-off on 429/5xx/``maxlag``/``ratelimited`` and
 dropped connections that wait at least what ``Retry-After`` asks, and an on-disk cache of the raw
@@ -29,11 +29,11 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from wiki_snapshot.builders import BUILDERS, Builder, Redirect, collect_evidence, html_to_markdown, read_small_file
-from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.space import SCOPE_EVIDENCE
-from wiki_snapshot.mediawiki_http import MediaWikiClient
-from wiki_snapshot.store import Page, normalize_title, stable_pageid
+from harness.wiki_snapshot.builders import BUILDERS, Builder, Redirect, collect_evidence, html_to_markdown, read_small_file
+from harness.wiki_snapshot.errors import SnapshotError
+from harness.wiki_snapshot.space import SCOPE_EVIDENCE
+from harness.wiki_snapshot.mediawiki_http import MediaWikiClient
+from harness.wiki_snapshot.store import Page, normalize_title, stable_pageid
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class MediaWikiAPIBuilder(Builder):
         user_agent: str | None = None,
         **options: Any,
     ):
-        # the polite HTTP client shared with the live search (wiki_snapshot.mediawiki_http)
+        # the polite HTTP client shared with the live search (harness.wiki_snapshot.mediawiki_http)
         self.client = MediaWikiClient(
             api_url,
             user_agent=user_agent,

@@ -27,10 +27,10 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any, Iterator
 
-from wiki_snapshot.builders import BUILDERS, Builder, Redirect, require_file
-from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.parallel import batched, default_workers, ordered_map
-from wiki_snapshot.store import Page
+from harness.wiki_snapshot.builders import BUILDERS, Builder, Redirect, require_file
+from harness.wiki_snapshot.errors import SnapshotError
+from harness.wiki_snapshot.parallel import batched, default_workers, ordered_map
+from harness.wiki_snapshot.store import Page
 
 # ---------------------------------------------------------------------------------------------
 # wikitext -> plain text
@@ -374,7 +374,7 @@ class MediaWikiDumpBuilder(Builder):
         # workers changes speed, not content
         return {
             "namespaces": self.namespaces,
-            "text": "mwparserfromhell plain text (wiki_snapshot.builders.mediawiki_dump)",
+            "text": "mwparserfromhell plain text (harness.wiki_snapshot.builders.mediawiki_dump)",
         }
 
     def _open(self):

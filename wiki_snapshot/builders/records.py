@@ -23,10 +23,10 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from wiki_snapshot.builders import BUILDERS, Builder, Redirect, require_file
-from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.space import SCOPE_CONTEXTS, SCOPE_SOURCE
-from wiki_snapshot.store import Page, normalize_title, stable_pageid
+from harness.wiki_snapshot.builders import BUILDERS, Builder, Redirect, require_file
+from harness.wiki_snapshot.errors import SnapshotError
+from harness.wiki_snapshot.space import SCOPE_CONTEXTS, SCOPE_SOURCE
+from harness.wiki_snapshot.store import Page, normalize_title, stable_pageid
 
 
 def _open_text(path: Path):

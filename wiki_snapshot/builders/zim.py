@@ -3,7 +3,7 @@
 Every ``text/html`` entry becomes a page whose text is its HTML rendered to markdown the way the
 ``fanoutqa`` package renders Wikipedia pages (markdownify with FanOutQA's options); redirect
 entries become redirects. ZIM files carry no MediaWiki page ids, so ``pageid`` is derived from
-the title (:func:`wiki_snapshot.store.stable_pageid`); every page's timestamp is the archive's
+the title (:func:`harness.wiki_snapshot.store.stable_pageid`); every page's timestamp is the archive's
 ``Date`` metadata, which is also the snapshot's revision date.
 """
 
@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from wiki_snapshot.builders import BUILDERS, Builder, Redirect, html_to_markdown, require_file
-from wiki_snapshot.errors import SnapshotError
-from wiki_snapshot.parallel import batched, default_workers, ordered_map
-from wiki_snapshot.store import Page, stable_pageid
+from harness.wiki_snapshot.builders import BUILDERS, Builder, Redirect, html_to_markdown, require_file
+from harness.wiki_snapshot.errors import SnapshotError
+from harness.wiki_snapshot.parallel import batched, default_workers, ordered_map
+from harness.wiki_snapshot.store import Page, stable_pageid
+from harness._version import pip_install
 
 _META_KEYS = ("Title", "Name", "Description", "Language", "Date", "Creator", "Publisher", "Source", "Flavour")
 
@@ -23,7 +24,7 @@ def _import_libzim():
     try:
         from libzim.reader import Archive
     except ImportError:
-        raise SnapshotError("reading ZIM archives needs the libzim package: pip install libzim") from None
+        raise SnapshotError(f"reading ZIM archives needs the libzim package: {pip_install('zim')}") from None
     return Archive
 
 
