@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.errors import HarnessError
 from harness.execution.config import RunConfig, build_config, load_yaml
 
 if TYPE_CHECKING:
@@ -23,9 +25,17 @@ if TYPE_CHECKING:
 
 
 def build_run_config(options: dict[str, Any] | RunConfig) -> RunConfig:
-    """Options (a ``config=`` YAML file, then keywords over it) -> a validated RunConfig."""
-    if isinstance(options, RunConfig):
-        return options
+    """Options (a ``config=`` YAML file, then keywords over it) -> a validated RunConfig; its trackers
+    (``log_to``) known and installed."""
+    config = options if isinstance(options, RunConfig) else _build_run_config(options)
+    if tracked(config):
+        from harness.analysis.trackers import check_trackers
+
+        check_trackers(config.log_to)  # a tracker unknown or not installed: one line, before anything runs
+    return config
+
+
+def _build_run_config(options: dict[str, Any]) -> RunConfig:
     options = {k.replace("-", "_"): v for k, v in options.items() if v is not None}
     flat: dict[str, Any] = {}
     if options.get("config"):
@@ -54,10 +64,41 @@ def build_run_config(options: dict[str, Any] | RunConfig) -> RunConfig:
 async def run_async(
     config: dict[str, Any] | RunConfig | None = None, /, *, show_progress: bool = True, **options: Any
 ) -> "RunResults":
-    """Run (or resume) an evaluation; returns the run record (results.json, typed)."""
+    """Run (or resume) an evaluation; returns the run record (results.json, typed). With ``log_to``
+    the finished run is logged to those trackers; one failing raises ``TrackingError`` (its
+    ``record``: the run, whose files are written and untouched)."""
+    record, run_dir = await run_in_dir(config if config is not None else options, show_progress=show_progress)
+    if tracked(record.config):
+        from harness.analysis.trackers import log_run
+
+        failures = log_run(run_dir, record.config.log_to)
+        if failures:
+            raise TrackingError("; ".join(failures), record)
+    return record
+
+
+async def run_in_dir(config: dict[str, Any] | RunConfig, *, show_progress: bool = True) -> "tuple[RunResults, Path]":
+    """Run (or resume) an evaluation, logged nowhere: (the run record, its run directory)."""
     from harness.execution.runner import Run
 
-    return await Run(build_run_config(config if config is not None else options), show_progress=show_progress).execute()
+    run = Run(build_run_config(config), show_progress=show_progress)
+    return await run.execute(), run.run_dir
+
+
+def tracked(config: RunConfig) -> bool:
+    """Whether a finished run is logged to trackers here: ``log_to`` given, and not a shard started by
+    ``--shards K --launcher``, whose launcher logs the merged run."""
+    return bool(config.log_to) and not (config.launcher and config.shard)
+
+
+class TrackingError(HarnessError):
+    """The run finished and its files are written, but logging it to a tracker failed."""
+
+    exit_code = 6
+
+    def __init__(self, message: str, record: "RunResults"):
+        super().__init__(message)
+        self.record = record
 
 
 def run(

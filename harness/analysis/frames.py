@@ -147,44 +147,60 @@ def samples_df(*paths: str | Path):
     pd = _pandas()
     runs, skipped = _readable(paths)
     records: list[dict[str, Any]] = []
-    numeric: list[str] = ["latency_s", "prompt_tokens", "completion_tokens", "model_calls", "cost_usd"]
+    numeric: list[str] = [*SAMPLE_NUMBERS]
     for run_dir, results in runs:
-        rows = load_rows(run_dir)
-        values = results.scores.per_question() if results.scores is not None else {}
-        epochs = results.counts.epochs or 1
-        ids = results.sample_ids or list(dict.fromkeys(r.id for r in [*rows.finished.values(), *rows.failed.values()]))
-        for qid in ids:
-            for epoch in range(1, epochs + 1):
-                key = work_key(qid, epoch)
-                row = rows.finished.get(key) or rows.failed.get(key)
-                status = "ok" if key in rows.finished else "error" if key in rows.failed else "pending"
-                record: dict[str, Any] = {
-                    "run_id": results.run_id,
-                    "dir": str(run_dir),
-                    "id": qid,
-                    "epoch": epoch,
-                    "status": status,
-                    "question": row.question if row is not None else None,
-                    "answer": row.answer if row is not None else None,
-                    "outcome": (row.outcome or "answered") if status == "ok" else None,
-                    "error_type": row.error_type if row is not None else None,
-                    "error": row.error if row is not None else None,
-                    "latency_s": row.latency_s if row is not None else None,
-                    "prompt_tokens": row.usage.prompt_tokens if row is not None else None,
-                    "completion_tokens": row.usage.completion_tokens if row is not None else None,
-                    "model_calls": row.model_calls if row is not None else None,
-                    "cost_usd": row.cost_usd if row is not None else None,
-                    "truncated_output": row.truncated_output if row is not None else None,
-                    "values_of": "sample" if epochs == 1 else "question",
-                }
-                if status == "ok":  # a failed or never-asked question is never scored here
-                    for metric, value in values.get(qid, {}).items():
-                        record[metric] = value
-                        if metric not in numeric:
-                            numeric.append(metric)
-                records.append(record)
+        for record in sample_records(run_dir, results):
+            numeric += [k for k in record if k not in SAMPLE_COLUMNS and k not in numeric]  # the metrics' values
+            records.append(record)
     frame = _frame(records, numeric, skipped)
     if not records:
         frame = pd.DataFrame(columns=["run_id", "dir", "id", "epoch", "status", "answer"])
         frame.attrs["skipped"] = skipped
     return frame
+
+
+SAMPLE_NUMBERS = ("latency_s", "prompt_tokens", "completion_tokens", "model_calls", "cost_usd")
+# a sample record's own columns (the metrics' values follow them)
+SAMPLE_COLUMNS = (
+    "run_id", "dir", "id", "epoch", "status", "question", "answer", "outcome", "error_type", "error",
+    *SAMPLE_NUMBERS, "truncated_output", "values_of",
+)  # fmt: skip
+
+
+def sample_records(run_dir: str | Path, results: RunResults) -> list[dict[str, Any]]:
+    """One record per question x epoch of one run (``samples_df``'s rows, without pandas: the
+    experiment trackers' per-question table too): ``SAMPLE_COLUMNS``, then each metric's
+    per-question values under their keys, on a finished sample only (a failed or never-asked one has none)."""
+    rows = load_rows(Path(run_dir))
+    values = results.scores.per_question() if results.scores is not None else {}
+    epochs = results.counts.epochs or 1
+    ids = results.sample_ids or list(dict.fromkeys(r.id for r in [*rows.finished.values(), *rows.failed.values()]))
+    records: list[dict[str, Any]] = []
+    for qid in ids:
+        for epoch in range(1, epochs + 1):
+            key = work_key(qid, epoch)
+            row = rows.finished.get(key) or rows.failed.get(key)
+            status = "ok" if key in rows.finished else "error" if key in rows.failed else "pending"
+            record: dict[str, Any] = {
+                "run_id": results.run_id,
+                "dir": str(run_dir),
+                "id": qid,
+                "epoch": epoch,
+                "status": status,
+                "question": row.question if row is not None else None,
+                "answer": row.answer if row is not None else None,
+                "outcome": (row.outcome or "answered") if status == "ok" else None,
+                "error_type": row.error_type if row is not None else None,
+                "error": row.error if row is not None else None,
+                "latency_s": row.latency_s if row is not None else None,
+                "prompt_tokens": row.usage.prompt_tokens if row is not None else None,
+                "completion_tokens": row.usage.completion_tokens if row is not None else None,
+                "model_calls": row.model_calls if row is not None else None,
+                "cost_usd": row.cost_usd if row is not None else None,
+                "truncated_output": row.truncated_output if row is not None else None,
+                "values_of": "sample" if epochs == 1 else "question",
+            }
+            if status == "ok":  # a failed or never-asked question is never scored here
+                record.update(values.get(qid, {}))
+            records.append(record)
+    return records

@@ -53,6 +53,8 @@ def command(args) -> int:
     if flat.pop("context_size", None) is not None:
         raise ConfigError("ablate sets the context size of each run: give the sizes with --context-sizes only")
     flat.setdefault("model", "local/smollm2")
+    if flat.get("log_to"):  # from a --config file: its runs would go unlogged without a word
+        raise ConfigError("log_to: ablate's runs are not logged to trackers; log a run with harness run --log-to")
     if flat.get("setting") not in SETTINGS:
         raise ConfigError(f"ablate needs --setting {' or '.join(SETTINGS)} (got {flat.get('setting')!r})")
     # every option and knob checked before the first run; the sizes must leave room for the answer

@@ -386,10 +386,10 @@ def _start_ray(address: str | None):
     return ray
 
 
-def launch(argv: list[str], config: RunConfig, k: int, address: str | None) -> RunResults | int:
+def launch(argv: list[str], config: RunConfig, k: int, address: str | None) -> tuple[RunResults, Path] | int:
     """``harness run ... --shards K --launcher ray[=ADDRESS]``: ``argv``, the run's options as given (less
     ``--shards``, ``--launcher``, ``--shard``, ``--out``), run as K shards; returns the merged run's
-    record, or the exit status of a launch that did not get to the merge."""
+    record and directory, or the exit status of a launch that did not get to the merge."""
     from harness.execution.lock import RunLock
     from harness.execution.merge import merge_runs
 
@@ -416,7 +416,7 @@ def launch(argv: list[str], config: RunConfig, k: int, address: str | None) -> R
         lock.release(remove_if_empty=not began)
     kept = out / SHARDS_FOLDER
     print(f"merged {k} shard(s) of run {record.run_id} -> {out} (the shards kept in {kept})", file=sys.stderr)
-    return record
+    return record, out
 
 
 def _run_tasks(ray, base: list[str], views: list[ShardView], out: Path) -> int | None:

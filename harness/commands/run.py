@@ -32,7 +32,8 @@ def add_parser(sub) -> None:
             "(every one failed or was never asked: no scores, n/a, never 0; or every finished one ended without "
             "an answer, e.g. at max_steps: scored as wrong, the metrics' rule); 2 bad input or a stop such as a "
             "rejected API key; 3 a process the run needs died; 5 the strategy ended or froze the run from outside "
-            "its samples (one line names it); 130 interrupted."
+            "its samples (one line names it); 6 every sample finished but logging to a --log-to tracker failed (the "
+            "run's files are written; rerun the same command to log again); 130 interrupted."
         ),
         argument_default=argparse.SUPPRESS,
     )
@@ -56,6 +57,19 @@ def add_parser(sub) -> None:
         "HOST:PORT or auto) or, without one, on a local Ray instance; a task whose node dies is "
         "retried and its shard resumes. OUT and every path given must be on storage every node sees. Needs "
         f"{pip_install('ray')}; recorded (config.launcher), not hashed",
+    )
+    g = p.add_argument_group("experiment trackers")
+    g.add_argument(
+        "--log-to",
+        dest="log_to",
+        action="append",
+        metavar="wandb|mlflow",
+        help="when the run finishes (a resume that finishes it too), log it to Weights & Biases or MLflow (repeat, "
+        "or comma-separated): its configuration, every score with its 95%% interval and n, the per-question table, "
+        "the HTML report, and the run directory's path, run id and harness version; where to is the tracker's "
+        "own environment (WANDB_MODE, WANDB_PROJECT; MLFLOW_TRACKING_URI, MLFLOW_EXPERIMENT_NAME). Needs pip "
+        "install 'manyanswer-harness[wandb]' or '[mlflow]', checked before anything runs; recorded "
+        "(config.log_to), not hashed",
     )
 
 
@@ -415,7 +429,7 @@ def options_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def command(args: argparse.Namespace) -> int:
-    from harness.api import build_run_config, run_async
+    from harness.api import build_run_config, run_in_dir, tracked
     from harness.errors import ConfigError
 
     options = options_from_args(args)
@@ -441,8 +455,9 @@ def command(args: argparse.Namespace) -> int:
         launched = launch(shard_argv(args), config, shards, address)
         if isinstance(launched, int):
             return launched
-        print_summary(launched)
-        return exit_status(launched)
+        record, run_dir = launched
+        print_summary(record)
+        return logged_status(exit_status(record), run_dir, config.log_to)
     if config.launcher is not None and not config.shard:
         raise ConfigError(f"--launcher {config.launcher} starts the shards of --shards K: add --shards K")
     if address is not None:
@@ -453,12 +468,33 @@ def command(args: argparse.Namespace) -> int:
     try:
         # A kill (SIGTERM) unwinds like Ctrl-C: servers stopped, results.json written; a strategy
         # cancelling the run's tasks does not (harness.execution.guard)
-        record = run_guarded(lambda: run_async(config))
+        record, run_dir = run_guarded(lambda: run_in_dir(config))
     except (KeyboardInterrupt, asyncio.CancelledError):
         print("interrupted: run the same command again to resume", file=sys.stderr)
         return 130
     print_summary(record)
-    return exit_status(record)
+    return logged_status(exit_status(record), run_dir, record.config.log_to if tracked(record.config) else None)
+
+
+EXIT_NOT_LOGGED = 6  # the run is done and its files written; logging it to a tracker failed
+
+
+def logged_status(status: int, run_dir, trackers: list[str] | None) -> int:
+    """The finished run logged to its trackers (--log-to); the exit status: the run's own, or 6 where
+    it is 0 and a tracker failed (each failure is one line on stderr; the run's files are untouched)."""
+    if not trackers:
+        return status
+    from harness.analysis.trackers import log_run
+
+    failures = log_run(run_dir, trackers)
+    if failures and status == 0:
+        print(
+            f"the run is complete and its files are written; rerun the same command to log it again (exit status "
+            f"{EXIT_NOT_LOGGED})",
+            file=sys.stderr,
+        )
+        return EXIT_NOT_LOGGED
+    return status
 
 
 # the options the launcher sets for each shard itself

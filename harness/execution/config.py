@@ -48,6 +48,8 @@ NOT_HASHED = frozenset(
         "shard_env",  # where --shard auto read I/K from: the key is the explicit --shard I/K's
         # how the shards were started (--launcher ray): a launched run equals the same run on one machine
         "launcher",
+        # where the finished run is also logged (--log-to wandb,mlflow): a copy of its numbers, never an answer
+        "log_to",
         "out",
         "max_connections",
         "cache",
@@ -141,6 +143,11 @@ class RunConfig(BaseModel):
         None,
         description="what started this run's shards: ray (harness run --shards K --launcher ray); recorded, "
         "not hashed: a launched run is the same run as on one machine",
+    )
+    log_to: list[str] | None = Field(
+        None,
+        description="experiment trackers the finished run is also logged to (wandb, mlflow): its configuration, "
+        "numbers with their intervals, per-question table and report; recorded, not hashed",
     )
     out: str | None = None
     max_connections: int = Field(4, ge=1, le=10_000)
@@ -326,6 +333,22 @@ class RunConfig(BaseModel):
         from harness.redact import strip_credentials
 
         return strip_credentials(value)
+
+    @field_validator("log_to", mode="before")
+    @classmethod
+    def _trackers(cls, value: Any) -> Any:
+        """``wandb,mlflow`` or a list (--log-to repeated, each maybe comma-separated) -> their names, each
+        once; which names exist is checked where a run starts (``harness.api.build_run_config``), so a
+        results.json naming a tracker this machine lacks still reads."""
+        if value is None:
+            return None
+        items = value if isinstance(value, list) else [value]
+        if not all(isinstance(item, str) for item in items):
+            raise ValueError(f"expected tracker names (wandb, mlflow), got {value!r}")
+        names = [name.strip() for item in items for name in item.split(",") if name.strip()]
+        if not names:
+            raise ValueError(f"{','.join(items)!r} names no tracker (expected wandb, mlflow or both, comma-separated)")
+        return list(dict.fromkeys(names))
 
     @field_validator("judge", mode="before")
     @classmethod
