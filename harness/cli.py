@@ -180,8 +180,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-# commands whose --out is a folder; every other --out is a file
+# commands whose --out is a folder; every other --out is a file (export inspect's too: one log)
 OUT_IS_FOLDER = {"run", "ablate", "export", "merge"}
+
+
+def _out_is_folder(args: argparse.Namespace) -> bool:
+    return args.command in OUT_IS_FOLDER and not (args.command == "export" and args.format == "inspect")
 
 
 def _check_common_paths(args: argparse.Namespace) -> None:
@@ -189,7 +193,7 @@ def _check_common_paths(args: argparse.Namespace) -> None:
     from harness.records import check_output_path
 
     if getattr(args, "out", None):
-        check_output_path(args.out, "--out", directory=args.command in OUT_IS_FOLDER)
+        check_output_path(args.out, "--out", directory=_out_is_folder(args))
     checkpoint = getattr(args, "bleurt_checkpoint", None)
     if checkpoint and not Path(checkpoint).is_dir():
         what = "not a folder" if Path(checkpoint).exists() else "not found"

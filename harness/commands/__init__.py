@@ -41,7 +41,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "harness.commands.table",
         "runs as a table for a paper: markdown, LaTeX (booktabs) or CSV, each number with its 95%% interval",
     ),
-    "export": ("harness.commands.export", "export runs in an official submission format (fanoutqa-submission)"),
+    "export": (
+        "harness.commands.export",
+        "export runs: FanOutQA's submission format (fanoutqa-submission), an Inspect AI eval log (inspect)",
+    ),
     "ablate": ("harness.commands.ablate", "context-length sweep: one run per size, the ceiling, a table and a figure"),
     "figure": (
         "harness.commands.figure",
