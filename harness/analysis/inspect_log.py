@@ -47,6 +47,7 @@ from harness.execution.lock import writer_of
 from harness.records import check_output_path, write_atomic
 from harness.scoring.display import dataset_headline, display_name, kind_of
 from harness.scoring.gold import gold_text
+from harness.scoring.scores import Interval
 from harness.text import sendable
 
 INSTALL = pip_install("inspect")
@@ -624,14 +625,14 @@ def _plan(results: RunResults | None, claim: RunClaim | None, config):
     return EvalPlan(steps=[EvalPlanStep(solver=name, params=dict(knobs))])
 
 
-def _value_metric_name(key: str, entry: dict[str, Any] | None) -> str:
+def _value_metric_name(key: str, interval: Interval | None) -> str:
     """Inspect's name for a number: ``accuracy`` for a share of questions (Inspect's accuracy() is the
     mean of 0/1 values), ``mean`` for a mean of per-question values, ``value`` for anything else (a
     corpus-level number, a count of things)."""
     kind = kind_of(key)
-    if ((entry or {}).get("kind") or kind.name) == "share":  # as its interval was computed (epochs: a mean)
+    if ((interval.kind if interval is not None else None) or kind.name) == "share":  # as computed (epochs: a mean)
         return "accuracy"
-    if entry is not None and entry.get("per_question") and not kind.total:
+    if interval is not None and interval.per_question and not kind.total:
         return "mean"
     return "value"
 
@@ -663,18 +664,16 @@ def _results(results: RunResults):
     meta = scores.meta
     unscored = (meta.n_failed or 0) + (meta.n_pending or 0)
     reducer = results.config.epoch_reducer if results.config.epochs > 1 else None
-    clustering = {k: v for k, v in scores.clustering.items() if k != "clusters"}
     eval_scores, no_value = [], {}
     for key in order:
         metric, value = numbers[key]
-        entry = scores.uncertainty.get(key)
-        if value is None:
-            no_value[key] = (entry or {}).get("note") or "no value (n/a)"
-            continue
         interval = scores.interval(key)
+        if value is None:
+            no_value[key] = (interval.note if interval is not None else None) or "no value (n/a)"
+            continue
         kind = kind_of(key)
-        name = _value_metric_name(key, entry)
-        info = {"display_name": display_name(key), "kind": (entry or {}).get("kind") or kind.name,
+        name = _value_metric_name(key, interval)
+        info = {"display_name": display_name(key), "kind": (interval.kind if interval is not None else None) or kind.name,
                 "scale": kind.perfect, "unit": kind.unit}  # fmt: skip
         if interval is not None:
             info.update(method=interval.method, n=interval.n, n_clusters=interval.n_clusters, note=interval.note)
@@ -702,11 +701,11 @@ def _results(results: RunResults):
     extra = {
         "no_value": no_value,
         "breakdown": scores.breakdown_values(),
-        "epochs": scores.epochs,
-        "clustering": clustering if clustering.get("by") else None,
+        "epochs": {"n": scores.n_epochs, "reducer": scores.epoch_reducer} if scores.n_epochs else None,
+        "clustering": {"by": scores.cluster_by, "n_clusters": scores.n_clusters} if scores.cluster_by else None,
         "failed_metrics": scores.failed_metrics(),
         "not_scored": meta.not_scored,
-        "aggregation": meta.aggregation,
+        "aggregation": scores.aggregations(),
         "scoring_note": results.scoring_note,
     }
     return (

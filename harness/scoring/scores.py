@@ -71,6 +71,8 @@ class Interval(BaseModel):
     n: int | None = None
     n_clusters: int | None = None
     note: str | None = None
+    kind: str | None = None  # the number's kind as its interval was computed (epochs: a mean)
+    per_question: list[str] | None = None  # the key path of its per-question value in each raw row
 
     @property
     def bounds(self) -> tuple[float, float] | None:
@@ -305,6 +307,10 @@ class Scores(BaseModel):
     @property
     def epoch_reducer(self) -> str | None:
         return (self.epochs or {}).get("reducer")
+
+    def aggregations(self) -> dict[str, Any]:
+        """{metric: how its number was aggregated} as recorded (``meta.aggregation``)."""
+        return dict(self.meta.aggregation)
 
     def metric_info(self, name: str) -> dict[str, Any]:
         return self.meta.metric_info.get(name) or {}
