@@ -302,6 +302,14 @@ def test_the_tour_writes_only_where_git_ignores():
     assert proc.stdout.split() == outs, f"not ignored: {sorted(set(outs) - set(proc.stdout.split()))}"
 
 
+def test_what_the_trackers_write_by_default_is_ignored():
+    """--log-to's trackers write into the current folder unless told otherwise (W&B: ./wandb/; MLflow:
+    ./mlflow.db and ./mlruns/, its defaults): run from the clone, that must not make it -dirty."""
+    outs = ["wandb/offline-run-1/run.wandb", "mlruns/0/artifacts/report.html", "mlflow.db"]
+    proc = subprocess.run(["git", "check-ignore", "--no-index", *outs], cwd=ROOT, capture_output=True, text=True)
+    assert proc.stdout.split() == outs
+
+
 @pytest.mark.slow  # a clone and a run
 def test_a_run_with_default_outputs_in_a_clean_clone_is_not_dirty(tmp_path):
     """A run inside a fresh clone with the default output folder records the clone's commit without

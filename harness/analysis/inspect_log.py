@@ -630,7 +630,7 @@ def _value_metric_name(key: str, interval: Interval | None) -> str:
     mean of 0/1 values), ``mean`` for a mean of per-question values, ``value`` for anything else (a
     corpus-level number, a count of things)."""
     kind = kind_of(key)
-    if ((interval.kind if interval is not None else None) or kind.name) == "share":  # as computed (epochs: a mean)
+    if ((interval.kind_name if interval is not None else None) or kind.name) == "share":  # as computed (epochs: a mean)
         return "accuracy"
     if interval is not None and interval.per_question and not kind.total:
         return "mean"
@@ -673,7 +673,7 @@ def _results(results: RunResults):
             continue
         kind = kind_of(key)
         name = _value_metric_name(key, interval)
-        info = {"display_name": display_name(key), "kind": (interval.kind if interval is not None else None) or kind.name,
+        info = {"display_name": display_name(key), "kind": (interval.kind_name if interval is not None else None) or kind.name,
                 "scale": kind.perfect, "unit": kind.unit}  # fmt: skip
         if interval is not None:
             info.update(method=interval.method, n=interval.n, n_clusters=interval.n_clusters, note=interval.note)

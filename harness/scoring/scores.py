@@ -71,8 +71,13 @@ class Interval(BaseModel):
     n: int | None = None
     n_clusters: int | None = None
     note: str | None = None
-    kind: str | None = None  # the number's kind as its interval was computed (epochs: a mean)
+    # the number's kind as its interval was computed (epochs: a mean); a retrieval record's is {"name", "scale"}
+    kind: str | dict[str, Any] | None = None
     per_question: list[str] | None = None  # the key path of its per-question value in each raw row
+
+    @property
+    def kind_name(self) -> str | None:
+        return self.kind.get("name") if isinstance(self.kind, dict) else self.kind
 
     @property
     def bounds(self) -> tuple[float, float] | None:
