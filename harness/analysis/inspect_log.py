@@ -48,6 +48,7 @@ from harness.records import check_output_path, write_atomic
 from harness.scoring.display import dataset_headline, display_name, kind_of
 from harness.scoring.gold import gold_text
 from harness.scoring.scores import Interval
+from harness.scoring.shape import value_leaves
 from harness.text import sendable
 
 INSTALL = pip_install("inspect")
@@ -637,14 +638,9 @@ def _value_metric_name(key: str, interval: Interval | None) -> str:
     return "value"
 
 
-def _leaves(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        if isinstance(value, dict):
-            out.update(_leaves(value, f"{prefix}{key}."))
-        elif value is None or isinstance(value, (bool, int, float)):
-            out[f"{prefix}{key}"] = None if value is None else float(value) if isinstance(value, bool) else value
-    return out
+def _leaves(values: dict[str, Any]) -> dict[str, Any]:
+    """Every number of an aggregate (None kept), a bool as 0.0/1.0 (Inspect's metric values are numbers)."""
+    return {k: float(v) if isinstance(v, bool) else v for k, v in value_leaves(values).items()}
 
 
 def _results(results: RunResults):

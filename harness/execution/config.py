@@ -602,11 +602,13 @@ _CONTENT_FACTS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-def _flat(data: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"generation": {"seed": 0}}`` -> ``{"generation.seed": 0}``; an empty mapping stays a value
+    (``agent_args: {}``), lists stay values."""
     if isinstance(data, dict) and data:
         out: dict[str, Any] = {}
         for key, value in data.items():
-            out.update(_flat(value, f"{prefix}{key}."))
+            out.update(flatten(value, f"{prefix}{key}."))
         return out
     return {prefix.rstrip("."): data}
 
@@ -634,7 +636,7 @@ def identity_changes(old: dict[str, Any], new: dict[str, Any], names: dict[str, 
     """Each field in which two run keys (``RunConfig.identity`` with its resolved facts) differ,
     ``field old -> new``; a file's content (a plugin, the dataset, the prompt) as ``... changed``,
     named by ``names`` (the new configuration's fields: ``agent``, ``model``, ``data_path``, ...)."""
-    before, after = _flat(old), _flat(new)
+    before, after = flatten(old), flatten(new)
     named_by = {**before, **after, **{k: v for k, v in (names or {}).items() if v}}
     skip: set[str] = set()
     if before.get("dataset") != after.get("dataset"):  # another dataset: its file differs with it

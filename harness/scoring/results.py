@@ -28,7 +28,7 @@ from harness.scoring.shape import (  # noqa: F401 - read from here too
     FORMAT1_KEYS,
     UNATTRIBUTED,
     _is_count_name,
-    _leaves,
+    value_leaves,
     _num,
     _short_label,
     _typed_leaves,

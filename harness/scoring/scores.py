@@ -16,7 +16,7 @@ from harness.scoring.display import is_column, learn_declared
 from harness.scoring.sections import RESULTS_FORMAT, SECTIONS
 from harness.scoring.shape import (
     _is_count_name,
-    _leaves,
+    value_leaves,
     _num,
     _short_label,
     _typed_leaves,
@@ -211,7 +211,7 @@ class Scores(BaseModel):
 
     def metric_values(self) -> dict[str, float | None]:
         """Every aggregate number as ``METRIC.NAME``; None where a number has no value (n/a, never 0)."""
-        return {k: None if v is None else float(v) for k, v in _leaves(self.metric_aggregates()).items()}
+        return {k: None if v is None else float(v) for k, v in value_leaves(self.metric_aggregates()).items()}
 
     def score_values(self) -> dict[str, float | None]:
         """``metric_values`` without the counts: what tables and plots show as scores."""
@@ -223,7 +223,7 @@ class Scores(BaseModel):
 
     def null_values(self) -> list[str]:
         """The ``METRIC.NAME`` numbers recorded as null (no value: n/a)."""
-        return [k for k, v in _leaves(self.metric_aggregates()).items() if v is None]
+        return [k for k, v in value_leaves(self.metric_aggregates()).items() if v is None]
 
     def per_question(self) -> dict[str, dict[str, float]]:
         """{question id: {"METRIC.NAME": number}} from the per-question values."""
@@ -261,7 +261,7 @@ class Scores(BaseModel):
                     continue
                 entry: dict[str, Any] = {"n": row.get("n")}
                 scored = {k: _without_diagnostics(v) for k, v in row.items() if k != "n" and isinstance(v, dict)}
-                entry.update({k: None if v is None else float(v) for k, v in _leaves(scored).items()})
+                entry.update({k: None if v is None else float(v) for k, v in value_leaves(scored).items()})
                 entries[value] = entry
             if entries:
                 out[group] = entries
@@ -375,7 +375,7 @@ class Scores(BaseModel):
         lines = []
         for name, agg in self.metric_aggregates().items():
             reason = self.no_value_reason(name)
-            if nothing is not None and all(v is None for v in _leaves(agg).values()):
+            if nothing is not None and all(v is None for v in value_leaves(agg).values()):
                 lines.append(f"{name}: n/a ({reason or nothing})")
                 continue
             if name == "fanoutqa-string" and "acc" in agg and "rouge" in agg:
@@ -391,7 +391,7 @@ class Scores(BaseModel):
                 if shown:
                     text += f" | 95% CI: {shown}{_notes([e for _, e in parts])}"
             else:
-                leaves = _leaves(agg)
+                leaves = value_leaves(agg)
                 entries = [self.interval(f"{name}.{k}") for k in leaves]
                 text = (
                     " ".join(

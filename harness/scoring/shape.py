@@ -138,12 +138,12 @@ def _num(value: Any) -> str:
     return f"{value:.4f}"
 
 
-def _leaves(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def value_leaves(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """Like numeric_leaves, but None kept (an unavailable value is shown, never as 0)."""
     out: dict[str, Any] = {}
     for key, value in values.items():
         if isinstance(value, dict):
-            out.update(_leaves(value, f"{prefix}{key}."))
+            out.update(value_leaves(value, f"{prefix}{key}."))
         elif value is None or isinstance(value, (bool, int, float)):
             out[f"{prefix}{key}"] = value
     return out

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 
 from harness._version import DISTRIBUTION, pip_install
 from harness.errors import HarnessError
+from harness.execution.config import flatten
 from harness.registry import Registry
 
 DEFAULT_PROJECT = DISTRIBUTION  # W&B project / MLflow experiment when the environment names none
@@ -130,17 +131,6 @@ class TrackedRun:
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
-
-
-def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    """``{"generation": {"seed": 0}}`` -> ``{"generation.seed": 0}``; an empty mapping stays a value
-    (``agent_args: {}``), lists stay values."""
-    if isinstance(data, dict) and data:
-        out: dict[str, Any] = {}
-        for key, value in data.items():
-            out.update(flatten(value, f"{prefix}{key}."))
-        return out
-    return {prefix.rstrip("."): data}
 
 
 def _cell(value: Any) -> Any:
