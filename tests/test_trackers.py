@@ -98,6 +98,27 @@ def test_a_tracker_not_installed_names_the_extra(name, tmp_path, capsys, monkeyp
     assert not asked and not (tmp_path / "run").exists()
 
 
+def test_online_wandb_without_a_key_is_refused_before_anything_runs(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("wandb")
+    for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    asked = []
+    assert harness_run(tmp_path / "run", "--log-to", "wandb", script=lambda *a: asked.append(a) or "x") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --log-to wandb: W&B is online and has no API key") and "\n" not in err
+    assert not asked and not (tmp_path / "run").exists()
+    # a key stored by `wandb login` (netrc) is enough; so is offline mode
+    (tmp_path / "netrc").write_text("machine api.wandb.ai\n  login user\n  password k3y-0123456789\n")
+    (tmp_path / "netrc").chmod(0o600)
+    from harness.analysis.trackers.wandb_tracker import WandbTracker
+
+    WandbTracker.check("wandb")
+    (tmp_path / "netrc").unlink()
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    WandbTracker.check("wandb")
+
+
 # ---------------------------------------------------------------------------------- what a tracker is given
 def test_the_tracked_run_is_results_json(tmp_path, memory, capsys):
     out = tmp_path / "run"

@@ -26,12 +26,38 @@ import re
 from pathlib import Path
 
 from harness.analysis.trackers import DEFAULT_PROJECT, REPORT_NAME, TABLE_NAME, TrackedRun, Tracker
+from harness.errors import HarnessError
+
+_LOCAL_MODES = ("offline", "disabled", "dryrun")  # WANDB_MODE values that need no key (W&B's env-variable docs)
 
 
 class WandbTracker(Tracker):
     name = "wandb"
     package = "wandb"
     extra = "wandb"
+
+    @classmethod
+    def check(cls, given: str) -> None:
+        """Online W&B with no API key fails only after the run (or prompts for one): refused before it.
+        The key is where W&B reads it: WANDB_API_KEY, or ~/.netrc (NETRC) for WANDB_BASE_URL's host,
+        where `wandb login` stores it (docs.wandb.ai/ref/cli/wandb-login/). The key is never read out."""
+        super().check(given)
+        if os.environ.get("WANDB_MODE", "").strip().lower() in _LOCAL_MODES or os.environ.get("WANDB_API_KEY"):
+            return
+        import netrc
+        from urllib.parse import urlsplit
+
+        host = urlsplit(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or ""
+        path = os.environ.get("NETRC") or os.path.expanduser("~/.netrc")
+        try:
+            if netrc.netrc(path).authenticators(host):
+                return
+        except (OSError, netrc.NetrcParseError):
+            pass
+        raise HarnessError(
+            f"--log-to {given}: W&B is online and has no API key (set WANDB_API_KEY or run `wandb login`), "
+            "or set WANDB_MODE=offline for a local run folder (`wandb sync` uploads it)"
+        )
 
     def log(self, run: TrackedRun) -> str:
         import wandb
